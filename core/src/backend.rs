@@ -1,0 +1,57 @@
+//! What the driver needs from a lock service.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::machine::{LeaseId, Token};
+
+/// A boxed, sendable future, as returned by [`Backend`] methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A failed backend call.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The lock is held by someone else (only when not waiting).
+    #[error("the lock is held by another holder")]
+    Busy,
+    /// The lease does not exist (expired or revoked): the session is lost.
+    #[error("lease not found")]
+    LeaseNotFound,
+    /// Transport or server failure; worth retrying.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A lease granted by the service.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The lease id.
+    pub lease: LeaseId,
+    /// The TTL the server granted.
+    pub ttl: Duration,
+}
+
+/// A lock service. Implementations do I/O only: every decision about
+/// deadlines, drains and fences stays in the core's state machine.
+pub trait Backend: Send + Sync + 'static {
+    /// Grants a lease of (about) `ttl`.
+    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>>;
+
+    /// Sends one keepalive; returns the granted TTL. A zero TTL or
+    /// [`BackendError::LeaseNotFound`] means the lease is lost.
+    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>>;
+
+    /// Acquires `name` under `lease` and returns its fencing token. With
+    /// `wait`, queues behind the current holder; without, fails with
+    /// [`BackendError::Busy`].
+    fn lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>>;
+
+    /// Revokes a lease, releasing every lock held under it.
+    fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>>;
+}

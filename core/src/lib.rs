@@ -1,0 +1,51 @@
+//! # dlock
+//!
+//! Distributed locks whose holders stop working before the lock can be
+//! given to someone else.
+//!
+//! A holder keeps its lease alive with a keepalive every
+//! `keepalive_interval`. Its local **deadline** is the *send* time of the
+//! last confirmed keepalive + TTL − margin, on a clock that counts through
+//! suspend. On the first failed keepalive the lock **drains**:
+//! [`Lock::permit`] refuses new work, work in flight finishes, and a
+//! keepalive confirmed in time resumes. At the deadline it **fences**:
+//! `on_fence` is called once, and the lock is acquired again with a strictly
+//! higher fencing **token**. `permit()` reads the clock itself, so no late
+//! timer can let work start after the deadline.
+//!
+//! ```
+//! use std::time::Duration;
+//! let client = dlock::Client::memory();
+//! let lock = client.lock("jobs").unwrap();
+//! lock.on_fence(|token, in_flight| eprintln!("lost {token}, {in_flight} in flight"));
+//! let token = lock.acquire(Duration::from_secs(5)).unwrap();
+//! if let Ok(permit) = lock.permit() {
+//!     assert_eq!(permit.token(), token);
+//!     // ... one unit of work, writing with permit.token() ...
+//! }
+//! lock.release().unwrap();
+//! ```
+//!
+//! The core is sans-IO ([`machine::Holder`]); a driver thread runs the
+//! keepalives and timers; callbacks run on a thread of their own.
+#![warn(missing_docs)]
+
+pub mod backend;
+mod client;
+pub mod clock;
+mod driver;
+mod error;
+mod fence;
+mod gate;
+pub mod machine;
+pub mod memory;
+mod options;
+
+pub use backend::Backend;
+pub use client::{Client, Lock, MAX_NAME_LEN, OwnedPermit, Permit};
+pub use clock::{Clock, Instant, ManualClock};
+pub use error::Error;
+pub use fence::{FenceGate, Stale};
+pub use machine::{Reason, Refused, State, StateChange, Token};
+pub use memory::{MemoryBackend, MemoryService};
+pub use options::Options;

@@ -1,0 +1,750 @@
+//! The holder state machine (DESIGN.md section 2), sans-IO.
+//!
+//! [`Holder`] takes `(now, Event)` and queues [`Action`]s; it never reads a
+//! clock, sleeps or talks to a server. The driver feeds it replies and timer
+//! ticks, performs its actions, and sleeps until [`Holder::poll_timeout`].
+//! Tests drive it with hand-made instants.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use crate::Options;
+use crate::clock::Instant;
+
+/// A lease id on the lock service.
+pub type LeaseId = i64;
+
+/// Identifies one request the machine asked the driver to send, so that a
+/// reply is matched to its own request (and its own send time), never to a
+/// newer one.
+pub type ReqId = u64;
+
+/// A fencing token: assigned by the lock service, strictly higher for every
+/// later acquisition of the same lock name (etcd: the lock key's
+/// `create_revision`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Token(pub u64);
+
+impl Token {
+    /// The token as a number, to send with every write to a fenced resource.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<Token> for u64 {
+    fn from(t: Token) -> u64 {
+        t.0
+    }
+}
+
+/// Where a holder stands.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum State {
+    /// Not acquired yet, or the last acquisition failed.
+    Idle = 0,
+    /// Taking a lease and waiting for the lock.
+    Acquiring = 1,
+    /// Holding the lock; `permit()` grants until the deadline.
+    Holding = 2,
+    /// A keepalive failed: no new permits, in-flight work finishes, retrying.
+    Draining = 3,
+    /// The deadline passed or the lease was lost: the token is dead for good.
+    Fenced = 4,
+    /// After a fence: taking a new lease to acquire with a higher token.
+    Reacquiring = 5,
+    /// Released by the application.
+    Released = 6,
+}
+
+impl State {
+    /// The name used in traces and every binding.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            State::Idle => "Idle",
+            State::Acquiring => "Acquiring",
+            State::Holding => "Holding",
+            State::Draining => "Draining",
+            State::Fenced => "Fenced",
+            State::Reacquiring => "Reacquiring",
+            State::Released => "Released",
+        }
+    }
+
+    pub(crate) const fn from_u8(v: u8) -> State {
+        match v {
+            1 => State::Acquiring,
+            2 => State::Holding,
+            3 => State::Draining,
+            4 => State::Fenced,
+            5 => State::Reacquiring,
+            6 => State::Released,
+            _ => State::Idle,
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a transition happened.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The application asked to acquire.
+    Acquire,
+    /// The lock service granted the lock.
+    Acquired,
+    /// A keepalive got no reply within `keepalive_timeout`.
+    KeepaliveTimeout,
+    /// A keepalive failed (transport error, stream closed).
+    KeepaliveFailed,
+    /// A keepalive was confirmed before the deadline.
+    Resumed,
+    /// The deadline passed with no confirmed keepalive.
+    Deadline,
+    /// The server said the lease (or the lock key) no longer exists.
+    LeaseLost,
+    /// Acquiring again after a fence.
+    Reacquire,
+    /// The lock service granted the lock again, with a higher token.
+    Reacquired,
+    /// The application released the lock.
+    Release,
+    /// Acquisition did not finish within its timeout.
+    AcquireTimeout,
+    /// `try_acquire` found the lock held by someone else.
+    WouldBlock,
+    /// `try_acquire` failed on a backend error.
+    AcquireFailed,
+}
+
+impl Reason {
+    /// The snake_case name used in traces and every binding.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::Acquire => "acquire",
+            Reason::Acquired => "acquired",
+            Reason::KeepaliveTimeout => "keepalive_timeout",
+            Reason::KeepaliveFailed => "keepalive_failed",
+            Reason::Resumed => "resumed",
+            Reason::Deadline => "deadline",
+            Reason::LeaseLost => "lease_lost",
+            Reason::Reacquire => "reacquire",
+            Reason::Reacquired => "reacquired",
+            Reason::Release => "release",
+            Reason::AcquireTimeout => "acquire_timeout",
+            Reason::WouldBlock => "would_block",
+            Reason::AcquireFailed => "acquire_failed",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One transition, as passed to `on_state_change`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct StateChange {
+    /// The state left.
+    pub from: State,
+    /// The state entered.
+    pub to: State,
+    /// Why.
+    pub reason: Reason,
+}
+
+impl fmt::Display for StateChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}->{} {}", self.from, self.to, self.reason)
+    }
+}
+
+/// Why `permit()` refused to start a unit of work.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Refused {
+    /// A keepalive failed; the holder waits for one to be confirmed.
+    #[error("draining: a keepalive failed, no new work until one is confirmed")]
+    Draining,
+    /// The deadline passed or the lease was lost: the token is dead.
+    #[error("fenced: the lock must be assumed lost")]
+    Fenced,
+    /// The lock was released.
+    #[error("released")]
+    Released,
+    /// The lock is not held (not acquired yet).
+    #[error("not held")]
+    NotHeld,
+}
+
+impl Refused {
+    /// The snake_case name shared by every binding.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refused::Draining => "draining",
+            Refused::Fenced => "fenced",
+            Refused::Released => "released",
+            Refused::NotHeld => "not_held",
+        }
+    }
+}
+
+/// The permit rule, shared by the machine and the published snapshot that
+/// `permit()` reads: grant only while holding and before the deadline.
+#[inline]
+pub(crate) fn decide(state: State, deadline: Instant, now: Instant) -> Result<(), Refused> {
+    match state {
+        State::Holding if now < deadline => Ok(()),
+        State::Draining if now < deadline => Err(Refused::Draining),
+        State::Holding | State::Draining | State::Fenced | State::Reacquiring => {
+            Err(Refused::Fenced)
+        }
+        State::Released => Err(Refused::Released),
+        State::Idle | State::Acquiring => Err(Refused::NotHeld),
+    }
+}
+
+/// Why an acquisition ended without the lock.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AcquireError {
+    /// Not acquired within the timeout.
+    Timeout,
+    /// `try_acquire`: held by someone else.
+    WouldBlock,
+    /// Already holding it.
+    AlreadyHeld,
+    /// Released while acquiring.
+    Released,
+    /// `try_acquire`: the backend failed.
+    Backend,
+}
+
+/// What the machine is told.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The application asks for the lock. `wait`: queue behind the current
+    /// holder; `until`: give up at this instant (`None`: never).
+    Acquire {
+        /// Queue behind the holder instead of failing with `WouldBlock`.
+        wait: bool,
+        /// When to give up.
+        until: Option<Instant>,
+    },
+    /// Reply to [`Action::Grant`].
+    LeaseGranted {
+        /// The request answered.
+        req: ReqId,
+        /// The new lease.
+        lease: LeaseId,
+        /// The TTL the server granted.
+        ttl: Duration,
+    },
+    /// [`Action::Grant`] failed.
+    GrantFailed {
+        /// The request answered.
+        req: ReqId,
+    },
+    /// Reply to [`Action::Lock`]: the lock is ours.
+    Locked {
+        /// The request answered.
+        req: ReqId,
+        /// The lease the lock is held under.
+        lease: LeaseId,
+        /// The fencing token.
+        token: Token,
+    },
+    /// [`Action::Lock`] failed; `busy`: someone else holds it.
+    LockFailed {
+        /// The request answered.
+        req: ReqId,
+        /// Held by someone else (no-wait mode).
+        busy: bool,
+    },
+    /// A keepalive reply granting `ttl` (zero means the lease is gone).
+    KeepaliveConfirmed {
+        /// The keepalive answered.
+        req: ReqId,
+        /// The TTL the server granted.
+        ttl: Duration,
+    },
+    /// A keepalive failed (transport error, stream closed).
+    KeepaliveFailed {
+        /// The keepalive answered.
+        req: ReqId,
+    },
+    /// The server says this lease (or the lock key under it) is gone.
+    LeaseLost {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// The application releases the lock.
+    Release,
+    /// The timer from [`Holder::poll_timeout`] fired (or any wake-up).
+    Timer,
+}
+
+/// What the machine asks the driver to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Ask for a lease. The machine took `now` as its send time: send at once.
+    Grant {
+        /// Matches the reply.
+        req: ReqId,
+        /// TTL to ask for.
+        ttl: Duration,
+    },
+    /// Acquire the lock under `lease`.
+    Lock {
+        /// Matches the reply.
+        req: ReqId,
+        /// The lease to hold it under.
+        lease: LeaseId,
+        /// Queue behind the holder.
+        wait: bool,
+    },
+    /// Send a keepalive. The machine took `now` as its send time: send at once.
+    Keepalive {
+        /// Matches the reply.
+        req: ReqId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Revoke a lease where reachable (best effort; it expires anyway).
+    Revoke {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Publish the new state and call `on_state_change`.
+    Transition(StateChange),
+    /// Call `on_fence` for this token (once per token).
+    Fence {
+        /// The dead token.
+        token: Token,
+    },
+    /// Call `on_acquired`, complete waiting acquirers.
+    Acquired {
+        /// The new token.
+        token: Token,
+    },
+    /// Complete waiting acquirers with an error.
+    AcquireFailed {
+        /// Why.
+        error: AcquireError,
+    },
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Pending {
+    req: ReqId,
+    sent_at: Instant,
+}
+
+/// The sans-IO holder of one lock.
+#[derive(Debug)]
+pub struct Holder {
+    opts: Options,
+    state: State,
+    next_req: ReqId,
+    /// Lease of the current session, once granted.
+    lease: Option<LeaseId>,
+    /// Outstanding lease grant.
+    grant: Option<Pending>,
+    /// Outstanding lock request.
+    lock_req: Option<(ReqId, LeaseId)>,
+    /// Outstanding keepalives of this lease, oldest first.
+    keepalives: VecDeque<Pending>,
+    /// Local deadline of the lease (and of the lock while holding).
+    deadline: Option<Instant>,
+    next_keepalive: Option<Instant>,
+    /// A keepalive failed and none was confirmed since: retrying.
+    failing: bool,
+    keepalive_retry_at: Option<Instant>,
+    acquire_retry_at: Option<Instant>,
+    token: Option<Token>,
+    last_token: Option<Token>,
+    wait: bool,
+    give_up_at: Option<Instant>,
+    actions: VecDeque<Action>,
+}
+
+impl Holder {
+    /// A holder in state `Idle`. `opts` should have passed
+    /// [`Options::validate`].
+    pub fn new(opts: Options) -> Holder {
+        Holder {
+            opts,
+            state: State::Idle,
+            next_req: 1,
+            lease: None,
+            grant: None,
+            lock_req: None,
+            keepalives: VecDeque::new(),
+            deadline: None,
+            next_keepalive: None,
+            failing: false,
+            keepalive_retry_at: None,
+            acquire_retry_at: None,
+            token: None,
+            last_token: None,
+            wait: false,
+            give_up_at: None,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The token held (while `Holding` or `Draining`).
+    pub fn token(&self) -> Option<Token> {
+        self.token
+    }
+
+    /// The local deadline of the current lease, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The current lease, if any.
+    pub fn lease(&self) -> Option<LeaseId> {
+        self.lease
+    }
+
+    /// The permit rule at `now`: the token and deadline, or why not.
+    pub fn permit(&self, now: Instant) -> Result<(Token, Instant), Refused> {
+        let deadline = self.deadline.unwrap_or(Instant::ZERO);
+        decide(self.state, deadline, now)?;
+        Ok((self.token.expect("holding without a token"), deadline))
+    }
+
+    /// The next action to perform, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When the driver must call `handle(now, Event::Timer)` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let timeout = self.opts.keepalive_timeout;
+        let acquiring = self.state == State::Acquiring;
+        [
+            self.deadline,
+            self.give_up_at.filter(|_| acquiring),
+            self.keepalives.iter().map(|p| p.sent_at + timeout).min(),
+            self.grant.map(|p| p.sent_at + timeout),
+            self.next_keepalive.filter(|_| !self.failing),
+            self.keepalive_retry_at.filter(|_| self.failing),
+            self.acquire_retry_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Feeds one event at `now`. Timers due at `now` are handled first, so a
+    /// reply that arrives after the deadline finds the token already fenced.
+    pub fn handle(&mut self, now: Instant, event: Event) {
+        self.poll_timers(now);
+        match event {
+            Event::Acquire { wait, until } => self.on_acquire(now, wait, until),
+            Event::LeaseGranted { req, lease, ttl } => self.on_granted(now, req, lease, ttl),
+            Event::GrantFailed { req } => {
+                if self.grant.is_some_and(|p| p.req == req) {
+                    self.grant = None;
+                    self.acquire_attempt_failed(now);
+                }
+            }
+            Event::Locked { req, lease, token } => self.on_locked(now, req, lease, token),
+            Event::LockFailed { req, busy } => {
+                if self.lock_req.is_some_and(|(r, _)| r == req) {
+                    self.lock_req = None;
+                    if busy && !self.wait {
+                        self.fail_acquire(AcquireError::WouldBlock, Reason::WouldBlock);
+                    } else {
+                        self.acquire_attempt_failed(now);
+                    }
+                }
+            }
+            Event::KeepaliveConfirmed { req, ttl } => self.on_confirmed(now, req, ttl),
+            Event::KeepaliveFailed { req } => {
+                if let Some(i) = self.keepalives.iter().position(|p| p.req == req) {
+                    self.keepalives.remove(i);
+                    self.keepalive_failed(now, Reason::KeepaliveFailed);
+                }
+            }
+            Event::LeaseLost { lease } => {
+                if self.lease == Some(lease) {
+                    self.lease_gone(now, Reason::LeaseLost);
+                }
+            }
+            Event::Release => self.on_release(),
+            Event::Timer => {}
+        }
+        self.poll_timers(now);
+    }
+
+    fn req(&mut self) -> ReqId {
+        let r = self.next_req;
+        self.next_req += 1;
+        r
+    }
+
+    fn transition(&mut self, to: State, reason: Reason) {
+        let from = self.state;
+        self.state = to;
+        self.actions
+            .push_back(Action::Transition(StateChange { from, to, reason }));
+    }
+
+    fn acquiring(&self) -> bool {
+        matches!(self.state, State::Acquiring | State::Reacquiring)
+    }
+
+    /// Forgets the session (lease, requests, timers); revokes the lease.
+    fn end_session(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            self.actions.push_back(Action::Revoke { lease });
+        }
+        self.grant = None;
+        self.lock_req = None;
+        self.keepalives.clear();
+        self.deadline = None;
+        self.next_keepalive = None;
+        self.failing = false;
+        self.keepalive_retry_at = None;
+        self.acquire_retry_at = None;
+    }
+
+    fn start_session(&mut self, now: Instant) {
+        self.end_session();
+        let req = self.req();
+        self.grant = Some(Pending { req, sent_at: now });
+        self.actions.push_back(Action::Grant {
+            req,
+            ttl: self.opts.ttl,
+        });
+    }
+
+    fn on_acquire(&mut self, now: Instant, wait: bool, until: Option<Instant>) {
+        match self.state {
+            State::Idle | State::Released | State::Fenced => {
+                self.wait = wait;
+                self.give_up_at = until;
+                self.transition(State::Acquiring, Reason::Acquire);
+                self.start_session(now);
+            }
+            State::Acquiring => {
+                self.wait |= wait;
+                self.give_up_at = self.give_up_at.zip(until).map(|(a, b)| a.max(b));
+            }
+            State::Reacquiring => {}
+            State::Holding | State::Draining => self.actions.push_back(Action::AcquireFailed {
+                error: AcquireError::AlreadyHeld,
+            }),
+        }
+    }
+
+    fn on_granted(&mut self, now: Instant, req: ReqId, lease: LeaseId, ttl: Duration) {
+        let Some(p) = self.grant.filter(|p| p.req == req && self.acquiring()) else {
+            // A grant we gave up on: its lease would only block us.
+            self.actions.push_back(Action::Revoke { lease });
+            return;
+        };
+        self.grant = None;
+        if ttl.is_zero() {
+            self.actions.push_back(Action::Revoke { lease });
+            self.acquire_attempt_failed(now);
+            return;
+        }
+        self.lease = Some(lease);
+        self.deadline = Some(p.sent_at + ttl - self.opts.margin);
+        self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
+        self.send_lock(lease);
+    }
+
+    fn send_lock(&mut self, lease: LeaseId) {
+        let req = self.req();
+        self.lock_req = Some((req, lease));
+        self.actions.push_back(Action::Lock {
+            req,
+            lease,
+            wait: self.wait,
+        });
+    }
+
+    fn on_locked(&mut self, now: Instant, req: ReqId, lease: LeaseId, token: Token) {
+        if self.lock_req.is_none_or(|(r, _)| r != req) || !self.acquiring() {
+            if self.lease != Some(lease) {
+                self.actions.push_back(Action::Revoke { lease });
+            }
+            return;
+        }
+        self.lock_req = None;
+        if self.last_token.is_some_and(|last| token <= last) {
+            tracing::error!(%token, last = ?self.last_token, "lock service returned a token that is not higher; acquiring again");
+            self.start_session(now);
+            return;
+        }
+        self.token = Some(token);
+        self.last_token = Some(token);
+        self.give_up_at = None;
+        let reason = if self.state == State::Reacquiring {
+            Reason::Reacquired
+        } else {
+            Reason::Acquired
+        };
+        self.transition(State::Holding, reason);
+        self.actions.push_back(Action::Acquired { token });
+        if self.failing {
+            self.transition(State::Draining, Reason::KeepaliveFailed);
+        }
+    }
+
+    fn acquire_attempt_failed(&mut self, now: Instant) {
+        if !self.acquiring() {
+            return;
+        }
+        if self.wait {
+            self.acquire_retry_at = Some(now + self.opts.retry_interval);
+        } else {
+            self.fail_acquire(AcquireError::Backend, Reason::AcquireFailed);
+        }
+    }
+
+    fn fail_acquire(&mut self, error: AcquireError, reason: Reason) {
+        self.end_session();
+        self.give_up_at = None;
+        self.wait = false;
+        self.transition(State::Idle, reason);
+        self.actions.push_back(Action::AcquireFailed { error });
+    }
+
+    fn on_confirmed(&mut self, now: Instant, req: ReqId, ttl: Duration) {
+        let Some(i) = self.keepalives.iter().position(|p| p.req == req) else {
+            tracing::debug!(req, "keepalive reply after its timeout or lease: ignored");
+            return;
+        };
+        let p = self.keepalives.remove(i).expect("position is in range");
+        if ttl.is_zero() {
+            self.lease_gone(now, Reason::LeaseLost);
+            return;
+        }
+        let d = p.sent_at + ttl - self.opts.margin;
+        self.deadline = Some(self.deadline.map_or(d, |old| old.max(d)));
+        self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
+        self.failing = false;
+        self.keepalive_retry_at = None;
+        if self.state == State::Draining {
+            self.transition(State::Holding, Reason::Resumed);
+        }
+    }
+
+    fn keepalive_failed(&mut self, now: Instant, reason: Reason) {
+        if self.failing || self.lease.is_none() {
+            return;
+        }
+        self.failing = true;
+        self.keepalive_retry_at = Some(now + self.opts.retry_interval);
+        if self.state == State::Holding {
+            self.transition(State::Draining, reason);
+        }
+    }
+
+    /// The lease is gone (deadline passed, or the server said so).
+    fn lease_gone(&mut self, now: Instant, reason: Reason) {
+        match self.state {
+            State::Holding | State::Draining => {
+                let token = self.token.take().expect("holding without a token");
+                self.end_session();
+                self.transition(State::Fenced, reason);
+                self.actions.push_back(Action::Fence { token });
+                if self.opts.reacquire {
+                    self.wait = true;
+                    self.give_up_at = None;
+                    self.transition(State::Reacquiring, Reason::Reacquire);
+                    self.start_session(now);
+                }
+            }
+            // No token to fence: start over with a fresh lease.
+            State::Acquiring | State::Reacquiring => self.start_session(now),
+            State::Idle | State::Fenced | State::Released => self.end_session(),
+        }
+    }
+
+    fn on_release(&mut self) {
+        if self.state == State::Released {
+            return;
+        }
+        let was_acquiring = self.acquiring();
+        self.end_session();
+        self.token = None;
+        self.give_up_at = None;
+        self.transition(State::Released, Reason::Release);
+        if was_acquiring {
+            self.actions.push_back(Action::AcquireFailed {
+                error: AcquireError::Released,
+            });
+        }
+    }
+
+    fn send_keepalive(&mut self, now: Instant) {
+        let Some(lease) = self.lease else { return };
+        let req = self.req();
+        self.keepalives.push_back(Pending { req, sent_at: now });
+        self.actions.push_back(Action::Keepalive { req, lease });
+    }
+
+    fn poll_timers(&mut self, now: Instant) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            self.lease_gone(now, Reason::Deadline);
+        }
+        if self.state == State::Acquiring && self.give_up_at.is_some_and(|t| now >= t) {
+            self.fail_acquire(AcquireError::Timeout, Reason::AcquireTimeout);
+        }
+        let timeout = self.opts.keepalive_timeout;
+        let before = self.keepalives.len();
+        self.keepalives.retain(|p| now < p.sent_at + timeout);
+        if self.keepalives.len() < before {
+            self.keepalive_failed(now, Reason::KeepaliveTimeout);
+        }
+        if self.grant.is_some_and(|p| now >= p.sent_at + timeout) {
+            self.grant = None;
+            self.acquire_attempt_failed(now);
+        }
+        if self.failing {
+            if self.keepalive_retry_at.is_some_and(|t| now >= t) {
+                self.keepalive_retry_at = Some(now + self.opts.retry_interval);
+                self.send_keepalive(now);
+            }
+        } else if self.next_keepalive.is_some_and(|t| now >= t) {
+            self.next_keepalive = Some(now + self.opts.keepalive_interval);
+            self.send_keepalive(now);
+        }
+        if self.acquire_retry_at.is_some_and(|t| now >= t) {
+            self.acquire_retry_at = None;
+            match self.lease {
+                Some(lease) if self.lock_req.is_none() => self.send_lock(lease),
+                Some(_) => {}
+                None => self.start_session(now),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

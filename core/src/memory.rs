@@ -1,0 +1,407 @@
+//! The embedded `memory` backend: an in-process lock service with leases,
+//! server-side expiry on the same clock, strictly increasing tokens, waiting
+//! acquisition, and fault switches.
+//!
+//! A [`MemoryService`] is the server; each client talks to it through its own
+//! [`MemoryBackend`] link, and the fault switches sit on that link (a
+//! partition, lost or delayed replies, errors), so two holders in one process
+//! contend for real and one of them can be cut off alone. Applications use it
+//! to test their own fence handling.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::backend::{Backend, BackendError, BoxFuture, Grant};
+use crate::clock::{Clock, Instant};
+use crate::machine::{LeaseId, Token};
+
+/// An in-process lock service. Clones share one service.
+#[derive(Clone)]
+pub struct MemoryService(Arc<Service>);
+
+struct Service {
+    clock: Clock,
+    state: Mutex<ServiceState>,
+    /// Woken on every change that could let a waiter in.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct ServiceState {
+    revision: u64,
+    next_lease: LeaseId,
+    next_ticket: u64,
+    leases: HashMap<LeaseId, LeaseRec>,
+    holders: HashMap<String, (LeaseId, Token)>,
+    /// Waiting acquirers per name, first come first served.
+    queues: HashMap<String, VecDeque<(u64, LeaseId)>>,
+    frozen: bool,
+}
+
+struct LeaseRec {
+    ttl: Duration,
+    expires_at: Instant,
+}
+
+impl ServiceState {
+    /// Server-side expiry: drops every lease whose TTL ran out, with its locks.
+    fn expire(&mut self, now: Instant) -> bool {
+        if self.frozen {
+            return false;
+        }
+        let dead: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires_at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &dead {
+            self.remove_lease(*id);
+        }
+        !dead.is_empty()
+    }
+
+    fn remove_lease(&mut self, lease: LeaseId) -> bool {
+        let found = self.leases.remove(&lease).is_some();
+        self.holders.retain(|_, (l, _)| *l != lease);
+        for q in self.queues.values_mut() {
+            q.retain(|(_, l)| *l != lease);
+        }
+        found
+    }
+
+    fn next_expiry(&self) -> Option<Instant> {
+        if self.frozen {
+            return None;
+        }
+        self.leases.values().map(|l| l.expires_at).min()
+    }
+}
+
+impl MemoryService {
+    /// A new, isolated service on the system clock.
+    pub fn new() -> MemoryService {
+        MemoryService::with_clock(Clock::system())
+    }
+
+    /// A new, isolated service whose leases expire on `clock` (give a client
+    /// the same clock).
+    pub fn with_clock(clock: Clock) -> MemoryService {
+        MemoryService(Arc::new(Service {
+            clock,
+            state: Mutex::new(ServiceState {
+                next_lease: 0x1000,
+                ..Default::default()
+            }),
+            changed: Notify::new(),
+        }))
+    }
+
+    /// The process-wide default service (what the `memory` endpoint means).
+    pub fn shared() -> MemoryService {
+        MemoryService::named("")
+    }
+
+    /// The process-wide service called `name`, created on first use.
+    pub fn named(name: &str) -> MemoryService {
+        static NAMED: OnceLock<Mutex<HashMap<String, MemoryService>>> = OnceLock::new();
+        let mut all = NAMED.get_or_init(Default::default).lock().unwrap();
+        all.entry(name.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// A new client link to this service, with its own fault switches.
+    pub fn link(&self) -> MemoryBackend {
+        MemoryBackend {
+            service: self.clone(),
+            link: Arc::new(Link::default()),
+        }
+    }
+
+    /// The clock leases expire on.
+    pub fn clock(&self) -> &Clock {
+        &self.0.clock
+    }
+
+    /// Stops (`true`) or restarts server-side expiry, as a paused leader
+    /// would. Leases whose time ran out while frozen expire on thaw.
+    pub fn freeze_expiry(&self, frozen: bool) {
+        self.lock().frozen = frozen;
+        self.0.changed.notify_waiters();
+    }
+
+    /// The token of the current holder of `name`, as the server sees it.
+    pub fn holder(&self, name: &str) -> Option<Token> {
+        let mut st = self.lock();
+        st.expire(self.0.clock.now());
+        st.holders.get(name).map(|(_, t)| *t)
+    }
+
+    /// Revokes a lease on the server, as an operator would.
+    pub fn revoke_lease(&self, lease: LeaseId) -> bool {
+        let found = self.lock().remove_lease(lease);
+        self.0.changed.notify_waiters();
+        found
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ServiceState> {
+        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn grant(&self, ttl: Duration) -> Grant {
+        let mut st = self.lock();
+        st.next_lease += 1;
+        let lease = st.next_lease;
+        let expires_at = self.0.clock.now() + ttl;
+        st.leases.insert(lease, LeaseRec { ttl, expires_at });
+        Grant { lease, ttl }
+    }
+
+    fn keepalive(&self, lease: LeaseId) -> Result<Duration, BackendError> {
+        let now = self.0.clock.now();
+        let mut st = self.lock();
+        if st.expire(now) {
+            self.0.changed.notify_waiters();
+        }
+        let rec = st
+            .leases
+            .get_mut(&lease)
+            .ok_or(BackendError::LeaseNotFound)?;
+        rec.expires_at = now + rec.ttl;
+        Ok(rec.ttl)
+    }
+
+    async fn acquire(&self, name: &str, lease: LeaseId, wait: bool) -> Result<Token, BackendError> {
+        let ticket = {
+            let mut st = self.lock();
+            st.expire(self.0.clock.now());
+            if !st.leases.contains_key(&lease) {
+                return Err(BackendError::LeaseNotFound);
+            }
+            let queued = st.queues.get(name).is_some_and(|q| !q.is_empty());
+            if !st.holders.contains_key(name) && !queued {
+                return Ok(take(&mut st, name, lease));
+            }
+            if !wait {
+                return Err(BackendError::Busy);
+            }
+            st.next_ticket += 1;
+            let ticket = st.next_ticket;
+            st.queues
+                .entry(name.to_string())
+                .or_default()
+                .push_back((ticket, lease));
+            ticket
+        };
+        let _leave = LeaveQueue(self, name, ticket);
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next_expiry = {
+                let mut st = self.lock();
+                if st.expire(self.0.clock.now()) {
+                    self.0.changed.notify_waiters();
+                }
+                if !st.leases.contains_key(&lease) {
+                    return Err(BackendError::LeaseNotFound);
+                }
+                let first = st.queues.get(name).and_then(|q| q.front()).map(|e| e.0);
+                if !st.holders.contains_key(name) && first == Some(ticket) {
+                    st.queues.get_mut(name).map(|q| q.pop_front());
+                    return Ok(take(&mut st, name, lease));
+                }
+                st.next_expiry()
+            };
+            match next_expiry {
+                Some(t) => tokio::select! {
+                    _ = &mut changed => {}
+                    _ = self.0.clock.sleep_until(t) => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
+
+    fn revoke(&self, lease: LeaseId) -> Result<(), BackendError> {
+        if self.revoke_lease(lease) {
+            Ok(())
+        } else {
+            Err(BackendError::LeaseNotFound)
+        }
+    }
+}
+
+impl Default for MemoryService {
+    fn default() -> Self {
+        MemoryService::new()
+    }
+}
+
+fn take(st: &mut ServiceState, name: &str, lease: LeaseId) -> Token {
+    st.revision += 1;
+    let token = Token(st.revision);
+    st.holders.insert(name.to_string(), (lease, token));
+    token
+}
+
+/// Takes a waiter out of its queue when its acquisition ends or is dropped.
+struct LeaveQueue<'a>(&'a MemoryService, &'a str, u64);
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        if let Some(q) = st.queues.get_mut(self.1) {
+            q.retain(|(t, _)| *t != self.2);
+        }
+        drop(st);
+        self.0.0.changed.notify_waiters();
+    }
+}
+
+#[derive(Default)]
+struct Link {
+    faults: Mutex<Faults>,
+    healed: Notify,
+    leases: Mutex<Vec<LeaseId>>,
+}
+
+#[derive(Clone, Default)]
+struct Faults {
+    partitioned: bool,
+    drop_replies: bool,
+    delay: Duration,
+    fail: Option<String>,
+}
+
+/// One client's link to a [`MemoryService`]: the [`Backend`] to give a
+/// [`crate::Client`], and the fault switches of that client's network.
+/// Clones share the link.
+#[derive(Clone)]
+pub struct MemoryBackend {
+    service: MemoryService,
+    link: Arc<Link>,
+}
+
+impl MemoryBackend {
+    /// The service behind this link.
+    pub fn service(&self) -> &MemoryService {
+        &self.service
+    }
+
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.link.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cuts the link: requests sent from now on reach the service only when
+    /// the link heals, as over a TCP connection whose packets are dropped.
+    pub fn partition(&self) {
+        self.faults().partitioned = true;
+    }
+
+    /// Heals a partition: held requests go through, late.
+    pub fn heal(&self) {
+        self.faults().partitioned = false;
+        self.link.healed.notify_waiters();
+    }
+
+    /// Keepalives reach the service (and renew the lease) but their replies
+    /// are lost while `on`.
+    pub fn drop_keepalive_replies(&self, on: bool) {
+        self.faults().drop_replies = on;
+    }
+
+    /// Keepalive replies arrive `delay` late (zero: on time).
+    pub fn delay_keepalive_replies(&self, delay: Duration) {
+        self.faults().delay = delay;
+    }
+
+    /// Keepalives fail at once with `error` (`None`: they work again).
+    pub fn fail_keepalives(&self, error: Option<&str>) {
+        self.faults().fail = error.map(str::to_string);
+    }
+
+    /// The service drops every lease this link was granted, as if they had
+    /// expired or an operator had revoked them: the next keepalive is told
+    /// the lease is lost.
+    pub fn declare_lease_lost(&self) {
+        let leases = std::mem::take(&mut *self.link.leases.lock().unwrap());
+        for lease in leases {
+            self.service.revoke_lease(lease);
+        }
+    }
+
+    /// Waits while the link is partitioned.
+    async fn cross(&self) -> Faults {
+        loop {
+            let healed = self.link.healed.notified();
+            tokio::pin!(healed);
+            healed.as_mut().enable();
+            let f = self.faults().clone();
+            if !f.partitioned {
+                return f;
+            }
+            healed.await;
+        }
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            let g = self.service.grant(ttl);
+            let mut leases = self.link.leases.lock().unwrap();
+            leases.retain(|l| self.service.lock().leases.contains_key(l));
+            leases.push(g.lease);
+            Ok(g)
+        })
+    }
+
+    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        Box::pin(async move {
+            let f = self.cross().await;
+            if let Some(e) = f.fail {
+                return Err(BackendError::Unavailable(e));
+            }
+            let reply = self.service.keepalive(lease);
+            if f.drop_replies {
+                std::future::pending::<()>().await;
+            }
+            if !f.delay.is_zero() {
+                self.service.clock().sleep(f.delay).await;
+            }
+            reply
+        })
+    }
+
+    fn lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.acquire(name, lease, wait).await
+        })
+    }
+
+    fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.revoke(lease)
+        })
+    }
+}
+
+/// Blocks the driver thread for `d`, as a CPU-starved process or a long GC
+/// pause would: no keepalive is sent and no timer fires meanwhile. Shows that
+/// `permit()` refuses after the deadline on the clock alone.
+pub fn stall_driver(d: Duration) {
+    crate::driver::runtime().spawn(async move { std::thread::sleep(d) });
+}

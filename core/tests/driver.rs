@@ -1,0 +1,270 @@
+//! The driver with real time (and a manual clock) and short settings:
+//! callbacks, contention, release, permits racing a fence.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use dlock::{Client, Error, ManualClock, MemoryService, Options, Refused, State, Token};
+
+const EVENT: Duration = Duration::from_secs(10);
+
+fn short() -> Options {
+    Options {
+        ttl: Duration::from_secs(2),
+        keepalive_interval: Duration::from_millis(500),
+        keepalive_timeout: Duration::from_millis(200),
+        retry_interval: Duration::from_millis(200),
+        margin: Duration::from_millis(500),
+        reacquire: true,
+    }
+}
+
+fn fences(lock: &dlock::Lock) -> Receiver<(Token, u64)> {
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    lock.on_fence(move |t, n| {
+        let _ = tx.lock().unwrap().send((t, n));
+    });
+    rx
+}
+
+#[test]
+fn contention_release_and_higher_tokens() {
+    let service = MemoryService::new();
+    let a = Client::new(service.link(), short())
+        .unwrap()
+        .lock("c")
+        .unwrap();
+    let b = Client::new(service.link(), short())
+        .unwrap()
+        .lock("c")
+        .unwrap();
+    let t1 = a.acquire(EVENT).unwrap();
+    assert_eq!(b.try_acquire(), Err(Error::WouldBlock));
+    assert_eq!(b.state(), State::Idle);
+    assert_eq!(b.permit().unwrap_err(), Refused::NotHeld);
+    assert_eq!(b.acquire(Duration::from_millis(300)), Err(Error::Timeout));
+    assert_eq!(a.acquire(EVENT), Err(Error::AlreadyHeld));
+    a.release().unwrap();
+    assert_eq!(a.permit().unwrap_err(), Refused::Released);
+    let t2 = b.acquire(EVENT).unwrap();
+    assert!(t2 > t1, "{t2} > {t1}");
+    drop(b); // dropping the handle releases the lock
+    let t3 = a.acquire(EVENT).unwrap();
+    assert!(t3 > t2);
+    assert_eq!(service.holder("c"), Some(t3));
+}
+
+#[test]
+fn bad_settings_and_names_are_clear_errors() {
+    let bad = Options {
+        ttl: Duration::from_secs(1),
+        ..short()
+    };
+    let err = Client::new(MemoryService::new().link(), bad).err().unwrap();
+    assert_eq!(err.code(), "invalid_option");
+    assert!(err.to_string().contains("ttl"), "{err}");
+    let client = Client::new(MemoryService::new().link(), short()).unwrap();
+    for name in ["", "a\0b", &"x".repeat(dlock::MAX_NAME_LEN + 1)] {
+        assert_eq!(client.lock(name).unwrap_err().code(), "invalid_argument");
+    }
+}
+
+#[test]
+fn callbacks_may_call_back_into_the_lock() {
+    let service = MemoryService::new();
+    let link = service.link();
+    let lock = Arc::new(
+        Client::new(link.clone(), short())
+            .unwrap()
+            .lock("cb")
+            .unwrap(),
+    );
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    let weak = Arc::downgrade(&lock);
+    lock.on_state_change(move |c| {
+        let lock = weak.upgrade().unwrap();
+        // Every call a callback may make, from inside the callback.
+        let _ = (
+            lock.state(),
+            lock.token(),
+            lock.time_left(),
+            lock.permit().is_ok(),
+        );
+        if c.to == State::Draining {
+            lock.release().unwrap();
+            tx.lock().unwrap().send(lock.state()).unwrap();
+        }
+    });
+    lock.acquire(EVENT).unwrap();
+    link.partition();
+    assert_eq!(rx.recv_timeout(EVENT).unwrap(), State::Released);
+}
+
+#[test]
+fn a_panicking_callback_stops_nothing() {
+    let service = MemoryService::new();
+    let link = service.link();
+    let lock = Client::new(link.clone(), short())
+        .unwrap()
+        .lock("panic")
+        .unwrap();
+    lock.on_acquired(|_| panic!("callback bug"));
+    lock.on_state_change(|_| panic!("callback bug"));
+    let t = lock.acquire(EVENT).unwrap();
+    // Well past the first deadline (1.5 s): keepalives kept it.
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(lock.permit().unwrap().token(), t);
+    let fenced = fences(&lock);
+    link.partition();
+    assert_eq!(fenced.recv_timeout(EVENT).unwrap().0, t);
+}
+
+#[test]
+fn a_blocked_callback_delays_no_fence() {
+    let service = MemoryService::new();
+    let (link_a, link_b) = (service.link(), service.link());
+    let a = Client::new(link_a.clone(), short())
+        .unwrap()
+        .lock("slow-a")
+        .unwrap();
+    let b = Client::new(link_b, short())
+        .unwrap()
+        .lock("slow-b")
+        .unwrap();
+    let release_callbacks = Arc::new(AtomicBool::new(false));
+    let r = release_callbacks.clone();
+    // Blocks the callback thread from A's drain on.
+    a.on_state_change(move |c| {
+        if c.to == State::Draining {
+            while !r.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+    });
+    a.acquire(EVENT).unwrap();
+    let tb = b.acquire(EVENT).unwrap();
+    let cut = dlock::clock::system_now();
+    link_a.partition();
+    // The fence is published on time although no callback can run...
+    while !matches!(a.state(), State::Fenced | State::Reacquiring) {
+        assert!(
+            dlock::clock::system_now() - cut < Duration::from_secs(3),
+            "no fence"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let fenced_after = dlock::clock::system_now() - cut;
+    // ... and B's keepalives go on: it is still holding well past its deadline.
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(b.permit().map(|p| p.token()), Ok(tb));
+    release_callbacks.store(true, Ordering::Relaxed);
+    // The deadline was at most 1.5 s after the cut (last keepalive + 1.5 s).
+    assert!(
+        fenced_after <= Duration::from_millis(1800),
+        "{fenced_after:?}"
+    );
+}
+
+#[test]
+fn manual_clock_jump_past_the_deadline() {
+    let manual = ManualClock::default();
+    let service = MemoryService::with_clock(manual.clock());
+    let client = Client::with_clock(service.link(), short(), manual.clock()).unwrap();
+    let lock = client.lock("manual").unwrap();
+    let fenced = fences(&lock);
+    let t1 = lock.acquire(EVENT).unwrap();
+    assert_eq!(lock.time_left(), Some(Duration::from_millis(1500)));
+    let p = lock.permit().unwrap();
+    // A suspend of 20 s: nothing runs, the clock jumps.
+    manual.advance(Duration::from_secs(20));
+    assert_eq!(
+        lock.permit().unwrap_err(),
+        Refused::Fenced,
+        "the clock alone refuses"
+    );
+    assert!(!p.valid());
+    let (t, in_flight) = fenced.recv_timeout(EVENT).unwrap();
+    assert_eq!((t, in_flight), (t1, 1));
+    drop(p);
+    // The server expired the lease on the same clock: reacquired, higher.
+    while lock.token().is_none() {
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(lock.token().unwrap() > t1);
+}
+
+#[test]
+fn many_threads_take_permits_while_the_lock_fences() {
+    let service = MemoryService::new();
+    let link = service.link();
+    let lock = Arc::new(
+        Client::new(link.clone(), short())
+            .unwrap()
+            .lock("race")
+            .unwrap(),
+    );
+    let fenced = fences(&lock);
+    let (dtx, drained) = channel();
+    let dtx = Mutex::new(dtx);
+    lock.on_drained(move || {
+        let _ = dtx.lock().unwrap().send(());
+    });
+    let t1 = lock.acquire(EVENT).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let late = Arc::new(AtomicU64::new(0));
+    let granted = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (lock, stop, late, granted) =
+                (lock.clone(), stop.clone(), late.clone(), granted.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(p) = lock.permit() {
+                        // Granted only before the deadline, by the clock.
+                        if dlock::clock::system_now() >= p.deadline() && p.token() == t1 {
+                            late.fetch_add(1, Ordering::Relaxed);
+                        }
+                        granted.fetch_add(1, Ordering::Relaxed);
+                        thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    link.partition();
+    let (t, _) = fenced.recv_timeout(EVENT).unwrap();
+    assert_eq!(t, t1);
+    drained.recv_timeout(EVENT).unwrap();
+    let at_fence = granted.load(Ordering::Relaxed);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        granted.load(Ordering::Relaxed),
+        at_fence,
+        "no permit after the fence"
+    );
+    stop.store(true, Ordering::Relaxed);
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    assert!(at_fence > 100, "the workers did take permits: {at_fence}");
+    assert_eq!(late.load(Ordering::Relaxed), 0);
+    assert_eq!(lock.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn async_acquire_and_release() {
+    let service = MemoryService::new();
+    let a = Client::new(service.link(), short())
+        .unwrap()
+        .lock("async")
+        .unwrap();
+    let t = a.acquire_async(Some(EVENT)).await.unwrap();
+    assert_eq!(a.token(), Some(t));
+    a.release_async().await.unwrap();
+    assert_eq!(a.state(), State::Released);
+    assert_eq!(service.holder("async"), None);
+}
