@@ -23,7 +23,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test (PROPTEST_CASES=${PROPTEST_CASES:=10000})"
 export PROPTEST_CASES
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 step "quickstart: A drains, fences before B acquires with a higher token"
 out=$(cargo run --quiet --locked --example quickstart)
@@ -36,3 +38,14 @@ if [[ -z "$fence" || -z "$drain" || -z "$b" ]] || ! (( drain < fence && fence < 
   exit 1
 fi
 echo "quickstart: ok"
+
+step "fence_gate example: the stale write is refused"
+out=$(cargo run --quiet --locked --example fence_gate)
+echo "$out"
+grep -q 'A: the store refused the write: stale token 1' <<<"$out"
+grep -q 'store holds: "written by B"' <<<"$out"
+
+step "cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+# One closing line for the whole run: the counts of every cargo test binary.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "all: %d passed, %d failed\n", p, f }' "$log"

@@ -96,6 +96,7 @@ impl Gate {
     /// only writer).
     #[inline]
     pub(crate) fn read(&self) -> Snapshot {
+        let mut spins = 0u32;
         loop {
             let s1 = self.seq.load(SeqCst);
             if s1 & 1 == 0 {
@@ -111,7 +112,14 @@ impl Gate {
                     };
                 }
             }
-            std::hint::spin_loop();
+            // The writer was caught mid-publish; if it was preempted there,
+            // give it the core back instead of spinning out a time slice.
+            spins += 1;
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 

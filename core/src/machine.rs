@@ -561,8 +561,11 @@ impl Holder {
 
     fn on_granted(&mut self, now: Instant, req: ReqId, lease: LeaseId, ttl: Duration) {
         let Some(p) = self.grant.filter(|p| p.req == req && self.acquiring()) else {
-            // A grant we gave up on: its lease would only block us.
-            self.actions.push_back(Action::Revoke { lease });
+            // A grant we gave up on: its lease would only block us (a
+            // duplicate reply for the current lease must not revoke it).
+            if self.lease != Some(lease) {
+                self.actions.push_back(Action::Revoke { lease });
+            }
             return;
         };
         self.grant = None;
@@ -640,6 +643,9 @@ impl Holder {
             return;
         };
         let p = self.keepalives.remove(i).expect("position is in range");
+        // Older keepalives are superseded: their replies could only give an
+        // earlier deadline, and their timeouts must not drain again.
+        self.keepalives.retain(|q| q.req > p.req);
         if ttl.is_zero() {
             self.lease_gone(now, Reason::LeaseLost);
             return;

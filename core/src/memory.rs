@@ -109,9 +109,7 @@ impl MemoryService {
     pub fn named(name: &str) -> MemoryService {
         static NAMED: OnceLock<Mutex<HashMap<String, MemoryService>>> = OnceLock::new();
         let mut all = NAMED.get_or_init(Default::default).lock().unwrap();
-        all.entry(name.to_string())
-            .or_default()
-            .clone()
+        all.entry(name.to_string()).or_default().clone()
     }
 
     /// A new client link to this service, with its own fault switches.

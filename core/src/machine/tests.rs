@@ -154,6 +154,11 @@ impl Sim {
                 out.push((next, a));
             }
         }
+        if matches!(self.m.state(), State::Holding | State::Draining) {
+            // poll_timeout() includes the deadline: a driver that woke at
+            // every timer fenced in time.
+            assert!(self.m.deadline().is_some_and(|d| d > end));
+        }
         self.now = self.now.max(end);
         out
     }
@@ -212,6 +217,15 @@ fn draining() -> Sim {
         a,
         vec![tr(State::Holding, State::Draining, Reason::KeepaliveFailed)]
     );
+    s
+}
+
+/// Like [`draining`], with other options.
+fn draining_with(o: Options) -> Sim {
+    let mut s = holding_with(o);
+    let k = keepalives(&s.run_to(2000));
+    s.ev(2100, Event::KeepaliveFailed { req: k[0].1 });
+    assert_eq!(s.m.state(), State::Draining);
     s
 }
 
@@ -335,7 +349,7 @@ fn acquire_timeout_returns_to_idle() {
         },
     ));
     // The lock request waits behind another holder; the lease is kept alive.
-    let a = s.run_to(2199);
+    let a = s.run_to(2000);
     let k = keepalives(&a);
     assert_eq!(k, vec![(at(2000), k[0].1)]);
     assert!(
@@ -348,6 +362,7 @@ fn acquire_timeout_returns_to_idle() {
         )
         .is_empty()
     );
+    assert!(s.run_to(2199).is_empty());
     assert_eq!(s.m.state(), State::Acquiring);
     let a = s.run_to(2200);
     assert_eq!(
@@ -1003,6 +1018,41 @@ fn confirmed_retry_resumes() {
     assert_eq!(a.len(), 1);
 }
 
+#[test]
+fn a_confirmed_retry_supersedes_older_ones() {
+    let mut s = draining();
+    // Retries at 2350 and 2600, both unanswered so far.
+    let k = keepalives(&s.run_to(2600));
+    assert_eq!(k.len(), 2);
+    let a = s.ev(
+        2700,
+        Event::KeepaliveConfirmed {
+            req: k[1].1,
+            ttl: ms(4000),
+        },
+    );
+    assert_eq!(
+        a,
+        vec![tr(State::Draining, State::Holding, Reason::Resumed)]
+    );
+    // The older retry would time out at 2850: superseded, it drains nothing.
+    let a = s.run_to(3000);
+    assert!(
+        a.iter().all(|(_, a)| !matches!(a, Action::Transition(_))),
+        "{a:?}"
+    );
+    assert_eq!(s.m.state(), State::Holding);
+    // And its late reply is ignored.
+    s.ev(
+        3000,
+        Event::KeepaliveConfirmed {
+            req: k[0].1,
+            ttl: ms(4000),
+        },
+    );
+    assert_eq!(s.m.deadline(), Some(at(5600)));
+}
+
 // ---------------------------------------------------------------- fencing
 
 #[test]
@@ -1040,6 +1090,21 @@ fn deadline_fences_once_and_reacquires() {
     assert_eq!(a.len(), 80);
     assert_eq!(s.m.state(), State::Reacquiring);
     assert_eq!(s.m.permit(at(64_000)), Err(Refused::Fenced));
+}
+
+#[test]
+fn deadline_is_a_timer_of_its_own() {
+    // Retries far apart: nothing else is due at the deadline.
+    let mut s = draining_with(Options {
+        retry_interval: ms(5000),
+        ..opts()
+    });
+    assert_eq!(s.m.poll_timeout(), Some(at(4000)));
+    let a: Vec<Action> = s.run_to(4000).into_iter().map(|(_, a)| a).collect();
+    assert_eq!(
+        a,
+        fence_and_reacquire(State::Draining, Reason::Deadline, &a)
+    );
 }
 
 #[test]
@@ -1275,14 +1340,6 @@ fn reply_after_deadline_does_not_revive_the_token() {
     );
     assert_eq!(s.m.state(), State::Fenced);
     assert_eq!(s.m.permit(at(4001)), Err(Refused::Fenced));
-}
-
-fn draining_with(o: Options) -> Sim {
-    let mut s = holding_with(o);
-    let k = keepalives(&s.run_to(2000));
-    s.ev(2100, Event::KeepaliveFailed { req: k[0].1 });
-    assert_eq!(s.m.state(), State::Draining);
-    s
 }
 
 #[test]
@@ -1762,6 +1819,13 @@ mod props {
             outcome: Outcome,
             processed: u8,
         },
+        /// A healthy spell: time passes with the driver awake, and every
+        /// request sent meanwhile is served and answered `lag_pct`% of
+        /// `keepalive_timeout` after it was sent.
+        Healthy {
+            ms: u64,
+            lag_pct: u8,
+        },
         /// A request whose reply never comes (processed or not).
         Drop {
             pick: Index,
@@ -1874,11 +1938,12 @@ mod props {
         /// Feeds one event and checks everything.
         fn handle(&mut self, ev: Event) -> R {
             let before = self.m.token();
-            let replay = !matches!(
+            let due = self.m.deadline().is_some_and(|d| d <= self.now);
+            let replayable = !matches!(
                 ev,
                 Event::LeaseGranted { .. } | Event::Acquire { .. } | Event::Release | Event::Timer
             );
-            if replay {
+            if replayable {
                 self.delivered.push(ev.clone());
                 if self.delivered.len() > 16 {
                     self.delivered.remove(0);
@@ -1887,11 +1952,13 @@ mod props {
             let release = ev == Event::Release;
             self.m.handle(self.now, ev);
             self.drain()?;
-            if release && let Some(t) = before {
+            if let Some(t) = before.filter(|_| release) {
                 // Released, unless a due timer fenced it first.
                 let rec = self.tokens.get_mut(&t).expect("held token was acquired");
                 if rec.fences == 0 {
                     rec.released = true;
+                } else {
+                    prop_assert!(due, "token {} fenced by a release", t);
                 }
             }
             let now = self.now;
@@ -1913,8 +1980,9 @@ mod props {
         }
 
         fn drain(&mut self) -> R {
+            let mut prev = None;
             while let Some(a) = self.m.poll_action() {
-                match a {
+                match a.clone() {
                     Action::Transition(c) => {
                         prop_assert_eq!(c.from, self.state, "transition {}", c);
                         self.state = c.to;
@@ -1932,6 +2000,19 @@ mod props {
                         prop_assert_ne!(self.m.lease(), Some(lease), "revoked its own lease");
                     }
                     Action::Fence { token } => {
+                        prop_assert!(
+                            matches!(
+                                prev,
+                                Some(Action::Transition(StateChange {
+                                    to: State::Fenced,
+                                    reason: Reason::Deadline | Reason::LeaseLost,
+                                    ..
+                                }))
+                            ),
+                            "fence of {} after {:?}",
+                            token,
+                            prev
+                        );
                         prop_assert_ne!(self.m.token(), Some(token));
                         let rec = self.tokens.get_mut(&token);
                         prop_assert!(rec.is_some(), "fence of {} never acquired", token);
@@ -1952,6 +2033,7 @@ mod props {
                     }
                     Action::AcquireFailed { .. } => {}
                 }
+                prev = Some(a);
             }
             Ok(())
         }
@@ -2021,6 +2103,48 @@ mod props {
                     self.now = t;
                     self.handle(Event::Timer)?;
                 }
+                if matches!(self.m.state(), State::Holding | State::Draining) {
+                    // The deadline is among the timers: no fence is late.
+                    prop_assert!(self.m.deadline().is_some_and(|d| d > end));
+                }
+            }
+            self.now = end;
+            self.check()
+        }
+
+        fn healthy(&mut self, ms: u64, lag_pct: u8) -> R {
+            let start = self.now;
+            let end = start + Duration::from_millis(ms);
+            let lag = self.opts.keepalive_timeout * u32::from(lag_pct % 100) / 100;
+            let mut n = 0;
+            loop {
+                n += 1;
+                prop_assert!(n < 100_000, "healthy spell makes no progress");
+                let reply = self
+                    .outstanding
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.sent >= start)
+                    .map(|(i, r)| (r.sent + lag, i))
+                    .min();
+                let timer = self.m.poll_timeout().filter(|&t| t <= end);
+                match reply {
+                    Some((t, i)) if t <= end && timer.is_none_or(|tm| t <= tm) => {
+                        self.now = self.now.max(t);
+                        let r = self.outstanding.remove(i);
+                        self.reply(r, Outcome::Ok, 128)?;
+                    }
+                    _ => match timer {
+                        Some(t) => {
+                            self.now = t;
+                            self.handle(Event::Timer)?;
+                        }
+                        None => break,
+                    },
+                }
+            }
+            if matches!(self.m.state(), State::Holding | State::Draining) {
+                prop_assert!(self.m.deadline().is_some_and(|d| d > end));
             }
             self.now = end;
             self.check()
@@ -2128,6 +2252,7 @@ mod props {
         fn step(&mut self, op: Op) -> R {
             match op {
                 Op::Advance { ms, driven } => self.advance(ms, driven),
+                Op::Healthy { ms, lag_pct } => self.healthy(ms, lag_pct),
                 Op::Reply {
                     recent,
                     pick,
@@ -2162,7 +2287,7 @@ mod props {
     fn options() -> impl Strategy<Value = Options> {
         (
             200u64..3000,
-            1u64..100,
+            5u64..100,
             50u64..1000,
             0u64..2000,
             1u64..4000,
@@ -2191,23 +2316,33 @@ mod props {
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        let driven = || proptest::bool::weighted(0.85);
+        let advance = |lo: u64, hi: u64| {
+            (lo..hi, proptest::bool::weighted(0.85))
+                .prop_map(|(ms, driven)| Op::Advance { ms, driven })
+        };
+        let reply = (
+            proptest::bool::weighted(0.8),
+            any::<Index>(),
+            outcome(),
+            any::<u8>(),
+        )
+            .prop_map(|(recent, pick, outcome, processed)| Op::Reply {
+                recent,
+                pick,
+                outcome,
+                processed,
+            });
         prop_oneof![
-            8 => (0u64..600, driven()).prop_map(|(ms, driven)| Op::Advance { ms, driven }),
-            3 => (600u64..5000, driven()).prop_map(|(ms, driven)| Op::Advance { ms, driven }),
-            1 => (5000u64..30_000, driven()).prop_map(|(ms, driven)| Op::Advance { ms, driven }),
-            12 => (any::<bool>(), any::<Index>(), outcome(), any::<u8>()).prop_map(
-                |(recent, pick, outcome, processed)| Op::Reply {
-                    recent,
-                    pick,
-                    outcome,
-                    processed,
-                }
-            ),
-            1 => (any::<Index>(), any::<bool>())
+            16 => advance(0, 200),
+            4 => advance(200, 3000),
+            2 => advance(3000, 30_000),
+            4 => (0u64..5000, any::<u8>())
+                .prop_map(|(ms, lag_pct)| Op::Healthy { ms, lag_pct }),
+            40 => reply,
+            2 => (any::<Index>(), any::<bool>())
                 .prop_map(|(pick, processed)| Op::Drop { pick, processed }),
-            1 => any::<Index>().prop_map(|pick| Op::Replay { pick }),
-            2 => (any::<bool>(), proptest::option::of(0u64..10_000))
+            2 => any::<Index>().prop_map(|pick| Op::Replay { pick }),
+            6 => (proptest::bool::weighted(0.7), proptest::option::of(0u64..10_000))
                 .prop_map(|(wait, until_ms)| Op::Acquire { wait, until_ms }),
             1 => Just(Op::Release),
         ]
@@ -2223,7 +2358,7 @@ mod props {
         fn holder_never_outlives_the_server(
             opts in options(),
             start_ms in 1u64..1_000_000,
-            first_wait in any::<bool>(),
+            first_wait in proptest::bool::weighted(0.8),
             ops in proptest::collection::vec(op(), 1..60),
         ) {
             prop_assert!(opts.validate().is_ok(), "{:?}", opts);
