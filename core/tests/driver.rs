@@ -177,7 +177,13 @@ fn manual_clock_jump_past_the_deadline() {
     let client = Client::with_clock(service.link(), short(), manual.clock()).unwrap();
     let lock = client.lock("manual").unwrap();
     let fenced = fences(&lock);
+    let (atx, acquired) = channel();
+    let atx = Mutex::new(atx);
+    lock.on_acquired(move |t| {
+        let _ = atx.lock().unwrap().send(t);
+    });
     let t1 = lock.acquire(EVENT).unwrap();
+    assert_eq!(acquired.recv_timeout(EVENT).unwrap(), t1);
     assert_eq!(lock.time_left(), Some(Duration::from_millis(1500)));
     let p = lock.permit().unwrap();
     // A suspend of 20 s: nothing runs, the clock jumps.
@@ -192,10 +198,9 @@ fn manual_clock_jump_past_the_deadline() {
     assert_eq!((t, in_flight), (t1, 1));
     drop(p);
     // The server expired the lease on the same clock: reacquired, higher.
-    while lock.token().is_none() {
-        thread::sleep(Duration::from_millis(1));
-    }
-    assert!(lock.token().unwrap() > t1);
+    let t2 = acquired.recv_timeout(EVENT).unwrap();
+    assert!(t2 > t1);
+    assert_eq!(lock.token(), Some(t2));
 }
 
 #[test]
