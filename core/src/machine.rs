@@ -4,6 +4,18 @@
 //! clock, sleeps or talks to a server. The driver feeds it replies and timer
 //! ticks, performs its actions, and sleeps until [`Holder::poll_timeout`].
 //! Tests drive it with hand-made instants.
+//!
+//! | DESIGN.md / issue word | here |
+//! | --- | --- |
+//! | keepalive sent | [`Action::Keepalive`]: the machine stamps `now` as the send time when it asks; the driver sends at once, so the stamp is never later than the real send |
+//! | confirmed (granted TTL) | [`Event::KeepaliveConfirmed`] (a zero TTL means lost) |
+//! | failed (reason) | [`Event::KeepaliveFailed`]; a timeout is the machine's own timer |
+//! | lease lost | [`Event::LeaseLost`] |
+//! | acquired (token) | [`Event::Locked`] in, [`Action::Acquired`] out |
+//! | release / timer fired | [`Event::Release`] / [`Event::Timer`] |
+//! | arm the timer | [`Holder::poll_timeout`] |
+//! | call on_fence / revoke | [`Action::Fence`] / [`Action::Revoke`] |
+//! | reacquire | [`Action::Transition`] to `Reacquiring`, then [`Action::Grant`] |
 
 use std::collections::VecDeque;
 use std::fmt;
