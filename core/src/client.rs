@@ -1,5 +1,6 @@
 //! The public face: [`Client`], [`Lock`], [`Permit`].
 
+use std::mem::ManuallyDrop;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,6 +68,9 @@ impl Client {
     /// A handle on the lock called `name` (not acquired yet). Register
     /// callbacks, then [`Lock::acquire`].
     pub fn lock(&self, name: &str) -> Result<Lock, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
         if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
             return Err(Error::InvalidArgument(format!(
                 "lock name must be 1 to {MAX_NAME_LEN} bytes without NUL, got {} bytes",
@@ -83,7 +87,7 @@ impl Client {
         );
         Ok(Lock {
             gate,
-            commands,
+            commands: ManuallyDrop::new(commands),
             name,
             options: self.options.clone(),
         })
@@ -96,7 +100,9 @@ impl Client {
 /// callback may call any method of the lock.
 pub struct Lock {
     gate: Arc<Gate>,
-    commands: mpsc::UnboundedSender<Command>,
+    /// Dropped with the lock (which releases it), except in a forked child:
+    /// there the driver does not exist and the lease is the parent's.
+    commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
     name: Arc<str>,
     options: Options,
 }
@@ -108,6 +114,9 @@ impl Lock {
     }
 
     fn send(&self, c: Command) -> Result<(), Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
         self.commands.send(c).map_err(|_| Error::Shutdown)
     }
 
@@ -240,6 +249,15 @@ impl Lock {
     /// is in flight any more.
     pub fn on_drained(&self, f: impl Fn() + Send + Sync + 'static) {
         set(&self.gate.callbacks.on_drained, Arc::new(f));
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !crate::forked() {
+            // SAFETY: dropped once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.commands) }
+        }
     }
 }
 

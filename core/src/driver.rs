@@ -24,6 +24,7 @@ use crate::{Error, Options};
 pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
     static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
     RT.get_or_init(|| {
+        crate::fork::watch();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()

@@ -34,6 +34,9 @@ pub enum Error {
     /// The driver thread is gone (the process is shutting down).
     #[error("the dlock driver has stopped")]
     Shutdown,
+    /// Called in a child of `fork()`: only the parent holds its locks.
+    #[error("called in a forked child process; dlock handles belong to the parent")]
+    Forked,
 }
 
 impl Error {
@@ -48,6 +51,7 @@ impl Error {
             Error::Released => "released",
             Error::Backend(_) => "backend",
             Error::Shutdown => "shutdown",
+            Error::Forked => "forked",
         }
     }
 }

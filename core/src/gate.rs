@@ -139,6 +139,9 @@ impl Gate {
     /// fence that reads `in_flight` after publishing never misses it.
     #[inline]
     pub(crate) fn enter(&self) -> Result<Snapshot, Refused> {
+        if crate::forked() {
+            return Err(Refused::NotHeld);
+        }
         self.in_flight.fetch_add(1, SeqCst);
         let snap = self.read();
         match decide(snap.state, snap.deadline, self.clock.now()) {
@@ -165,7 +168,8 @@ impl Gate {
     /// Whether a permit with `token` may still commit its work.
     pub(crate) fn valid(&self, token: Token) -> bool {
         let s = self.read();
-        s.token == token
+        !crate::forked()
+            && s.token == token
             && matches!(s.state, State::Holding | State::Draining)
             && self.clock.now() < s.deadline
     }
