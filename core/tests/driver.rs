@@ -11,16 +11,8 @@ use dlock::{Client, Error, ManualClock, MemoryService, Options, Refused, State, 
 
 const EVENT: Duration = Duration::from_secs(10);
 
-fn short() -> Options {
-    Options {
-        ttl: Duration::from_secs(2),
-        keepalive_interval: Duration::from_millis(500),
-        keepalive_timeout: Duration::from_millis(200),
-        retry_interval: Duration::from_millis(200),
-        margin: Duration::from_millis(500),
-        reacquire: true,
-    }
-}
+mod common;
+use common::short;
 
 fn fences(lock: &dlock::Lock) -> Receiver<(Token, u64)> {
     let (tx, rx) = channel();

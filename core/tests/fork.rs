@@ -3,20 +3,14 @@
 
 use std::time::Duration;
 
-use dlock::{Client, Error, MemoryService, Options, Refused, State};
+use dlock::{Client, Error, MemoryService, Refused, State};
+
+mod common;
 
 #[test]
 fn a_forked_child_holds_nothing() {
     let service = MemoryService::new();
-    let options = Options {
-        ttl: Duration::from_secs(2),
-        keepalive_interval: Duration::from_millis(500),
-        keepalive_timeout: Duration::from_millis(200),
-        retry_interval: Duration::from_millis(200),
-        margin: Duration::from_millis(500),
-        reacquire: true,
-    };
-    let client = Client::new(service.link(), options).unwrap();
+    let client = Client::new(service.link(), common::short()).unwrap();
     let lock = client.lock("fork").unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
     let permit = lock.permit_owned().unwrap();

@@ -1,0 +1,16 @@
+//! Shared by the integration tests.
+
+use std::time::Duration;
+
+/// The short settings of the scenarios: TTL 2 s, keepalive every 500 ms,
+/// timeout 200 ms, retry every 200 ms, margin 500 ms.
+pub fn short() -> dlock::Options {
+    dlock::Options {
+        ttl: Duration::from_secs(2),
+        keepalive_interval: Duration::from_millis(500),
+        keepalive_timeout: Duration::from_millis(200),
+        retry_interval: Duration::from_millis(200),
+        margin: Duration::from_millis(500),
+        reacquire: true,
+    }
+}
