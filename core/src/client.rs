@@ -160,8 +160,7 @@ impl Lock {
     pub fn release(&self) -> Result<(), Error> {
         let (tx, rx) = std_mpsc::sync_channel(1);
         self.send(Command::Release {
-            done: None,
-            done_blocking: Some(tx),
+            done: Reply::Blocking(tx),
         })?;
         rx.recv().map_err(|_| Error::Shutdown)
     }
@@ -170,8 +169,7 @@ impl Lock {
     pub async fn release_async(&self) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
         self.send(Command::Release {
-            done: Some(tx),
-            done_blocking: None,
+            done: Reply::Async(tx),
         })?;
         rx.await.map_err(|_| Error::Shutdown)
     }

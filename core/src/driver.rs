@@ -64,14 +64,14 @@ pub(crate) fn dispatch(job: Option<Job>) {
     let _ = tx.send(job);
 }
 
-/// Where an acquirer waits for the outcome: a blocked thread or a future.
-pub(crate) enum Reply {
-    Blocking(std_mpsc::SyncSender<Result<Token, Error>>),
-    Async(oneshot::Sender<Result<Token, Error>>),
+/// Where a caller waits for the outcome: a blocked thread or a future.
+pub(crate) enum Reply<T> {
+    Blocking(std_mpsc::SyncSender<T>),
+    Async(oneshot::Sender<T>),
 }
 
-impl Reply {
-    fn send(self, r: Result<Token, Error>) {
+impl<T> Reply<T> {
+    fn send(self, r: T) {
         match self {
             Reply::Blocking(tx) => drop(tx.try_send(r)),
             Reply::Async(tx) => drop(tx.send(r)),
@@ -84,11 +84,10 @@ pub(crate) enum Command {
     Acquire {
         wait: bool,
         timeout: Option<Duration>,
-        reply: Reply,
+        reply: Reply<Result<Token, Error>>,
     },
     Release {
-        done: Option<oneshot::Sender<()>>,
-        done_blocking: Option<std_mpsc::SyncSender<()>>,
+        done: Reply<()>,
     },
 }
 
@@ -115,19 +114,14 @@ pub(crate) fn spawn_lock(
     tx
 }
 
-type ReleaseDone = (
-    Option<oneshot::Sender<()>>,
-    Option<std_mpsc::SyncSender<()>>,
-);
-
 struct LockTask {
     machine: Holder,
     opts: Options,
     gate: Arc<Gate>,
     backend: Arc<dyn Backend>,
     name: Arc<str>,
-    waiters: Vec<Reply>,
-    releases: Vec<ReleaseDone>,
+    waiters: Vec<Reply<Result<Token, Error>>>,
+    releases: Vec<Reply<()>>,
     lock_calls: Vec<(LeaseId, AbortHandle)>,
     published: (State, Option<Token>, Option<Instant>),
 }
@@ -157,8 +151,8 @@ impl LockTask {
                             let until = timeout.map(|t| now + t);
                             self.machine.handle(now, Event::Acquire { wait, until });
                         }
-                        Some(Command::Release { done, done_blocking }) => {
-                            self.releases.push((done, done_blocking));
+                        Some(Command::Release { done }) => {
+                            self.releases.push(done);
                             self.machine.handle(now, Event::Release);
                         }
                     }
@@ -314,13 +308,8 @@ impl LockTask {
     }
 }
 
-fn finish_releases(done: Vec<ReleaseDone>) {
-    for (a, b) in done {
-        if let Some(a) = a {
-            let _ = a.send(());
-        }
-        if let Some(b) = b {
-            let _ = b.try_send(());
-        }
+fn finish_releases(done: Vec<Reply<()>>) {
+    for d in done {
+        d.send(());
     }
 }
