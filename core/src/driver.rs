@@ -180,7 +180,7 @@ impl LockTask {
                 Action::Grant { req, ttl } => {
                     let b = self.backend.clone();
                     self.call(events, async move {
-                        Some(match b.grant(ttl).await {
+                        match b.grant(ttl).await {
                             Ok(g) => Event::LeaseGranted {
                                 req,
                                 lease: g.lease,
@@ -190,20 +190,20 @@ impl LockTask {
                                 tracing::debug!(error = %e, "lease grant failed");
                                 Event::GrantFailed { req }
                             }
-                        })
+                        }
                     });
                 }
                 Action::Keepalive { req, lease } => {
                     let b = self.backend.clone();
                     self.call(events, async move {
-                        Some(match b.keepalive(lease).await {
+                        match b.keepalive(lease).await {
                             Ok(ttl) => Event::KeepaliveConfirmed { req, ttl },
                             Err(BackendError::LeaseNotFound) => Event::LeaseLost { lease },
                             Err(e) => {
                                 tracing::debug!(error = %e, "keepalive failed");
                                 Event::KeepaliveFailed { req }
                             }
-                        })
+                        }
                     });
                 }
                 Action::Lock { req, lease, wait } => {
@@ -293,11 +293,11 @@ impl LockTask {
     fn call(
         &self,
         events: &mpsc::UnboundedSender<Event>,
-        call: impl Future<Output = Option<Event>> + Send + 'static,
+        call: impl Future<Output = Event> + Send + 'static,
     ) {
         let (tx, ttl) = (events.clone(), self.opts.ttl);
         runtime().spawn(async move {
-            if let Ok(Some(ev)) = tokio::time::timeout(ttl, call).await {
+            if let Ok(ev) = tokio::time::timeout(ttl, call).await {
                 let _ = tx.send(ev);
             }
         });
