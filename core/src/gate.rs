@@ -96,31 +96,45 @@ impl Gate {
     /// only writer).
     #[inline]
     pub(crate) fn read(&self) -> Snapshot {
-        let mut spins = 0u32;
-        loop {
-            let s1 = self.seq.load(SeqCst);
-            if s1 & 1 == 0 {
-                let state = self.state.load(Relaxed);
-                let token = self.token.load(Relaxed);
-                let deadline = self.deadline.load(Relaxed);
-                std::sync::atomic::fence(Acquire);
-                if self.seq.load(Relaxed) == s1 {
-                    return Snapshot {
-                        state: State::from_u8(state),
-                        token: Token(token),
-                        deadline: Instant::from_nanos(deadline),
-                    };
-                }
-            }
-            // The writer was caught mid-publish; if it was preempted there,
-            // give it the core back instead of spinning out a time slice.
-            spins += 1;
+        match self.try_read() {
+            Some(s) => s,
+            None => self.read_contended(),
+        }
+    }
+
+    #[inline(always)]
+    fn try_read(&self) -> Option<Snapshot> {
+        let s1 = self.seq.load(SeqCst);
+        if s1 & 1 != 0 {
+            return None;
+        }
+        let state = self.state.load(Relaxed);
+        let token = self.token.load(Relaxed);
+        let deadline = self.deadline.load(Relaxed);
+        std::sync::atomic::fence(Acquire);
+        (self.seq.load(Relaxed) == s1).then(|| Snapshot {
+            state: State::from_u8(state),
+            token: Token(token),
+            deadline: Instant::from_nanos(deadline),
+        })
+    }
+
+    /// The writer was caught mid-publish: spin, and if it was preempted
+    /// there, give it the core back instead of spinning out a time slice.
+    #[cold]
+    #[inline(never)]
+    fn read_contended(&self) -> Snapshot {
+        for spins in 1u32.. {
             if spins % 64 == 0 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
+            if let Some(s) = self.try_read() {
+                return s;
+            }
         }
+        unreachable!("a publish never takes 2^32 spins")
     }
 
     /// Publishes a new snapshot (driver only).
