@@ -41,7 +41,10 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
 /// Queues a callback call on the callback thread.
 pub(crate) fn dispatch(job: Option<Job>) {
     static TX: OnceLock<std_mpsc::Sender<Job>> = OnceLock::new();
-    let Some(job) = job else { return };
+    // A forked child has no callback thread and must not start one.
+    let Some(job) = job.filter(|_| !crate::forked()) else {
+        return;
+    };
     let tx = TX.get_or_init(|| {
         let (tx, rx) = std_mpsc::channel::<Job>();
         std::thread::Builder::new()

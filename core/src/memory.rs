@@ -353,8 +353,10 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.cross().await;
             let g = self.service.grant(ttl);
+            // Link before service: the only place both are held.
             let mut leases = self.link.leases.lock().unwrap();
-            leases.retain(|l| self.service.lock().leases.contains_key(l));
+            let service = self.service.lock();
+            leases.retain(|l| service.leases.contains_key(l));
             leases.push(g.lease);
             Ok(g)
         })

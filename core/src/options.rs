@@ -72,12 +72,7 @@ impl Options {
                 ),
             );
         }
-        if self.margin >= self.ttl {
-            return bad(
-                "margin",
-                format!("must be < ttl ({:?}), got {:?}", self.ttl, self.margin),
-            );
-        }
+        // `margin < ttl` follows from the ttl rule above.
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use dlock::{Client, Lock, MemoryBackend, MemoryService, Options, OwnedPermit, Refused};
+use dlock::{Client, Lock, MemoryBackend, MemoryService, Options, OwnedPermit};
 use serde_json::Value;
 
 const WAIT_LIMIT: Duration = Duration::from_secs(10);
@@ -68,10 +68,6 @@ fn ms(v: &Value, key: &str) -> Duration {
             .as_u64()
             .unwrap_or_else(|| panic!("`{key}` must be a number")),
     )
-}
-
-fn refusal(r: Refused) -> &'static str {
-    r.as_str()
 }
 
 fn play(path: &Path) -> Result<(), String> {
@@ -141,7 +137,7 @@ fn play(path: &Path) -> Result<(), String> {
                 let word = got
                     .as_ref()
                     .map(|_| "granted")
-                    .unwrap_or_else(|r| refusal(*r));
+                    .unwrap_or_else(|r| r.as_str());
                 if word != expect.as_str().unwrap() {
                     return Err(fail(format!("permit gave {word}")));
                 }
