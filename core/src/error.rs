@@ -28,6 +28,9 @@ pub enum Error {
     /// The lock was released while the call waited.
     #[error("the lock was released")]
     Released,
+    /// A guarded write was refused: the token is no longer the lock's.
+    #[error("fenced: token {0} no longer holds the lock")]
+    Fenced(u64),
     /// The lock service failed or could not be reached.
     #[error("backend error: {0}")]
     Backend(String),
@@ -49,6 +52,7 @@ impl Error {
             Error::WouldBlock => "would_block",
             Error::AlreadyHeld => "already_held",
             Error::Released => "released",
+            Error::Fenced(_) => "fenced",
             Error::Backend(_) => "backend",
             Error::Shutdown => "shutdown",
             Error::Forked => "forked",
