@@ -1,0 +1,471 @@
+//! Clients, their options, the embedded service and its fault switches.
+
+use std::ffi::{c_char, c_uint};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use dlock_core::{Client, EtcdConfig, MemoryBackend, MemoryService, Options};
+
+use crate::{Fail, arg, ffi, opt_text, out, text};
+
+/// The version of `struct lk_client_options` this header describes.
+pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 1;
+/// Default lease TTL (ms).
+pub const LK_DEFAULT_TTL_MS: u64 = 15_000;
+/// Default time between keepalives (ms).
+pub const LK_DEFAULT_KEEPALIVE_INTERVAL_MS: u64 = 5_000;
+/// Default keepalive timeout (ms).
+pub const LK_DEFAULT_KEEPALIVE_TIMEOUT_MS: u64 = 2_000;
+/// Default time between keepalive retries while draining (ms).
+pub const LK_DEFAULT_RETRY_INTERVAL_MS: u64 = 1_000;
+/// Default safety margin subtracted from every deadline (ms).
+pub const LK_DEFAULT_MARGIN_MS: u64 = 1_000;
+/// Default time to open a connection to one etcd member (ms).
+pub const LK_DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Default time for one etcd request (ms).
+pub const LK_DEFAULT_REQUEST_TIMEOUT_MS: u64 = 3_000;
+
+/// Settings of a client. Start from `LK_CLIENT_OPTIONS_INIT` or
+/// `lk_client_options_init()`, then change fields: the defaults are the
+/// core's, and `version` lets later releases add fields.
+///
+/// The timing rules (checked by `lk_client_new`, `LK_INVALID_OPTION`):
+/// ttl >= 2000 and > keepalive_interval + margin; 0 < keepalive_timeout <
+/// keepalive_interval; retry_interval > 0; margin < ttl.
+#[repr(C)]
+pub struct lk_client_options {
+    /// `LK_CLIENT_OPTIONS_VERSION`.
+    pub version: c_uint,
+    /// Lease TTL asked of the server (ms).
+    pub ttl_ms: u64,
+    /// Time between keepalives while holding (ms).
+    pub keepalive_interval_ms: u64,
+    /// How long a keepalive may take before it counts as failed (ms).
+    pub keepalive_timeout_ms: u64,
+    /// Time between keepalive retries while draining (ms).
+    pub retry_interval_ms: u64,
+    /// Subtracted from every deadline (ms).
+    pub margin_ms: u64,
+    /// Acquire again (new lease, higher token) after a fence.
+    pub reacquire: bool,
+    /// Comma-separated etcd endpoints (`host:port` or `https://host:port`);
+    /// NULL: the embedded in-process service (`memory`).
+    pub endpoints: *const c_char,
+    /// etcd: CA certificate file (PEM), or NULL.
+    pub ca_file: *const c_char,
+    /// etcd: client certificate file (PEM) for mutual TLS, or NULL.
+    pub cert_file: *const c_char,
+    /// etcd: client key file (PEM) for mutual TLS, or NULL.
+    pub key_file: *const c_char,
+    /// etcd: user name, or NULL.
+    pub user: *const c_char,
+    /// etcd: password, or NULL.
+    pub password: *const c_char,
+    /// etcd: allow sending the password without TLS (loopback tests only).
+    pub allow_plaintext_password: bool,
+    /// etcd: time to open a connection to one member (ms).
+    pub connect_timeout_ms: u64,
+    /// etcd: time for one request (ms).
+    pub request_timeout_ms: u64,
+    /// Embedded backend only: the service to link to; NULL: the
+    /// process-wide one (`lk_memory_named("")`).
+    pub memory: *const lk_memory,
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn as_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Fills `opts` with the defaults of `version` (`LK_CLIENT_OPTIONS_VERSION`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_options_init(
+    opts: *mut lk_client_options,
+    version: c_uint,
+) -> crate::lk_status {
+    ffi!({
+        let opts = unsafe { out(opts, "opts") }?;
+        if version != LK_CLIENT_OPTIONS_VERSION {
+            return Err(Fail::invalid(format!(
+                "unknown options version {version}; this library knows {LK_CLIENT_OPTIONS_VERSION}"
+            )));
+        }
+        let d = Options::default();
+        let etcd = EtcdConfig::new(Vec::<String>::new());
+        *opts = lk_client_options {
+            version,
+            ttl_ms: as_ms(d.ttl),
+            keepalive_interval_ms: as_ms(d.keepalive_interval),
+            keepalive_timeout_ms: as_ms(d.keepalive_timeout),
+            retry_interval_ms: as_ms(d.retry_interval),
+            margin_ms: as_ms(d.margin),
+            reacquire: d.reacquire,
+            endpoints: std::ptr::null(),
+            ca_file: std::ptr::null(),
+            cert_file: std::ptr::null(),
+            key_file: std::ptr::null(),
+            user: std::ptr::null(),
+            password: std::ptr::null(),
+            allow_plaintext_password: etcd.allow_plaintext_password,
+            connect_timeout_ms: as_ms(etcd.connect_timeout),
+            request_timeout_ms: as_ms(etcd.request_timeout),
+            memory: std::ptr::null(),
+        };
+        Ok(())
+    })
+}
+
+fn check_version(o: &lk_client_options) -> Result<(), Fail> {
+    if o.version != LK_CLIENT_OPTIONS_VERSION {
+        return Err(Fail::invalid(format!(
+            "lk_client_options.version is {}, expected {LK_CLIENT_OPTIONS_VERSION}: start from LK_CLIENT_OPTIONS_INIT",
+            o.version
+        )));
+    }
+    Ok(())
+}
+
+fn timing(o: &lk_client_options) -> Options {
+    Options {
+        ttl: ms(o.ttl_ms),
+        keepalive_interval: ms(o.keepalive_interval_ms),
+        keepalive_timeout: ms(o.keepalive_timeout_ms),
+        retry_interval: ms(o.retry_interval_ms),
+        margin: ms(o.margin_ms),
+        reacquire: o.reacquire,
+    }
+}
+
+fn path(p: Option<&str>) -> Option<PathBuf> {
+    p.map(PathBuf::from)
+}
+
+/// A connection to a lock service with the settings its locks share.
+/// Locks outlive their client: freeing the client frees only this handle.
+pub struct lk_client {
+    pub(crate) client: Client,
+    /// The link to the embedded service, whose fault switches `lk_link_*`
+    /// flip; `None` for etcd and `lk_client_from_env`.
+    link: Option<MemoryBackend>,
+}
+
+fn boxed<T>(out: &mut *mut T, v: T) {
+    *out = Box::into_raw(Box::new(v));
+}
+
+/// A client of etcd (`opts->endpoints` set) or of the embedded service
+/// (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
+/// embedded with the defaults. Connecting to etcd blocks.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_new(
+    opts: *const lk_client_options,
+    client_out: *mut *mut lk_client,
+) -> crate::lk_status {
+    ffi!({
+        let dest = unsafe { out(client_out, "client_out") }?;
+        let defaults;
+        let o = match unsafe { opts.as_ref() } {
+            Some(o) => o,
+            None => {
+                defaults = default_options();
+                &defaults
+            }
+        };
+        check_version(o)?;
+        let options = timing(o);
+        let made = match unsafe { opt_text(o.endpoints, "endpoints") }? {
+            None => {
+                let service = match unsafe { o.memory.as_ref() } {
+                    Some(m) => m.service.clone(),
+                    None => MemoryService::shared(),
+                };
+                let link = service.link();
+                lk_client {
+                    client: Client::new(link.clone(), options)?,
+                    link: Some(link),
+                }
+            }
+            Some(endpoints) => {
+                let mut config = EtcdConfig::parse(endpoints)?;
+                config.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+                config.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+                config.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+                config.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+                config.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                config.allow_plaintext_password = o.allow_plaintext_password;
+                config.connect_timeout = ms(o.connect_timeout_ms);
+                config.request_timeout = ms(o.request_timeout_ms);
+                lk_client {
+                    client: Client::etcd(config, options)?,
+                    link: None,
+                }
+            }
+        };
+        boxed(dest, made);
+        Ok(())
+    })
+}
+
+fn default_options() -> lk_client_options {
+    let mut o = std::mem::MaybeUninit::<lk_client_options>::uninit();
+    // SAFETY: a valid pointer; init writes every field for this version.
+    unsafe {
+        lk_client_options_init(o.as_mut_ptr(), LK_CLIENT_OPTIONS_VERSION);
+        o.assume_init()
+    }
+}
+
+/// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
+/// other `DLOCK_*` variables for TLS and auth), else the process-wide
+/// embedded service. Only the timing fields of `opts` are used (NULL:
+/// defaults). Fault switches (`lk_link_*`) do not apply to this client.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_from_env(
+    opts: *const lk_client_options,
+    client_out: *mut *mut lk_client,
+) -> crate::lk_status {
+    ffi!({
+        let dest = unsafe { out(client_out, "client_out") }?;
+        let options = match unsafe { opts.as_ref() } {
+            Some(o) => {
+                check_version(o)?;
+                timing(o)
+            }
+            None => Options::default(),
+        };
+        let client = Client::from_env(options)?;
+        boxed(dest, lk_client { client, link: None });
+        Ok(())
+    })
+}
+
+/// Frees a client handle (NULL: nothing). Its locks go on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_free(client: *mut lk_client) {
+    ffi!(value {
+        if !client.is_null() {
+            // SAFETY: made by lk_client_new / lk_client_from_env, freed once.
+            drop(unsafe { Box::from_raw(client) });
+        }
+    })
+}
+
+/// An embedded lock service: leases, server-side expiry, tokens and fault
+/// switches, in this process. Handles to one service share it.
+pub struct lk_memory {
+    service: MemoryService,
+}
+
+/// A new, isolated embedded service.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_new(memory_out: *mut *mut lk_memory) -> crate::lk_status {
+    ffi!({
+        let dest = unsafe { out(memory_out, "memory_out") }?;
+        boxed(
+            dest,
+            lk_memory {
+                service: MemoryService::new(),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// The process-wide embedded service called `name` (created on first use);
+/// `""` is the one clients with no `memory` option use.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_named(
+    name: *const c_char,
+    memory_out: *mut *mut lk_memory,
+) -> crate::lk_status {
+    ffi!({
+        let name = unsafe { text(name, "name") }?;
+        let dest = unsafe { out(memory_out, "memory_out") }?;
+        boxed(
+            dest,
+            lk_memory {
+                service: MemoryService::named(name),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// The embedded service an embedded client is linked to (a new handle to
+/// free); `LK_INVALID_ARGUMENT` for an etcd client.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_memory(
+    client: *const lk_client,
+    memory_out: *mut *mut lk_memory,
+) -> crate::lk_status {
+    ffi!({
+        let link = link(unsafe { arg(client, "client") }?)?;
+        let dest = unsafe { out(memory_out, "memory_out") }?;
+        boxed(
+            dest,
+            lk_memory {
+                service: link.service().clone(),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Frees a service handle (NULL: nothing). Clients linked to it go on.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_free(memory: *mut lk_memory) {
+    ffi!(value {
+        if !memory.is_null() {
+            // SAFETY: made by lk_memory_*, freed once.
+            drop(unsafe { Box::from_raw(memory) });
+        }
+    })
+}
+
+/// Stops (`true`) or restarts server-side expiry, as a paused leader would.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_freeze_expiry(
+    memory: *const lk_memory,
+    frozen: bool,
+) -> crate::lk_status {
+    ffi!({
+        unsafe { arg(memory, "memory") }?
+            .service
+            .freeze_expiry(frozen);
+        Ok(())
+    })
+}
+
+/// The token of the current holder of the lock `name`, as the service sees
+/// it; `LK_NOT_HELD` if nobody holds it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_holder(
+    memory: *const lk_memory,
+    name: *const c_char,
+    token_out: *mut u64,
+) -> crate::lk_status {
+    ffi!({
+        let memory = unsafe { arg(memory, "memory") }?;
+        let name = unsafe { text(name, "name") }?;
+        let dest = unsafe { out(token_out, "token_out") }?;
+        match memory.service.holder(name) {
+            Some(t) => *dest = t.get(),
+            None => {
+                return Err(Fail::new(
+                    crate::lk_status::LK_NOT_HELD,
+                    format!("nobody holds `{name}`"),
+                ));
+            }
+        }
+        Ok(())
+    })
+}
+
+fn link(client: &lk_client) -> Result<&MemoryBackend, Fail> {
+    client.link.as_ref().ok_or_else(|| {
+        Fail::invalid(
+            "fault switches need an embedded client made by lk_client_new with endpoints NULL",
+        )
+    })
+}
+
+/// Cuts this client's link to its embedded service: requests wait until
+/// `lk_link_heal`, then arrive late.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_partition(client: *const lk_client) -> crate::lk_status {
+    ffi!({
+        link(unsafe { arg(client, "client") }?)?.partition();
+        Ok(())
+    })
+}
+
+/// Heals a partition: held requests go through, late.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_heal(client: *const lk_client) -> crate::lk_status {
+    ffi!({
+        link(unsafe { arg(client, "client") }?)?.heal();
+        Ok(())
+    })
+}
+
+/// While `on`, keepalives renew the lease on the service but their replies
+/// are lost.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_drop_keepalive_replies(
+    client: *const lk_client,
+    on: bool,
+) -> crate::lk_status {
+    ffi!({
+        link(unsafe { arg(client, "client") }?)?.drop_keepalive_replies(on);
+        Ok(())
+    })
+}
+
+/// Keepalive replies arrive `delay_ms` late (0: on time).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_delay_keepalive_replies(
+    client: *const lk_client,
+    delay_ms: u64,
+) -> crate::lk_status {
+    ffi!({
+        link(unsafe { arg(client, "client") }?)?.delay_keepalive_replies(ms(delay_ms));
+        Ok(())
+    })
+}
+
+/// Keepalives fail at once with the message `error` (NULL: they work again).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_fail_keepalives(
+    client: *const lk_client,
+    error: *const c_char,
+) -> crate::lk_status {
+    ffi!({
+        let link = link(unsafe { arg(client, "client") }?)?;
+        link.fail_keepalives(unsafe { opt_text(error, "error") }?);
+        Ok(())
+    })
+}
+
+/// The service drops every lease this client's link was granted: the next
+/// keepalive is told the lease is lost, and the lock fences at once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_link_declare_lease_lost(client: *const lk_client) -> crate::lk_status {
+    ffi!({
+        link(unsafe { arg(client, "client") }?)?.declare_lease_lost();
+        Ok(())
+    })
+}
+
+/// Blocks dlock's driver thread for `ms` without blocking the caller, as a
+/// starved process would: no keepalive, no timer meanwhile. `lk_permit`
+/// still refuses after the deadline (it reads the clock itself).
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_stall_driver(ms: u64) -> crate::lk_status {
+    ffi!({
+        dlock_core::memory::stall_driver(self::ms(ms));
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The header's defaults (used by `LK_CLIENT_OPTIONS_INIT`) are the core's.
+    #[test]
+    fn header_defaults_are_the_cores() {
+        let o = default_options();
+        assert_eq!(o.ttl_ms, LK_DEFAULT_TTL_MS);
+        assert_eq!(o.keepalive_interval_ms, LK_DEFAULT_KEEPALIVE_INTERVAL_MS);
+        assert_eq!(o.keepalive_timeout_ms, LK_DEFAULT_KEEPALIVE_TIMEOUT_MS);
+        assert_eq!(o.retry_interval_ms, LK_DEFAULT_RETRY_INTERVAL_MS);
+        assert_eq!(o.margin_ms, LK_DEFAULT_MARGIN_MS);
+        assert_eq!(o.connect_timeout_ms, LK_DEFAULT_CONNECT_TIMEOUT_MS);
+        assert_eq!(o.request_timeout_ms, LK_DEFAULT_REQUEST_TIMEOUT_MS);
+        assert!(o.reacquire);
+        assert!(!o.allow_plaintext_password);
+    }
+}

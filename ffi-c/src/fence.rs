@@ -1,0 +1,71 @@
+//! The resource side of fencing: a token gate for servers written in C.
+
+use std::ffi::c_char;
+
+use dlock_core::{FenceGate, Token};
+
+use crate::lk_status::{self, LK_STALE};
+use crate::{Fail, arg, ffi, out, text};
+
+/// Accepts a write only if its token is at least the highest seen for its
+/// lock name (atomic; share one gate between threads).
+pub struct lk_fence_gate {
+    gate: FenceGate,
+}
+
+/// An empty gate.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_new(gate_out: *mut *mut lk_fence_gate) -> lk_status {
+    ffi!({
+        let dest = unsafe { out(gate_out, "gate_out") }?;
+        *dest = Box::into_raw(Box::new(lk_fence_gate {
+            gate: FenceGate::new(),
+        }));
+        Ok(())
+    })
+}
+
+/// Frees a gate (NULL: nothing).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_free(gate: *mut lk_fence_gate) {
+    ffi!(value {
+        if !gate.is_null() {
+            // SAFETY: made by lk_fence_gate_new, freed once.
+            drop(unsafe { Box::from_raw(gate) });
+        }
+    })
+}
+
+/// Admits a write carrying `token` for the lock `name` (and remembers the
+/// token), or refuses it with `LK_STALE` if a higher token was seen: its
+/// writer lost the lock.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_admit(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    token: u64,
+) -> lk_status {
+    ffi!({
+        let gate = unsafe { arg(gate, "gate") }?;
+        let name = unsafe { text(name, "name") }?;
+        gate.gate
+            .admit(name, Token(token))
+            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
+    })
+}
+
+/// The highest token seen for `name`; 0 if none (tokens start at 1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_highest(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    token_out: *mut u64,
+) -> lk_status {
+    ffi!({
+        let gate = unsafe { arg(gate, "gate") }?;
+        let name = unsafe { text(name, "name") }?;
+        let dest = unsafe { out(token_out, "token_out") }?;
+        *dest = gate.gate.highest(name).map_or(0, Token::get);
+        Ok(())
+    })
+}

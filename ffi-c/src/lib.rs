@@ -1,0 +1,528 @@
+//! The C ABI of dlock: `libdlock.so`, `libdlock.a` and `include/dlock.h`
+//! (generated from this crate by cbindgen; see `ffi-c/cbindgen.toml`).
+//!
+//! This crate only converts between C and the core crate: every decision
+//! about leases, deadlines and tokens is the core's. Every `extern "C"`
+//! function runs its body inside [`ffi!`], which turns a panic into
+//! `LK_PANIC` and, for functions returning a status, answers `LK_FORKED` in
+//! a child of `fork()`.
+// C names on purpose: the header is generated from these items.
+#![allow(non_camel_case_types)]
+// The safety rules of every function (valid handles, NUL-terminated strings,
+// one thread ending a permit) are stated once, at the top of the header.
+#![allow(clippy::missing_safety_doc)]
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use dlock_core::{Error, Reason, Refused, State};
+
+pub mod client;
+pub mod lock;
+// After `lock`: the header lists items in this order.
+pub mod fence;
+
+/// The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
+/// (`lk_status_name`) are the error codes every dlock binding shares.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum lk_status {
+    /// Success.
+    LK_OK = 0,
+    /// `lk_permit`: a keepalive failed; no new work until one is confirmed.
+    LK_DRAINING = 1,
+    /// `lk_permit`: the deadline passed or the lease was lost. Guarded
+    /// writes: the token no longer holds the lock.
+    LK_FENCED = 2,
+    /// The lock was released.
+    LK_RELEASED = 3,
+    /// The lock is not held (not acquired yet, or no token now).
+    LK_NOT_HELD = 4,
+    /// Not acquired within the timeout.
+    LK_TIMEOUT = 5,
+    /// `lk_lock_try_acquire`: another holder has the lock.
+    LK_WOULD_BLOCK = 6,
+    /// This handle already holds the lock.
+    LK_ALREADY_HELD = 7,
+    /// A setting of `lk_client_options` breaks a rule (the message names it).
+    LK_INVALID_OPTION = 8,
+    /// An argument is not acceptable (the message says which and why).
+    LK_INVALID_ARGUMENT = 9,
+    /// A required pointer argument was NULL.
+    LK_NULL_PARAMETER = 10,
+    /// The lock service failed or could not be reached.
+    LK_BACKEND = 11,
+    /// The library's driver thread is gone (process shutting down).
+    LK_SHUTDOWN = 12,
+    /// Called in a child of `fork()`: the handles belong to the parent.
+    LK_FORKED = 13,
+    /// `lk_fence_gate_admit`: a higher token was already seen.
+    LK_STALE = 14,
+    /// A bug in dlock: a Rust panic was caught at the boundary.
+    LK_PANIC = 15,
+}
+
+use lk_status::*;
+
+/// A failed call: its status, with the thread's last error already set.
+pub(crate) struct Fail(pub(crate) lk_status);
+
+impl Fail {
+    pub(crate) fn new(status: lk_status, message: impl Into<Vec<u8>>) -> Fail {
+        set_last_error(message);
+        Fail(status)
+    }
+
+    pub(crate) fn null(what: &str) -> Fail {
+        Fail::new(LK_NULL_PARAMETER, format!("`{what}` must not be NULL"))
+    }
+
+    pub(crate) fn invalid(message: impl Into<Vec<u8>>) -> Fail {
+        Fail::new(LK_INVALID_ARGUMENT, message)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        let status = match e {
+            Error::InvalidOption { .. } => LK_INVALID_OPTION,
+            Error::InvalidArgument(_) => LK_INVALID_ARGUMENT,
+            Error::Timeout => LK_TIMEOUT,
+            Error::WouldBlock => LK_WOULD_BLOCK,
+            Error::AlreadyHeld => LK_ALREADY_HELD,
+            Error::Released => LK_RELEASED,
+            Error::Fenced(_) => LK_FENCED,
+            Error::Shutdown => LK_SHUTDOWN,
+            Error::Forked => LK_FORKED,
+            _ => LK_BACKEND,
+        };
+        Fail::new(status, e.to_string())
+    }
+}
+
+impl From<Refused> for Fail {
+    fn from(r: Refused) -> Fail {
+        Fail(refused_status(r))
+    }
+}
+
+pub(crate) fn refused_status(r: Refused) -> lk_status {
+    match r {
+        Refused::Draining => LK_DRAINING,
+        Refused::Fenced => LK_FENCED,
+        Refused::Released => LK_RELEASED,
+        Refused::NotHeld => LK_NOT_HELD,
+    }
+}
+
+pub(crate) type Res = Result<(), Fail>;
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+fn set_last_error(message: impl Into<Vec<u8>>) {
+    let mut bytes = message.into();
+    bytes.retain(|&b| b != 0);
+    let message = CString::new(bytes).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = Some(message));
+}
+
+/// What a non-status function returns when its body panicked.
+pub(crate) trait OnPanic {
+    fn on_panic() -> Self;
+}
+
+impl OnPanic for () {
+    fn on_panic() {}
+}
+
+impl OnPanic for bool {
+    fn on_panic() -> bool {
+        false
+    }
+}
+
+impl OnPanic for *const c_char {
+    fn on_panic() -> *const c_char {
+        c"panic".as_ptr()
+    }
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    let msg = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!("panic in dlock (a bug, please report it): {msg}")
+}
+
+/// Runs the body of a status function: `LK_FORKED` in a forked child, the
+/// body's status otherwise, `LK_PANIC` if it panicked.
+#[inline(always)]
+pub(crate) fn status_boundary(body: impl FnOnce() -> Res) -> lk_status {
+    if dlock_core::forked() {
+        return Fail::new(
+            LK_FORKED,
+            "called in a forked child process; dlock handles belong to the parent",
+        )
+        .0;
+    }
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => LK_OK,
+        Ok(Err(Fail(status))) => status,
+        Err(panic) => Fail::new(LK_PANIC, panic_message(panic)).0,
+    }
+}
+
+/// Runs the body of a function that returns no status: its value, or
+/// [`OnPanic::on_panic`] if it panicked.
+#[inline(always)]
+pub(crate) fn value_boundary<T: OnPanic>(body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(panic) => {
+            set_last_error(panic_message(panic));
+            T::on_panic()
+        }
+    }
+}
+
+/// The one panic boundary, around the body of every `extern "C"` function.
+/// `ffi!({ ... Ok(()) })` for a function returning `lk_status`;
+/// `ffi!(value { ... })` for one returning a plain value.
+macro_rules! ffi {
+    (value $body:block) => {
+        $crate::value_boundary(move || $body)
+    };
+    ($body:block) => {
+        $crate::status_boundary(move || -> $crate::Res { $body })
+    };
+}
+pub(crate) use ffi;
+
+/// A required input: `&*p`, or `LK_NULL_PARAMETER` naming it.
+pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
+    // SAFETY: the caller passes NULL or a valid pointer (header rules).
+    unsafe { p.as_ref() }.ok_or_else(|| Fail::null(what))
+}
+
+/// A required out-parameter, written only on success.
+pub(crate) unsafe fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Fail> {
+    // SAFETY: the caller passes NULL or a valid, writable pointer.
+    unsafe { p.as_mut() }.ok_or_else(|| Fail::null(what))
+}
+
+/// A required NUL-terminated UTF-8 string.
+pub(crate) unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
+    // SAFETY: the caller passes NULL or a NUL-terminated string.
+    unsafe { opt_text(p, what) }?.ok_or_else(|| Fail::null(what))
+}
+
+/// An optional NUL-terminated UTF-8 string (NULL: none).
+pub(crate) unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Result<Option<&'a str>, Fail> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: not NULL; NUL-terminated by the header's rules.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map(Some)
+        .map_err(|_| Fail::invalid(format!("`{what}` is not valid UTF-8")))
+}
+
+/// Stable snake_case name of a status (`"ok"`, `"fenced"`, `"timeout"`, …),
+/// the same word every dlock binding uses. Any value is accepted; unknown
+/// ones give `"unknown"`. The string is static.
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_status_name(status: c_int) -> *const c_char {
+    ffi!(value { status_name(status).as_ptr() })
+}
+
+fn status_name(status: c_int) -> &'static CStr {
+    const NAMES: [&CStr; 16] = [
+        c"ok",
+        c"draining",
+        c"fenced",
+        c"released",
+        c"not_held",
+        c"timeout",
+        c"would_block",
+        c"already_held",
+        c"invalid_option",
+        c"invalid_argument",
+        c"null_parameter",
+        c"backend",
+        c"shutdown",
+        c"forked",
+        c"stale",
+        c"panic",
+    ];
+    usize::try_from(status)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .copied()
+        .unwrap_or(c"unknown")
+}
+
+/// The message of the last call on this thread that failed (empty if none
+/// did). Valid until the next failing `lk_` call on this thread; never NULL.
+/// `lk_permit` refusals set no message: the status says it all.
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_last_error() -> *const c_char {
+    ffi!(value {
+        LAST_ERROR.with(|e| e.borrow().as_deref().unwrap_or(c"").as_ptr())
+    })
+}
+
+/// The library's version, e.g. `"0.1.0"`. Static.
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_version() -> *const c_char {
+    ffi!(value { VERSION.as_ptr() })
+}
+
+const VERSION: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => panic!("version"),
+    };
+
+/// Where a lock stands (the core's states).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum lk_state {
+    /// Not acquired yet, or the last acquisition failed.
+    LK_STATE_IDLE = 0,
+    /// Taking a lease and waiting for the lock.
+    LK_STATE_ACQUIRING = 1,
+    /// Holding: `lk_permit` grants until the deadline.
+    LK_STATE_HOLDING = 2,
+    /// A keepalive failed: no new permits, in-flight work finishes.
+    LK_STATE_DRAINING = 3,
+    /// The deadline passed or the lease was lost: the token is dead.
+    LK_STATE_FENCED = 4,
+    /// After a fence: acquiring again for a higher token.
+    LK_STATE_REACQUIRING = 5,
+    /// Released by the application.
+    LK_STATE_RELEASED = 6,
+}
+
+pub(crate) const fn state_of(s: State) -> lk_state {
+    use lk_state::*;
+    match s {
+        State::Idle => LK_STATE_IDLE,
+        State::Acquiring => LK_STATE_ACQUIRING,
+        State::Holding => LK_STATE_HOLDING,
+        State::Draining => LK_STATE_DRAINING,
+        State::Fenced => LK_STATE_FENCED,
+        State::Reacquiring => LK_STATE_REACQUIRING,
+        State::Released => LK_STATE_RELEASED,
+    }
+}
+
+const STATES: [State; 7] = [
+    State::Idle,
+    State::Acquiring,
+    State::Holding,
+    State::Draining,
+    State::Fenced,
+    State::Reacquiring,
+    State::Released,
+];
+
+/// Name of a state as in traces and every binding (`"Holding"`, …);
+/// `"unknown"` for any other value. Static.
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_state_name(state: c_int) -> *const c_char {
+    ffi!(value {
+        let name = usize::try_from(state)
+            .ok()
+            .and_then(|i| STATES.get(i))
+            .map_or(c"unknown", |s| STATE_NAMES[state_of(*s) as usize]);
+        name.as_ptr()
+    })
+}
+
+const STATE_NAMES: [&CStr; 7] = [
+    c"Idle",
+    c"Acquiring",
+    c"Holding",
+    c"Draining",
+    c"Fenced",
+    c"Reacquiring",
+    c"Released",
+];
+
+/// Why a transition happened (the core's reasons).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum lk_reason {
+    /// The application asked to acquire.
+    LK_REASON_ACQUIRE = 0,
+    /// The lock service granted the lock.
+    LK_REASON_ACQUIRED = 1,
+    /// A keepalive got no reply within `keepalive_timeout`.
+    LK_REASON_KEEPALIVE_TIMEOUT = 2,
+    /// A keepalive failed (transport error, stream closed).
+    LK_REASON_KEEPALIVE_FAILED = 3,
+    /// A keepalive was confirmed before the deadline.
+    LK_REASON_RESUMED = 4,
+    /// The deadline passed with no confirmed keepalive.
+    LK_REASON_DEADLINE = 5,
+    /// The server said the lease no longer exists.
+    LK_REASON_LEASE_LOST = 6,
+    /// Acquiring again after a fence.
+    LK_REASON_REACQUIRE = 7,
+    /// Granted again, with a higher token.
+    LK_REASON_REACQUIRED = 8,
+    /// The application released the lock.
+    LK_REASON_RELEASE = 9,
+    /// Acquisition did not finish within its timeout.
+    LK_REASON_ACQUIRE_TIMEOUT = 10,
+    /// `try_acquire` found the lock held.
+    LK_REASON_WOULD_BLOCK = 11,
+    /// `try_acquire` failed on a backend error.
+    LK_REASON_ACQUIRE_FAILED = 12,
+    /// A reason newer than this header.
+    LK_REASON_OTHER = 255,
+}
+
+#[cfg(test)]
+const REASONS: [Reason; 13] = [
+    Reason::Acquire,
+    Reason::Acquired,
+    Reason::KeepaliveTimeout,
+    Reason::KeepaliveFailed,
+    Reason::Resumed,
+    Reason::Deadline,
+    Reason::LeaseLost,
+    Reason::Reacquire,
+    Reason::Reacquired,
+    Reason::Release,
+    Reason::AcquireTimeout,
+    Reason::WouldBlock,
+    Reason::AcquireFailed,
+];
+
+const REASON_NAMES: [&CStr; 13] = [
+    c"acquire",
+    c"acquired",
+    c"keepalive_timeout",
+    c"keepalive_failed",
+    c"resumed",
+    c"deadline",
+    c"lease_lost",
+    c"reacquire",
+    c"reacquired",
+    c"release",
+    c"acquire_timeout",
+    c"would_block",
+    c"acquire_failed",
+];
+
+pub(crate) fn reason_of(r: Reason) -> lk_reason {
+    use lk_reason::*;
+    match r {
+        Reason::Acquire => LK_REASON_ACQUIRE,
+        Reason::Acquired => LK_REASON_ACQUIRED,
+        Reason::KeepaliveTimeout => LK_REASON_KEEPALIVE_TIMEOUT,
+        Reason::KeepaliveFailed => LK_REASON_KEEPALIVE_FAILED,
+        Reason::Resumed => LK_REASON_RESUMED,
+        Reason::Deadline => LK_REASON_DEADLINE,
+        Reason::LeaseLost => LK_REASON_LEASE_LOST,
+        Reason::Reacquire => LK_REASON_REACQUIRE,
+        Reason::Reacquired => LK_REASON_REACQUIRED,
+        Reason::Release => LK_REASON_RELEASE,
+        Reason::AcquireTimeout => LK_REASON_ACQUIRE_TIMEOUT,
+        Reason::WouldBlock => LK_REASON_WOULD_BLOCK,
+        Reason::AcquireFailed => LK_REASON_ACQUIRE_FAILED,
+        _ => LK_REASON_OTHER,
+    }
+}
+
+/// Name of a reason as in traces and every binding (`"keepalive_timeout"`,
+/// …); `"unknown"` for any other value. Static.
+#[unsafe(no_mangle)]
+pub extern "C" fn lk_reason_name(reason: c_int) -> *const c_char {
+    ffi!(value {
+        usize::try_from(reason)
+            .ok()
+            .and_then(|i| REASON_NAMES.get(i))
+            .map_or(c"unknown", |n| n)
+            .as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: lk_status) -> &'static str {
+        status_name(s as c_int).to_str().unwrap()
+    }
+
+    /// The C names are the core's words, so every binding says the same.
+    #[test]
+    fn names_are_the_cores() {
+        for r in [
+            Refused::Draining,
+            Refused::Fenced,
+            Refused::Released,
+            Refused::NotHeld,
+        ] {
+            assert_eq!(name(refused_status(r)), r.as_str());
+        }
+        let errors = [
+            Error::InvalidOption {
+                setting: "ttl",
+                rule: String::new(),
+            },
+            Error::InvalidArgument(String::new()),
+            Error::Timeout,
+            Error::WouldBlock,
+            Error::AlreadyHeld,
+            Error::Released,
+            Error::Fenced(1),
+            Error::Backend(String::new()),
+            Error::Shutdown,
+            Error::Forked,
+        ];
+        for e in errors {
+            let code = e.code();
+            assert_eq!(name(Fail::from(e).0), code);
+        }
+        for (i, s) in STATES.iter().enumerate() {
+            assert_eq!(state_of(*s) as usize, i);
+            assert_eq!(STATE_NAMES[i].to_str().unwrap(), s.as_str());
+        }
+        for (i, r) in REASONS.iter().enumerate() {
+            assert_eq!(reason_of(*r) as usize, i);
+            assert_eq!(REASON_NAMES[i].to_str().unwrap(), r.as_str());
+        }
+        assert_eq!(name(LK_PANIC), "panic");
+        assert_eq!(status_name(-1), c"unknown");
+        assert_eq!(status_name(16), c"unknown");
+    }
+
+    #[test]
+    fn a_panic_becomes_lk_panic_with_a_message() {
+        let s = ffi!({
+            if name(LK_OK) == "ok" {
+                panic!("on purpose");
+            }
+            Ok(())
+        });
+        assert_eq!(s, LK_PANIC);
+        let msg = unsafe { CStr::from_ptr(lk_last_error()) };
+        assert!(msg.to_str().unwrap().contains("on purpose"), "{msg:?}");
+        let v: bool = ffi!(value {
+            if s == LK_PANIC {
+                panic!("again");
+            }
+            true
+        });
+        assert!(!v);
+    }
+}

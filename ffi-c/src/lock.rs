@@ -1,0 +1,487 @@
+//! Locks, permits, callbacks and guarded writes.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_void};
+use std::mem::{MaybeUninit, align_of, size_of};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dlock_core::{Lock, OwnedPermit, Token};
+
+use crate::client::lk_client;
+use crate::lk_status::{self, *};
+use crate::{Fail, arg, ffi, lk_reason, lk_state, out, text};
+
+/// One named lock. Freeing it releases the lock.
+pub struct lk_lock {
+    lock: Lock,
+    hooks: Arc<Hooks>,
+}
+
+/// Keeps a lock's C callbacks from running once its handle is freed, so the
+/// application may free their `user_data` right after `lk_lock_free`.
+struct Hooks {
+    alive: AtomicBool,
+    /// Held while a callback of this lock runs.
+    running: Mutex<()>,
+}
+
+thread_local! {
+    /// Set while a C callback runs (on dlock's callback thread).
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Hooks {
+    fn run(&self, call: impl FnOnce()) {
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alive.load(Ordering::SeqCst) {
+            IN_CALLBACK.set(true);
+            call();
+            IN_CALLBACK.set(false);
+        }
+    }
+
+    /// No callback starts after this; one running on another thread is
+    /// waited for. Inside a callback (callbacks run one at a time on one
+    /// thread) or in a forked child (no callback thread) there is nothing to
+    /// wait for.
+    fn close(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        if !IN_CALLBACK.get() && !dlock_core::forked() {
+            drop(self.running.lock());
+        }
+    }
+}
+
+/// `user_data` crosses to the callback thread; the header makes the
+/// application responsible for what it points to.
+#[derive(Copy, Clone)]
+struct UserData(*mut c_void);
+// SAFETY: an opaque pointer the library never dereferences.
+unsafe impl Send for UserData {}
+// SAFETY: as above.
+unsafe impl Sync for UserData {}
+
+/// Creates a handle on the lock `name` (1 to 1024 bytes of UTF-8) through
+/// `client`. Not acquired yet: set callbacks, then `lk_lock_acquire`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_new(
+    client: *const lk_client,
+    name: *const c_char,
+    lock_out: *mut *mut lk_lock,
+) -> lk_status {
+    ffi!({
+        let client = unsafe { arg(client, "client") }?;
+        let name = unsafe { text(name, "name") }?;
+        let dest = unsafe { out(lock_out, "lock_out") }?;
+        let lock = client.client.lock(name)?;
+        *dest = Box::into_raw(Box::new(lk_lock {
+            lock,
+            hooks: Arc::new(Hooks {
+                alive: AtomicBool::new(true),
+                running: Mutex::new(()),
+            }),
+        }));
+        Ok(())
+    })
+}
+
+/// Frees a lock handle (NULL: nothing), releasing the lock without waiting
+/// for the revoke (`lk_lock_release` first to wait). After it returns, none
+/// of the lock's callbacks runs again. May be called from a callback, even
+/// the lock's own. In a forked child it frees memory only: the parent's
+/// lease is left alone.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
+    ffi!(value {
+        if !lock.is_null() {
+            // SAFETY: made by lk_lock_new, freed once.
+            let lock = unsafe { Box::from_raw(lock) };
+            lock.hooks.close();
+            drop(lock);
+        }
+    })
+}
+
+fn write_token(dest: *mut u64, t: Token) {
+    // SAFETY: NULL or a valid out-parameter (checked by the caller).
+    if let Some(d) = unsafe { dest.as_mut() } {
+        *d = t.get();
+    }
+}
+
+/// Acquires the lock, waiting up to `timeout_ms` behind another holder;
+/// blocks the calling thread. On success writes the fencing token to
+/// `token_out` (may be NULL). `LK_TIMEOUT`, `LK_ALREADY_HELD`,
+/// `LK_RELEASED` (released meanwhile), `LK_BACKEND`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_acquire(
+    lock: *const lk_lock,
+    timeout_ms: u64,
+    token_out: *mut u64,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let token = lock.lock.acquire(Duration::from_millis(timeout_ms))?;
+        write_token(token_out, token);
+        Ok(())
+    })
+}
+
+/// Acquires the lock if nobody holds it, else `LK_WOULD_BLOCK`. Blocks for
+/// at most about two keepalive timeouts. `token_out` may be NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_try_acquire(
+    lock: *const lk_lock,
+    token_out: *mut u64,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let token = lock.lock.try_acquire()?;
+        write_token(token_out, token);
+        Ok(())
+    })
+}
+
+/// Releases the lock: no permit is valid from now on. Returns once the
+/// lease is revoked, or after a keepalive timeout if the service does not
+/// answer. The handle stays usable (acquire again, or free it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_release(lock: *const lk_lock) -> lk_status {
+    ffi!({
+        unsafe { arg(lock, "lock") }?.lock.release()?;
+        Ok(())
+    })
+}
+
+/// The lock's current state.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_state(
+    lock: *const lk_lock,
+    state_out: *mut lk_state,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(state_out, "state_out") }?;
+        *dest = crate::state_of(lock.lock.state());
+        Ok(())
+    })
+}
+
+fn not_held() -> Fail {
+    Fail::new(
+        LK_NOT_HELD,
+        "the lock is not held (not Holding or Draining)",
+    )
+}
+
+/// The token held, while Holding or Draining; else `LK_NOT_HELD`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_token(lock: *const lk_lock, token_out: *mut u64) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(token_out, "token_out") }?;
+        *dest = lock.lock.token().ok_or_else(not_held)?.get();
+        Ok(())
+    })
+}
+
+/// Milliseconds left before the deadline (0 once passed), while Holding or
+/// Draining; else `LK_NOT_HELD`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_time_left(lock: *const lk_lock, ms_out: *mut u64) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(ms_out, "ms_out") }?;
+        let left = lock.lock.time_left().ok_or_else(not_held)?;
+        *dest = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        Ok(())
+    })
+}
+
+/// The local deadline in nanoseconds of `CLOCK_BOOTTIME` (compare with
+/// `clock_gettime(CLOCK_BOOTTIME)`), while Holding or Draining; else
+/// `LK_NOT_HELD`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_deadline(lock: *const lk_lock, ns_out: *mut u64) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(ns_out, "ns_out") }?;
+        *dest = lock.lock.deadline().ok_or_else(not_held)?.as_nanos();
+        Ok(())
+    })
+}
+
+/// Units of work in flight (permits not yet ended).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_in_flight(lock: *const lk_lock, count_out: *mut u64) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(count_out, "count_out") }?;
+        *dest = lock.lock.in_flight();
+        Ok(())
+    })
+}
+
+/// `on_fence(user_data, token, in_flight)`: called once per fenced token,
+/// with the number of permits then in flight. Stop the work now.
+pub type lk_fence_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, token: u64, in_flight: u64)>;
+/// `on_state_change(user_data, from, to, reason)`: every transition.
+pub type lk_state_change_fn = Option<
+    unsafe extern "C" fn(user_data: *mut c_void, from: lk_state, to: lk_state, reason: lk_reason),
+>;
+/// `on_acquired(user_data, token)`: every acquisition, first and after a fence.
+pub type lk_acquired_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, token: u64)>;
+/// `on_drained(user_data)`: the lock left Holding and no permit is in flight.
+pub type lk_drained_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// Sets (or with `cb` NULL, removes) the lock's fence callback. See "Callbacks"
+/// at the top of this header: it runs on dlock's callback thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_set_on_fence(
+    lock: *const lk_lock,
+    cb: lk_fence_fn,
+    user_data: *mut c_void,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        lock.lock.on_fence(move |token, in_flight| {
+            if let Some(cb) = cb {
+                let ud = ud;
+                // SAFETY: the application's callback, with its own user_data.
+                hooks.run(|| unsafe { cb(ud.0, token.get(), in_flight) });
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Sets (or removes) the state-change callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_set_on_state_change(
+    lock: *const lk_lock,
+    cb: lk_state_change_fn,
+    user_data: *mut c_void,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        lock.lock.on_state_change(move |c| {
+            if let Some(cb) = cb {
+                let ud = ud;
+                let (from, to) = (crate::state_of(c.from), crate::state_of(c.to));
+                let reason = crate::reason_of(c.reason);
+                // SAFETY: the application's callback, with its own user_data.
+                hooks.run(|| unsafe { cb(ud.0, from, to, reason) });
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Sets (or removes) the acquired callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_set_on_acquired(
+    lock: *const lk_lock,
+    cb: lk_acquired_fn,
+    user_data: *mut c_void,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        lock.lock.on_acquired(move |token| {
+            if let Some(cb) = cb {
+                let ud = ud;
+                // SAFETY: the application's callback, with its own user_data.
+                hooks.run(|| unsafe { cb(ud.0, token.get()) });
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Sets (or removes) the drained callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_set_on_drained(
+    lock: *const lk_lock,
+    cb: lk_drained_fn,
+    user_data: *mut c_void,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        lock.lock.on_drained(move || {
+            if let Some(cb) = cb {
+                let ud = ud;
+                // SAFETY: the application's callback, with its own user_data.
+                hooks.run(|| unsafe { cb(ud.0) });
+            }
+        });
+        Ok(())
+    })
+}
+
+/// Permission for one unit of work. The caller owns the storage (no
+/// allocation on this path); the fields are private. Declare it with
+/// `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
+/// `lk_permit_end()` (ending twice, or ending an unfilled one, does
+/// nothing). Do not copy a live permit: end the one `lk_permit` filled.
+#[repr(C)]
+pub struct lk_permit {
+    _private: [u64; 4],
+}
+
+/// What `lk_permit` holds inside the caller's storage.
+#[repr(C)]
+struct Slot {
+    /// `LIVE` while the permit is open; anything else: empty.
+    live: u64,
+    permit: MaybeUninit<OwnedPermit>,
+}
+
+/// "lkpermit": a zeroed or uninitialised struct is not mistaken for a live one.
+const LIVE: u64 = 0x6c6b_7065_726d_6974;
+
+const _: () = assert!(size_of::<Slot>() <= size_of::<lk_permit>());
+const _: () = assert!(align_of::<Slot>() <= align_of::<lk_permit>());
+
+fn slot(p: &lk_permit) -> &Slot {
+    // SAFETY: same size and alignment (asserted above); all bit patterns of
+    // `live` are valid and `permit` is only read when `live == LIVE`.
+    unsafe { &*(p as *const lk_permit as *const Slot) }
+}
+
+fn live(p: &lk_permit) -> Option<&OwnedPermit> {
+    let s = slot(p);
+    // SAFETY: written by lk_permit together with LIVE.
+    (s.live == LIVE).then(|| unsafe { s.permit.assume_init_ref() })
+}
+
+/// Permission to start one unit of work: `LK_OK` only while the lock is
+/// Holding and before its deadline (the clock is read on every call);
+/// refusals: `LK_DRAINING`, `LK_FENCED`, `LK_RELEASED`, `LK_NOT_HELD`.
+/// On success fills `*permit_out`, counted in flight until
+/// `lk_permit_end`. No allocation, no lock, no message on refusal.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_permit(lock: *const lk_lock, permit_out: *mut lk_permit) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        if permit_out.is_null() {
+            return Err(Fail::null("permit_out"));
+        }
+        let permit = lock.lock.permit_owned()?;
+        // SAFETY: valid, writable storage of the right size (header rules).
+        unsafe {
+            permit_out.cast::<Slot>().write(Slot {
+                live: LIVE,
+                permit: MaybeUninit::new(permit),
+            })
+        };
+        Ok(())
+    })
+}
+
+/// Ends the unit of work. NULL, an ended permit or one never filled: nothing.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_permit_end(permit: *mut lk_permit) {
+    ffi!(value {
+        // SAFETY: NULL or the caller's permit storage.
+        let Some(p) = (unsafe { permit.as_mut() }) else { return };
+        // SAFETY: as in `slot`, mutable.
+        let s = unsafe { &mut *(p as *mut lk_permit as *mut Slot) };
+        if s.live == LIVE {
+            s.live = 0;
+            // SAFETY: live, so initialised; marked empty before the drop.
+            drop(unsafe { s.permit.assume_init_read() });
+        }
+    })
+}
+
+/// Whether the work may still commit: the lock still holds the permit's
+/// token and the deadline has not passed (read from the clock). False for
+/// NULL, an ended permit, or in a forked child.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_permit_valid(permit: *const lk_permit) -> bool {
+    ffi!(value {
+        // SAFETY: NULL or the caller's permit storage.
+        unsafe { permit.as_ref() }
+            .and_then(live)
+            .is_some_and(|p| p.valid())
+    })
+}
+
+/// The token to send with every write this unit of work makes.
+/// `LK_INVALID_ARGUMENT` if the permit is not live (ended or never filled).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_permit_token(
+    permit: *const lk_permit,
+    token_out: *mut u64,
+) -> lk_status {
+    ffi!({
+        let p = unsafe { arg(permit, "permit") }?;
+        let dest = unsafe { out(token_out, "token_out") }?;
+        let p = live(p)
+            .ok_or_else(|| Fail::invalid("the permit is not live (ended or never granted)"))?;
+        *dest = p.token().get();
+        Ok(())
+    })
+}
+
+unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            Err(Fail::null(what))
+        };
+    }
+    // SAFETY: `len` readable bytes at `p` (header rules).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// etcd: puts `key` = `value` only while this lock's key still exists with
+/// `token` as its fencing token (one etcd transaction); `LK_FENCED`
+/// otherwise. `value` may be NULL when `value_len` is 0.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_guarded_put(
+    lock: *const lk_lock,
+    token: u64,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        if key.is_null() {
+            return Err(Fail::null("key"));
+        }
+        let key = unsafe { bytes(key, key_len, "key") }?;
+        let value = unsafe { bytes(value, value_len, "value") }?;
+        lock.lock.guarded_put(Token(token), key, value)?;
+        Ok(())
+    })
+}
+
+/// etcd: deletes `key` only while this lock's key still exists with `token`
+/// as its fencing token; `LK_FENCED` otherwise.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_guarded_delete(
+    lock: *const lk_lock,
+    token: u64,
+    key: *const u8,
+    key_len: usize,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        if key.is_null() {
+            return Err(Fail::null("key"));
+        }
+        let key = unsafe { bytes(key, key_len, "key") }?;
+        lock.lock.guarded_delete(Token(token), key)?;
+        Ok(())
+    })
+}
