@@ -189,12 +189,17 @@ pub unsafe extern "C" fn lk_client_new(
                 }
             }
             Some(endpoints) => {
+                let ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+                let cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+                let key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+                let user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+                let password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
                 let mut config = EtcdConfig::parse(endpoints)?;
-                config.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                config.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                config.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                config.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                config.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                config.ca_file = ca_file;
+                config.cert_file = cert_file;
+                config.key_file = key_file;
+                config.user = user;
+                config.password = password;
                 config.allow_plaintext_password = o.allow_plaintext_password;
                 config.connect_timeout = ms(o.connect_timeout_ms);
                 config.request_timeout = ms(o.request_timeout_ms);

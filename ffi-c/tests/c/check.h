@@ -1,0 +1,81 @@
+/* A minimal harness for the C tests: count failures, say where. */
+#ifndef DLOCK_TEST_CHECK_H
+#define DLOCK_TEST_CHECK_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "dlock.h"
+
+static int failures;
+
+#define CHECK(cond)                                                         \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,      \
+              #cond);                                                       \
+      failures++;                                                           \
+    }                                                                       \
+  } while (0)
+
+/* `call` must return `want`; prints the status word and message if not. */
+#define EXPECT(call, want)                                                  \
+  do {                                                                      \
+    enum lk_status got_ = (call);                                           \
+    if (got_ != (want)) {                                                   \
+      fprintf(stderr, "%s:%d: %s gave %s (%s), expected %s\n", __FILE__,    \
+              __LINE__, #call, lk_status_name((int)got_), lk_last_error(),  \
+              lk_status_name((int)(want)));                                 \
+      failures++;                                                           \
+    }                                                                       \
+  } while (0)
+
+#define OK(call) EXPECT(call, LK_OK)
+
+/* The last error must mention `word`. */
+#define MESSAGE_HAS(word)                                                   \
+  do {                                                                      \
+    if (!strstr(lk_last_error(), (word))) {                                 \
+      fprintf(stderr, "%s:%d: last error \"%s\" lacks \"%s\"\n", __FILE__,  \
+              __LINE__, lk_last_error(), (word));                           \
+      failures++;                                                           \
+    }                                                                       \
+  } while (0)
+
+/* dlock's clock: CLOCK_BOOTTIME, in ns. */
+static inline uint64_t boot_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_BOOTTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void sleep_ms(uint64_t ms) {
+  struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0) {
+  }
+}
+
+/* Short settings (the scenarios'): TTL 2 s, keepalive every 500 ms, timeout
+ * 200 ms, retry every 200 ms, margin 500 ms. */
+static inline struct lk_client_options short_options(void) {
+  struct lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+  o.ttl_ms = 2000;
+  o.keepalive_interval_ms = 500;
+  o.keepalive_timeout_ms = 200;
+  o.retry_interval_ms = 200;
+  o.margin_ms = 500;
+  return o;
+}
+
+static inline int finish(const char *name) {
+  if (failures) {
+    fprintf(stderr, "%s: %d check(s) failed\n", name, failures);
+    return 1;
+  }
+  printf("%s: ok\n", name);
+  return 0;
+}
+
+#endif
