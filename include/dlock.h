@@ -243,10 +243,11 @@ typedef void (*lk_acquired_fn)(void *user_data, uint64_t token);
 typedef void (*lk_drained_fn)(void *user_data);
 
 // Permission for one unit of work. The caller owns the storage (no
-// allocation on this path); the fields are private. Declare it with
-// `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
+// allocation, no reference count on this path); the fields are private.
+// Declare it with `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
 // `lk_permit_end()` (ending twice, or ending an unfilled one, does
-// nothing). Do not copy a live permit: end the one `lk_permit` filled.
+// nothing). A live permit may be moved (copied), but only one copy may be
+// ended. End it before freeing its lock.
 struct lk_permit {
   uint64_t _private[4];
 };
@@ -354,6 +355,11 @@ enum lk_status lk_lock_new(const struct lk_client *client,
 // of the lock's callbacks runs again. May be called from a callback, even
 // the lock's own. In a forked child it frees memory only: the parent's
 // lease is left alone.
+//
+// End every permit before freeing its lock. If some are still in flight,
+// the lock is released first (waiting as `lk_lock_release` does, so the
+// permits turn invalid) and its memory is kept until the process exits,
+// so ending them later stays safe.
 void lk_lock_free(struct lk_lock *lock);
 
 // Acquires the lock, waiting up to `timeout_ms` behind another holder;

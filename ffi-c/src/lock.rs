@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Lock, OwnedPermit, Token};
+use dlock_core::{Lock, Permit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
@@ -87,11 +87,20 @@ pub unsafe extern "C" fn lk_lock_new(
     })
 }
 
+/// Locks freed while permits were still in flight: their permits borrow
+/// the lock's state, so it is kept (released) until the process exits.
+static KEPT: Mutex<Vec<Box<lk_lock>>> = Mutex::new(Vec::new());
+
 /// Frees a lock handle (NULL: nothing), releasing the lock without waiting
 /// for the revoke (`lk_lock_release` first to wait). After it returns, none
 /// of the lock's callbacks runs again. May be called from a callback, even
 /// the lock's own. In a forked child it frees memory only: the parent's
 /// lease is left alone.
+///
+/// End every permit before freeing its lock. If some are still in flight,
+/// the lock is released first (waiting as `lk_lock_release` does, so the
+/// permits turn invalid) and its memory is kept until the process exits,
+/// so ending them later stays safe.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
     ffi!(value {
@@ -99,7 +108,11 @@ pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
             // SAFETY: made by lk_lock_new, freed once.
             let lock = unsafe { Box::from_raw(lock) };
             lock.hooks.close();
-            drop(lock);
+            if lock.lock.in_flight() > 0 {
+                // Err(Forked) in a forked child: the lease is the parent's.
+                let _ = lock.lock.release();
+                KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
+            }
         }
     })
 }
@@ -325,10 +338,11 @@ pub unsafe extern "C" fn lk_set_on_drained(
 }
 
 /// Permission for one unit of work. The caller owns the storage (no
-/// allocation on this path); the fields are private. Declare it with
-/// `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
+/// allocation, no reference count on this path); the fields are private.
+/// Declare it with `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
 /// `lk_permit_end()` (ending twice, or ending an unfilled one, does
-/// nothing). Do not copy a live permit: end the one `lk_permit` filled.
+/// nothing). A live permit may be moved (copied), but only one copy may be
+/// ended. End it before freeing its lock.
 #[repr(C)]
 pub struct lk_permit {
     _private: [u64; 4],
@@ -339,7 +353,9 @@ pub struct lk_permit {
 struct Slot {
     /// `LIVE` while the permit is open; anything else: empty.
     live: u64,
-    permit: MaybeUninit<OwnedPermit>,
+    /// Borrows the lock's state: `lk_lock_free` keeps that state alive
+    /// while any permit is in flight.
+    permit: MaybeUninit<Permit<'static>>,
 }
 
 /// "lkpermit": a zeroed or uninitialised struct is not mistaken for a live one.
@@ -354,7 +370,7 @@ fn slot(p: &lk_permit) -> &Slot {
     unsafe { &*(p as *const lk_permit as *const Slot) }
 }
 
-fn live(p: &lk_permit) -> Option<&OwnedPermit> {
+fn live(p: &lk_permit) -> Option<&Permit<'static>> {
     let s = slot(p);
     // SAFETY: written by lk_permit together with LIVE.
     (s.live == LIVE).then(|| unsafe { s.permit.assume_init_ref() })
@@ -372,7 +388,12 @@ pub unsafe extern "C" fn lk_permit(lock: *const lk_lock, permit_out: *mut lk_per
         if permit_out.is_null() {
             return Err(Fail::null("permit_out"));
         }
-        let permit = lock.lock.permit_owned()?;
+        let permit = lock.lock.permit()?;
+        // SAFETY: the permit borrows the state behind `lock`, which
+        // `lk_lock_free` never frees while a permit is in flight (KEPT). A
+        // reference count (`permit_owned`) would cost two atomic operations
+        // on the hot path.
+        let permit = unsafe { std::mem::transmute::<Permit<'_>, Permit<'static>>(permit) };
         // SAFETY: valid, writable storage of the right size (header rules).
         unsafe {
             permit_out.cast::<Slot>().write(Slot {

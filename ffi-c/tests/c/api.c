@@ -391,8 +391,34 @@ static void faults(void) {
   lk_memory_free(mem);
 }
 
+/* Misuse made safe: a lock freed with a permit in flight is released at
+ * once; the permit turns invalid and ending it later touches no freed memory. */
+static void free_with_permit_in_flight(void) {
+  struct lk_memory *mem;
+  OK(lk_memory_new(&mem));
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  struct lk_client *c;
+  OK(lk_client_new(&o, &c));
+  struct lk_lock *l;
+  OK(lk_lock_new(c, "kept", &l));
+  OK(lk_lock_acquire(l, 5000, NULL));
+  struct lk_permit p = LK_PERMIT_INIT;
+  OK(lk_permit(l, &p));
+  lk_lock_free(l);
+  uint64_t u;
+  EXPECT(lk_memory_holder(mem, "kept", &u), LK_NOT_HELD);
+  CHECK(!lk_permit_valid(&p));
+  OK(lk_permit_token(&p, &u));
+  CHECK(u == 1);
+  lk_permit_end(&p);
+  lk_client_free(c);
+  lk_memory_free(mem);
+}
+
 int main(void) {
   names();
+  free_with_permit_in_flight();
   options();
   nulls();
   bad_arguments();
