@@ -26,6 +26,7 @@ export PROPTEST_CASES
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+./scripts/test-c.sh "$log" # the C face (issue 4): its own `c: N passed, N failed` line
 
 step "quickstart: A drains, fences before B acquires with a higher token"
 out=$(cargo run --quiet --locked --example quickstart)

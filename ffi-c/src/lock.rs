@@ -89,7 +89,7 @@ pub unsafe extern "C" fn lk_lock_new(
 
 /// Locks freed while permits were still in flight: their permits borrow
 /// the lock's state, so it is kept (released) until the process exits.
-static KEPT: Mutex<Vec<Box<lk_lock>>> = Mutex::new(Vec::new());
+static KEPT: Mutex<Vec<lk_lock>> = Mutex::new(Vec::new());
 
 /// Frees a lock handle (NULL: nothing), releasing the lock without waiting
 /// for the revoke (`lk_lock_release` first to wait). After it returns, none
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
             if lock.lock.in_flight() > 0 {
                 // Err(Forked) in a forked child: the lease is the parent's.
                 let _ = lock.lock.release();
-                KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
+                KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(*lock);
             }
         }
     })
