@@ -126,7 +126,8 @@ fn set_last_error(message: impl Into<Vec<u8>>) {
     let mut bytes = message.into();
     bytes.retain(|&b| b != 0);
     let message = CString::new(bytes).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = Some(message));
+    // try_with: a thread being torn down has no thread-locals left.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = Some(message));
 }
 
 /// What a non-status function returns when its body panicked.
@@ -273,7 +274,9 @@ fn status_name(status: c_int) -> &'static CStr {
 #[unsafe(no_mangle)]
 pub extern "C" fn lk_last_error() -> *const c_char {
     ffi!(value {
-        LAST_ERROR.with(|e| e.borrow().as_deref().unwrap_or(c"").as_ptr())
+        LAST_ERROR
+            .try_with(|e| e.borrow().as_deref().unwrap_or(c"").as_ptr())
+            .unwrap_or(c"".as_ptr())
     })
 }
 

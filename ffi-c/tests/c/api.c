@@ -102,6 +102,16 @@ static void options(void) {
   EXPECT(lk_client_new(&bad, &client), LK_BACKEND);
   CHECK(client == SENTINEL);
 
+  bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
+  bad.ttl_ms = UINT64_MAX;
+  bad.margin_ms = UINT64_MAX;
+  EXPECT(lk_client_new(&bad, &client), LK_INVALID_OPTION);
+  bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
+  bad.keepalive_interval_ms = 0;
+  EXPECT(lk_client_new(&bad, &client), LK_INVALID_OPTION);
+  MESSAGE_HAS("keepalive_interval");
+  CHECK(client == SENTINEL);
+
   /* NULL options: the embedded service with the defaults. */
   OK(lk_client_new(NULL, &client));
   CHECK(client != SENTINEL && client != NULL);
@@ -258,7 +268,7 @@ static void life_cycle(void) {
   lk_permit_end(&p); /* never granted: nothing */
 
   uint64_t token = 0;
-  OK(lk_lock_acquire(la, 5000, &token));
+  OK(lk_lock_acquire(la, UINT64_MAX, &token)); /* no overflow: waits "for ever" */
   CHECK(token == 1);
   OK(lk_lock_state(la, &st));
   CHECK(st == LK_STATE_HOLDING);
