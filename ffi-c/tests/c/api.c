@@ -311,9 +311,10 @@ static void life_cycle(void) {
   CHECK(u == 2);
   EXPECT(lk_lock_acquire(la, 50, NULL), LK_TIMEOUT); /* b holds it now */
 
-  /* Guarded writes are etcd's: not OK on the embedded backend. */
-  CHECK(lk_lock_guarded_put(lb, 2, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1) != LK_OK);
-  CHECK(lk_lock_guarded_delete(lb, 2, (const uint8_t *)"k", 1) != LK_OK);
+  /* A guarded write with a dead token (1; b holds 2) never commits, on any
+   * backend (etcd: LK_FENCED). */
+  CHECK(lk_lock_guarded_put(lb, 1, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1) != LK_OK);
+  CHECK(lk_lock_guarded_delete(lb, 1, (const uint8_t *)"k", 1) != LK_OK);
 
   /* The client's service is the one given; its handle is a new one. */
   struct lk_memory *seen;
