@@ -35,6 +35,9 @@ use crate::{Error, Options};
 /// under a waiting lock or a watch.
 const H2_PING_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Why a watch left an endpoint that another call abandoned.
+const ABANDONED: &str = "endpoint abandoned";
+
 /// The etcd backend. Clones share connections and streams.
 #[derive(Clone)]
 pub(crate) struct EtcdBackend(Arc<Inner>);
@@ -45,6 +48,9 @@ struct Inner {
     conns: Vec<Mutex<Option<Etcd>>>,
     /// The endpoint new calls and streams go to.
     current: AtomicUsize,
+    /// Bumped when an endpoint is abandoned, so the watches and waiting
+    /// locks still open on it move too instead of hanging on a dead member.
+    abandoned: Vec<tokio::sync::watch::Sender<u64>>,
     connect: ConnectOptions,
     connect_timeout: Duration,
     request_timeout: Duration,
@@ -131,6 +137,10 @@ impl EtcdBackend {
         let urls = config.urls();
         Ok(EtcdBackend(Arc::new(Inner {
             conns: urls.iter().map(|_| Mutex::new(None)).collect(),
+            abandoned: urls
+                .iter()
+                .map(|_| tokio::sync::watch::Sender::new(0))
+                .collect(),
             urls,
             current: AtomicUsize::new(0),
             connect,
@@ -170,6 +180,14 @@ impl EtcdBackend {
         )))
     }
 
+    /// Resolves when endpoint `i` is abandoned after this call.
+    fn abandoned(&self, i: usize) -> impl Future<Output = ()> + use<> {
+        let mut rx = self.0.abandoned[i].subscribe();
+        async move {
+            let _ = rx.changed().await;
+        }
+    }
+
     fn current(&self) -> usize {
         self.0.current.load(Ordering::Relaxed) % self.0.urls.len()
     }
@@ -190,6 +208,7 @@ impl EtcdBackend {
     /// to the next endpoint.
     fn fail(&self, i: usize) {
         lock(&self.0.conns[i]).take();
+        self.0.abandoned[i].send_modify(|n| *n += 1);
         let n = self.0.urls.len();
         if self
             .0
@@ -212,7 +231,9 @@ impl EtcdBackend {
     {
         let deadline = TokioInstant::now() + limit;
         let mut last = BackendError::Unavailable("no endpoint".into());
-        for _ in 0..self.0.urls.len() {
+        // At least two tries: with one endpoint, the second runs on a fresh
+        // connection (which authenticates again).
+        for _ in 0..self.0.urls.len().max(2) {
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
@@ -258,6 +279,7 @@ impl EtcdBackend {
         // times out (or is cancelled) leaves no unread reply behind.
         let mut slot = rec.stream.lock().await;
         let deadline = TokioInstant::now() + self.0.keepalive_timeout;
+        let mut last = BackendError::Unavailable("no endpoint".into());
         if let Some(mut s) = slot.take() {
             let i = s.endpoint;
             let r = timeout_at(deadline, async {
@@ -265,70 +287,77 @@ impl EtcdBackend {
                 s.replies.message().await.map_err(classify)
             })
             .await;
-            return match r {
+            match r {
                 Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
                     *slot = Some(s);
-                    Ok(Duration::from_secs(reply.ttl() as u64))
+                    return Ok(Duration::from_secs(reply.ttl() as u64));
                 }
                 Ok(Ok(Some(_))) | Ok(Err(BackendError::LeaseNotFound)) => {
-                    Err(BackendError::LeaseNotFound)
+                    return Err(BackendError::LeaseNotFound);
                 }
                 Ok(Ok(None)) => {
                     self.fail(i);
-                    Err(BackendError::Unavailable("keepalive stream closed".into()))
+                    last = BackendError::Unavailable("keepalive stream closed".into());
                 }
                 Ok(Err(e)) => {
                     self.fail(i);
-                    Err(e)
+                    last = e;
                 }
                 Err(_) => {
                     tracing::debug!(endpoint = %self.0.urls[i], "etcd keepalive timed out: abandoning the stream");
                     self.fail(i);
-                    Err(BackendError::Unavailable("keepalive timed out".into()))
+                    return Err(BackendError::Unavailable("keepalive timed out".into()));
                 }
-            };
+            }
         }
-        // Opening a stream sends its first keepalive and waits for the reply.
-        let i = self.current();
-        let r = timeout_at(deadline, async {
-            let c = self.conn(i).await?;
-            let (mut keeper, mut replies) =
-                c.lease_client().keep_alive(lease).await.map_err(classify)?;
-            let ttl = match rec.ttl {
-                Some(ttl) => ttl,
-                // Not granted here: one more round trip tells the TTL.
-                None => {
-                    keeper.keep_alive().await.map_err(classify)?;
-                    match replies.message().await.map_err(classify)? {
-                        Some(r) if r.ttl() > 0 => Duration::from_secs(r.ttl() as u64),
-                        Some(_) => return Err(BackendError::LeaseNotFound),
-                        None => return Err(BackendError::Unavailable("stream closed".into())),
+        // A quick failure leaves time to open a stream on the next endpoint
+        // within the same keepalive's budget. Opening a stream sends its
+        // first keepalive and waits for the reply; the machine keeps its own
+        // (earlier) send time for it.
+        for _ in 0..self.0.urls.len() {
+            let i = self.current();
+            let r = timeout_at(deadline, async {
+                let c = self.conn(i).await?;
+                let (mut keeper, mut replies) =
+                    c.lease_client().keep_alive(lease).await.map_err(classify)?;
+                let ttl = match rec.ttl {
+                    Some(ttl) => ttl,
+                    // Not granted here: one more round trip tells the TTL.
+                    None => {
+                        keeper.keep_alive().await.map_err(classify)?;
+                        match replies.message().await.map_err(classify)? {
+                            Some(r) if r.ttl() > 0 => Duration::from_secs(r.ttl() as u64),
+                            Some(_) => return Err(BackendError::LeaseNotFound),
+                            None => return Err(BackendError::Unavailable("stream closed".into())),
+                        }
                     }
+                };
+                Ok((keeper, replies, ttl))
+            })
+            .await;
+            match r {
+                Ok(Ok((keeper, replies, ttl))) => {
+                    *slot = Some(KeepaliveStream {
+                        endpoint: i,
+                        keeper,
+                        replies,
+                    });
+                    return Ok(ttl);
                 }
-            };
-            Ok((keeper, replies, ttl))
-        })
-        .await;
-        match r {
-            Ok(Ok((keeper, replies, ttl))) => {
-                *slot = Some(KeepaliveStream {
-                    endpoint: i,
-                    keeper,
-                    replies,
-                });
-                Ok(ttl)
-            }
-            Ok(Err(BackendError::LeaseNotFound)) => Err(BackendError::LeaseNotFound),
-            Ok(Err(e)) => {
-                self.fail(i);
-                Err(e)
-            }
-            Err(_) => {
-                tracing::debug!(endpoint = %self.0.urls[i], "etcd keepalive stream did not open in time");
-                self.fail(i);
-                Err(BackendError::Unavailable("keepalive timed out".into()))
+                Ok(Err(BackendError::LeaseNotFound)) => return Err(BackendError::LeaseNotFound),
+                Ok(Err(e)) => {
+                    tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd keepalive stream failed to open");
+                    self.fail(i);
+                    last = e;
+                }
+                Err(_) => {
+                    tracing::debug!(endpoint = %self.0.urls[i], "etcd keepalive stream did not open in time");
+                    self.fail(i);
+                    return Err(BackendError::Unavailable("keepalive timed out".into()));
+                }
             }
         }
+        Err(last)
     }
 
     /// One round of etcd's Mutex: creates our key if absent, returns its
@@ -405,6 +434,7 @@ impl EtcdBackend {
         // No deadline: we wait for another holder; HTTP/2 pings catch a
         // dead member, and an error sends the machine's retry elsewhere.
         let i = self.current();
+        let abandoned = self.abandoned(i);
         let r = async {
             let mut c = timeout(
                 self.0.connect_timeout + self.0.request_timeout,
@@ -416,8 +446,13 @@ impl EtcdBackend {
                 .watch(key, Some(WatchOptions::new().with_start_revision(from)))
                 .await
                 .map_err(classify)?;
+            tokio::pin!(abandoned);
             loop {
-                let Some(resp) = w.message().await.map_err(classify)? else {
+                let msg = tokio::select! {
+                    m = w.message() => m.map_err(classify)?,
+                    _ = &mut abandoned => return Err(BackendError::Unavailable(ABANDONED.into())),
+                };
+                let Some(resp) = msg else {
                     return Err(BackendError::Unavailable("watch stream closed".into()));
                 };
                 if resp.canceled() {
@@ -434,7 +469,7 @@ impl EtcdBackend {
             }
         }
         .await;
-        if let Err(BackendError::Unavailable(_)) = &r {
+        if matches!(&r, Err(BackendError::Unavailable(e)) if e != ABANDONED) {
             self.fail(i);
         }
         r
@@ -478,6 +513,7 @@ impl EtcdBackend {
         let mut from = token.0 as i64 + 1;
         loop {
             let i = self.current();
+            let abandoned = self.abandoned(i);
             let r: Result<bool, BackendError> = async {
                 let mut c = timeout(
                     self.0.connect_timeout + self.0.request_timeout,
@@ -492,8 +528,13 @@ impl EtcdBackend {
                     )
                     .await
                     .map_err(classify)?;
+                tokio::pin!(abandoned);
                 loop {
-                    let Some(resp) = w.message().await.map_err(classify)? else {
+                    let msg = tokio::select! {
+                        m = w.message() => m.map_err(classify)?,
+                        _ = &mut abandoned => return Err(BackendError::Unavailable(ABANDONED.into())),
+                    };
+                    let Some(resp) = msg else {
                         return Err(BackendError::Unavailable("watch stream closed".into()));
                     };
                     if resp.canceled() {
@@ -525,8 +566,10 @@ impl EtcdBackend {
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd watch failed: re-opening");
-                    self.fail(i);
-                    sleep(self.0.retry_interval).await;
+                    if e != BackendError::Unavailable(ABANDONED.into()) {
+                        self.fail(i);
+                        sleep(self.0.retry_interval).await;
+                    }
                 }
             }
         }
