@@ -224,6 +224,7 @@ export DLOCK_TEST_KEY=$dir/certs/client-key.pem
 export DLOCK_TEST_USER=root
 export DLOCK_TEST_PASSWORD=$(<"$dir/password")
 export DLOCK_TEST_AUTH_TOKEN_TTL=$token_ttl
+export DLOCK_TEST_PORT_BASE=$base
 export DLOCK_TEST_ENV_FILE=$env_file
 export DLOCK_TEST_CLUSTER_SCRIPT=$root/scripts/etcd-cluster.sh
 EOF
