@@ -120,11 +120,6 @@ impl Proxy {
         self.mode.send_replace(mode);
     }
 
-    /// The current mode.
-    pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
-    }
-
     /// Resets every connection open now, both ways (SO_LINGER 0, then
     /// close: the peers see RST). Later connections are served as usual.
     pub fn reset(&self) {
