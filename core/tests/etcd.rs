@@ -14,6 +14,8 @@ use dlock::{Client, Error, EtcdConfig, Options, Reason, State, Token};
 
 #[path = "common/etcd.rs"]
 mod etcd_cluster;
+#[path = "common/proxy.rs"]
+mod proxy;
 use etcd_cluster::{Cluster, cluster};
 
 /// TTL 4 s, keepalive every 1 s, timeout 0.5 s, retry 250 ms, margin 1 s.
@@ -201,6 +203,50 @@ fn try_acquire_is_busy_then_release_lets_the_contender_in() {
     let ta2 = a.try_acquire().unwrap();
     assert!(ta2 > tb);
     a.release().unwrap();
+}
+
+/// A waiting holder whose connection is reset retries (the machine's
+/// LockFailed path) and keeps its key, so its place in the queue and its
+/// token: the key's create_revision from before the reset.
+#[test]
+fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
+    let Some(env) = cluster() else { return };
+    let name = name("wait-reset");
+    let a = client(&env).lock(&name).unwrap();
+    let ta = a.acquire(Duration::from_secs(5)).unwrap();
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let b = Client::etcd(EtcdConfig::new([p.url()]), short())
+        .unwrap()
+        .lock(&name)
+        .unwrap();
+    let fences = watch_fences(&b);
+    let b = std::sync::Arc::new(b);
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.acquire(Duration::from_secs(20)))
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    let queued = keys[1].clone();
+    for _ in 0..3 {
+        p.reset();
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(keys[1], queued, "the waiter kept its key");
+    assert_eq!(b.state(), State::Acquiring);
+    a.release().unwrap();
+    let tb = waiter.join().unwrap().unwrap();
+    assert_eq!(
+        tb.get(),
+        queued.1,
+        "token = the queued key's create_revision"
+    );
+    assert!(tb > ta);
+    assert!(fences.try_recv().is_err());
+    b.release().unwrap();
 }
 
 #[test]
