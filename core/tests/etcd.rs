@@ -14,6 +14,8 @@ use dlock::{Client, Error, EtcdConfig, Options, Reason, State, Token};
 
 #[path = "common/etcd.rs"]
 mod etcd_cluster;
+// This binary uses only a part of the proxy.
+#[allow(dead_code)]
 #[path = "common/proxy.rs"]
 mod proxy;
 use etcd_cluster::{Cluster, cluster};
