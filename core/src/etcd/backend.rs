@@ -169,6 +169,9 @@ impl EtcdBackend {
                     self.0.current.store(i, Ordering::Relaxed);
                     return Ok(());
                 }
+                Ok(Err(BackendError::Unavailable(e))) => {
+                    errors.push(format!("{}: {e}", self.0.urls[i]))
+                }
                 Ok(Err(e)) => errors.push(format!("{}: {e}", self.0.urls[i])),
                 Err(_) => errors.push(format!("{}: no answer within {limit:?}", self.0.urls[i])),
             }
@@ -679,5 +682,36 @@ impl Backend for EtcdBackend {
         value: Option<&'a [u8]>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.write(name, token, key, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_keys_are_etcd_mutex_keys() {
+        // concurrency.Mutex: pfx + "/" + fmt.Sprintf("%x", leaseID)
+        assert_eq!(
+            lock_key("jobs", 0x694d7f0c2b0c7e0a),
+            "jobs/694d7f0c2b0c7e0a"
+        );
+        assert_eq!(lock_key("a/b", 255), "a/b/ff");
+    }
+
+    #[test]
+    fn lost_leases_are_told_apart_from_failures() {
+        let lost = etcd_client::Error::LeaseKeepAliveError("lease not found".into());
+        assert_eq!(classify(lost), BackendError::LeaseNotFound);
+        let status = error("etcdserver: requested lease not found");
+        assert_eq!(classify(status), BackendError::LeaseNotFound);
+        let other = error("etcdserver: no leader");
+        assert!(matches!(classify(other), BackendError::Unavailable(m) if m.contains("no leader")));
+    }
+
+    /// An error carrying a server message (a gRPC status needs `tonic`,
+    /// which is not a direct dependency; `classify` reads only the text).
+    fn error(msg: &str) -> etcd_client::Error {
+        etcd_client::Error::Internal(msg.to_string())
     }
 }
