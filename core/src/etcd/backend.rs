@@ -35,6 +35,9 @@ use crate::{Error, Options};
 /// under a waiting lock or a watch.
 const H2_PING_INTERVAL: Duration = Duration::from_secs(5);
 
+/// Pause between rounds of quick failures over every endpoint.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// Why a watch left an endpoint that another call abandoned.
 const ABANDONED: &str = "endpoint abandoned";
 
@@ -191,6 +194,19 @@ impl EtcdBackend {
         }
     }
 
+    /// Before try `round` (from 2): after every endpoint had a try, waits
+    /// [`RETRY_PAUSE`]; false once that would pass `deadline`.
+    async fn pause(&self, round: usize, deadline: TokioInstant) -> bool {
+        if (round - 1) % self.0.urls.len() == 0 {
+            let at = TokioInstant::now() + RETRY_PAUSE;
+            if at >= deadline {
+                return false;
+            }
+            tokio::time::sleep_until(at).await;
+        }
+        true
+    }
+
     fn current(&self) -> usize {
         self.0.current.load(Ordering::Relaxed) % self.0.urls.len()
     }
@@ -234,9 +250,13 @@ impl EtcdBackend {
     {
         let deadline = TokioInstant::now() + limit;
         let mut last = BackendError::Unavailable("no endpoint".into());
-        // At least two tries: with one endpoint, the second runs on a fresh
-        // connection (which authenticates again).
-        for _ in 0..self.0.urls.len().max(2) {
+        // Until the deadline: quick failures (a dead member, "no leader"
+        // during an election) try the next endpoint, on a fresh connection
+        // (which authenticates again), pausing after each round.
+        for round in 1.. {
+            if round > 1 && !self.pause(round, deadline).await {
+                break;
+            }
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
@@ -317,7 +337,10 @@ impl EtcdBackend {
         // within the same keepalive's budget. Opening a stream sends its
         // first keepalive and waits for the reply; the machine keeps its own
         // (earlier) send time for it.
-        for _ in 0..self.0.urls.len() {
+        for round in 1.. {
+            if round > 1 && !self.pause(round, deadline).await {
+                break;
+            }
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
