@@ -25,7 +25,7 @@ use etcd_client::{
 use tokio::time::{Instant as TokioInstant, sleep, timeout, timeout_at};
 
 use super::EtcdConfig;
-use crate::backend::{Backend, BackendError, BoxFuture, Grant};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, LockGone};
 use crate::machine::{LeaseId, Token};
 use crate::{Error, Options};
 
@@ -534,7 +534,7 @@ impl EtcdBackend {
 
     /// Resolves once the lock key is deleted (or replaced); re-opens the
     /// watch on the next endpoint when its stream fails.
-    async fn watch_key(&self, name: &str, lease: LeaseId, token: Token) {
+    async fn watch_key(&self, name: &str, lease: LeaseId, token: Token) -> LockGone {
         let key = lock_key(name, lease);
         let mut from = token.0 as i64 + 1;
         loop {
@@ -588,7 +588,7 @@ impl EtcdBackend {
             }
             .await;
             match r {
-                Ok(true) => return,
+                Ok(true) => return self.why_gone(lease).await,
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd watch failed: re-opening");
@@ -598,6 +598,22 @@ impl EtcdBackend {
                     }
                 }
             }
+        }
+    }
+
+    /// The key is gone: with its lease (revoked, expired), or alone? Asked
+    /// within a keepalive timeout; no answer counts as the key alone (the
+    /// fence is the same, only its reason differs).
+    async fn why_gone(&self, lease: LeaseId) -> LockGone {
+        let ttl = self
+            .unary(self.0.keepalive_timeout, |mut c| async move {
+                c.lease_time_to_live(lease, None).await
+            })
+            .await;
+        match ttl {
+            Ok(r) if r.ttl() <= 0 => LockGone::LeaseLost,
+            Err(BackendError::LeaseNotFound) => LockGone::LeaseLost,
+            _ => LockGone::KeyDeleted,
         }
     }
 
@@ -693,7 +709,12 @@ impl Backend for EtcdBackend {
         })
     }
 
-    fn watch_lock<'a>(&'a self, name: &'a str, lease: LeaseId, token: Token) -> BoxFuture<'a, ()> {
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
         Box::pin(self.watch_key(name, lease, token))
     }
 
