@@ -377,6 +377,38 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
     lock.release().unwrap();
 }
 
+/// The watch of the lock key re-opens after its stream fails: a key deleted
+/// after the holder's connection was reset still fences at once.
+#[test]
+fn the_watch_survives_a_reset_connection() {
+    let Some(env) = cluster() else { return };
+    let name = name("watch-reset");
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let config = EtcdConfig::new([p.url(), env.members[1].clone()]);
+    let lock = Client::etcd(config, short()).unwrap().lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let reasons = watch_reasons(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    p.reset();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(fences.try_recv().is_err(), "a reset fenced");
+    let key = lock_keys(&env, &name)[0].0.clone();
+    let cut = dlock::clock::system_now();
+    env.etcdctl(&["del", &key]);
+    let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
+    assert_eq!(t, token);
+    let took = at.saturating_since(cut);
+    assert!(
+        took < Duration::from_millis(300),
+        "fenced {took:?} after the delete"
+    );
+    assert_eq!(
+        within(&reasons, Duration::from_secs(1)),
+        Some(Reason::LockLost)
+    );
+    lock.release().unwrap();
+}
+
 #[test]
 fn guarded_writes_commit_while_held_and_are_fenced_after() {
     let Some(env) = cluster() else { return };
