@@ -76,6 +76,22 @@ fn lock_keys(env: &Cluster, name: &str) -> Vec<(String, u64, i64)> {
     keys
 }
 
+/// Waits (up to 10 s) until `n` keys queue under `name/`; returns them.
+fn wait_keys(env: &Cluster, name: &str, n: usize) -> Vec<(String, u64, i64)> {
+    let until = dlock::clock::system_now() + Duration::from_secs(10);
+    loop {
+        let keys = lock_keys(env, name);
+        if keys.len() == n {
+            return keys;
+        }
+        assert!(
+            dlock::clock::system_now() < until,
+            "expected {n} keys under {name}/, got {keys:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn base64_decode(s: &str) -> Vec<u8> {
     const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = Vec::new();
@@ -195,8 +211,7 @@ fn try_acquire_is_busy_then_release_lets_the_contender_in() {
         let b = b.clone();
         std::thread::spawn(move || b.acquire(Duration::from_secs(10)))
     };
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(lock_keys(&env, &name).len(), 2, "the waiter queues its key");
+    wait_keys(&env, &name, 2);
     a.release().unwrap();
     let tb = waiter.join().unwrap().unwrap();
     assert!(tb > ta, "{tb} > {ta}");
@@ -227,10 +242,7 @@ fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
         let b = b.clone();
         std::thread::spawn(move || b.acquire(Duration::from_secs(20)))
     };
-    std::thread::sleep(Duration::from_millis(700));
-    let keys = lock_keys(&env, &name);
-    assert_eq!(keys.len(), 2, "{keys:?}");
-    let queued = keys[1].clone();
+    let queued = wait_keys(&env, &name, 2)[1].clone();
     for _ in 0..3 {
         p.reset();
         std::thread::sleep(Duration::from_millis(700));
@@ -264,7 +276,8 @@ fn etcdctl_lock_waits_for_a_dlock_holder() {
             .stderr(Stdio::null());
         c.spawn().unwrap()
     };
-    std::thread::sleep(Duration::from_secs(2));
+    wait_keys(&env, &name, 2);
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         ctl.try_wait().unwrap().is_none(),
         "etcdctl took a held lock"
