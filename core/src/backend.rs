@@ -21,6 +21,18 @@ pub enum BackendError {
     /// Transport or server failure; worth retrying.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A guarded write was refused: the token no longer holds its lock.
+    #[error("fenced: the token no longer holds the lock")]
+    Fenced,
+}
+
+/// Why a held lock went away under its holder (see [`Backend::watch_lock`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LockGone {
+    /// The lock key was deleted while its lease lived (an operator).
+    KeyDeleted,
+    /// The lease went, and the key with it (revoked or expired).
+    LeaseLost,
 }
 
 /// A lease granted by the service.
@@ -54,4 +66,37 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Revokes a lease, releasing every lock held under it.
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// Resolves once the lock `name` acquired under `lease` with `token` is
+    /// gone from the service while the holder may still think it holds it
+    /// (an operator deleted the key or revoked the lease), saying which. The
+    /// driver fences at once. The default never resolves: keepalives alone
+    /// tell a lost lease.
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
+        let _ = (name, lease, token);
+        Box::pin(std::future::pending())
+    }
+
+    /// Writes `key` = `value` (`None`: deletes `key`) only while `token`
+    /// still holds the lock `name`, atomically on the service; else
+    /// [`BackendError::Fenced`].
+    fn guarded_write<'a>(
+        &'a self,
+        name: &'a str,
+        token: Token,
+        key: &'a [u8],
+        value: Option<&'a [u8]>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (name, token, key, value);
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend has no guarded writes".into(),
+            ))
+        })
+    }
 }

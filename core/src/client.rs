@@ -90,6 +90,7 @@ impl Client {
             commands: ManuallyDrop::new(commands),
             name,
             options: self.options.clone(),
+            backend: self.backend.clone(),
         })
     }
 }
@@ -105,9 +106,42 @@ pub struct Lock {
     commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
     name: Arc<str>,
     options: Options,
+    backend: Arc<dyn Backend>,
 }
 
 impl Lock {
+    /// One guarded write (`value: None` deletes), run on the driver and
+    /// awaited here; bounded by the TTL so a cut link cannot hang the caller.
+    pub(crate) fn guarded_write(
+        &self,
+        token: Token,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), Error> {
+        use crate::backend::BackendError;
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        if key.is_empty() {
+            return Err(Error::InvalidArgument("guarded write: empty key".into()));
+        }
+        let (tx, rx) = std_mpsc::sync_channel(1);
+        let (backend, name, ttl) = (self.backend.clone(), self.name.clone(), self.options.ttl);
+        let (key, value) = (key.to_vec(), value.map(<[u8]>::to_vec));
+        crate::driver::runtime().spawn(async move {
+            let write = backend.guarded_write(&name, token, &key, value.as_deref());
+            let r = tokio::time::timeout(ttl, write).await.unwrap_or_else(|_| {
+                Err(BackendError::Unavailable("no answer within the TTL".into()))
+            });
+            let _ = tx.send(r);
+        });
+        match rx.recv().map_err(|_| Error::Shutdown)? {
+            Ok(()) => Ok(()),
+            Err(BackendError::Fenced) => Err(Error::Fenced(token.get())),
+            Err(e) => Err(Error::Backend(format!("guarded write: {e}"))),
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, LockGone};
 use crate::clock::Instant;
 use crate::gate::{Gate, Job, Notice};
 use crate::machine::{AcquireError, Action, Event, Holder, LeaseId, State, Token};
@@ -26,7 +26,7 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
     RT.get_or_init(|| {
         crate::fork::watch();
         let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
+            .enable_all()
             .build()
             .expect("dlock: cannot build the driver runtime");
         let handle = rt.handle().clone();
@@ -264,6 +264,9 @@ impl LockTask {
                     self.notify(Notice::Fence { token, in_flight });
                 }
                 Action::Acquired { token } => {
+                    if let Some(lease) = self.machine.lease() {
+                        self.watch_lock(events, lease, token);
+                    }
                     self.notify(Notice::Acquired(token));
                     for w in self.waiters.drain(..) {
                         w.send(Ok(token));
@@ -304,6 +307,23 @@ impl LockTask {
                 let _ = tx.send(ev);
             }
         });
+    }
+
+    /// Watches the lock key while it is held under `lease`: if it vanishes
+    /// (an operator deleted it), the machine fences at once. Aborted with
+    /// the lease's other calls when the lease is revoked.
+    fn watch_lock(&mut self, events: &mpsc::UnboundedSender<Event>, lease: LeaseId, token: Token) {
+        let (b, name, tx) = (self.backend.clone(), self.name.clone(), events.clone());
+        let task = runtime().spawn(async move {
+            let gone = b.watch_lock(&name, lease, token).await;
+            tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
+            let _ = tx.send(match gone {
+                LockGone::KeyDeleted => Event::LockLost { lease },
+                LockGone::LeaseLost => Event::LeaseLost { lease },
+            });
+        });
+        self.lock_calls.retain(|(_, h)| !h.is_finished());
+        self.lock_calls.push((lease, task.abort_handle()));
     }
 
     fn notify(&self, n: Notice) {

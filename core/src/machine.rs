@@ -11,6 +11,7 @@
 //! | confirmed (granted TTL) | [`Event::KeepaliveConfirmed`] (a zero TTL means lost) |
 //! | failed (reason) | [`Event::KeepaliveFailed`]; a timeout is the machine's own timer |
 //! | lease lost | [`Event::LeaseLost`] |
+//! | lock key deleted (watch) | [`Event::LockLost`] |
 //! | acquired (token) | [`Event::Locked`] in, [`Action::Acquired`] out |
 //! | release / timer fired | [`Event::Release`] / [`Event::Timer`] |
 //! | arm the timer | [`Holder::poll_timeout`] |
@@ -126,8 +127,11 @@ pub enum Reason {
     Resumed,
     /// The deadline passed with no confirmed keepalive.
     Deadline,
-    /// The server said the lease (or the lock key) no longer exists.
+    /// The server said the lease no longer exists.
     LeaseLost,
+    /// The lock key was deleted while the lease lived (an operator ran
+    /// `etcdctl del`): someone else may take the lock at once.
+    LockLost,
     /// Acquiring again after a fence.
     Reacquire,
     /// The lock service granted the lock again, with a higher token.
@@ -153,6 +157,7 @@ impl Reason {
             Reason::Resumed => "resumed",
             Reason::Deadline => "deadline",
             Reason::LeaseLost => "lease_lost",
+            Reason::LockLost => "lock_lost",
             Reason::Reacquire => "reacquire",
             Reason::Reacquired => "reacquired",
             Reason::Release => "release",
@@ -301,6 +306,12 @@ pub enum Event {
     /// The server says this lease (or the lock key under it) is gone.
     LeaseLost {
         /// The lease.
+        lease: LeaseId,
+    },
+    /// The lock key held under `lease` is gone from the service although
+    /// the lease may live: fence at once.
+    LockLost {
+        /// The lease the lock was held under.
         lease: LeaseId,
     },
     /// The application releases the lock.
@@ -502,6 +513,12 @@ impl Holder {
             Event::LeaseLost { lease } => {
                 if self.lease == Some(lease) {
                     self.lease_gone(now, Reason::LeaseLost);
+                }
+            }
+            Event::LockLost { lease } => {
+                let holding = matches!(self.state, State::Holding | State::Draining);
+                if holding && self.lease == Some(lease) {
+                    self.lease_gone(now, Reason::LockLost);
                 }
             }
             Event::Release => self.on_release(),

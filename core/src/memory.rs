@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Grant};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, LockGone};
 use crate::clock::{Clock, Instant};
 use crate::machine::{LeaseId, Token};
 
@@ -39,6 +39,8 @@ struct ServiceState {
     /// Waiting acquirers per name, first come first served.
     queues: HashMap<String, VecDeque<(u64, LeaseId)>>,
     frozen: bool,
+    /// The keys of guarded writes.
+    kv: HashMap<Vec<u8>, Vec<u8>>,
 }
 
 struct LeaseRec {
@@ -144,6 +146,65 @@ impl MemoryService {
         let found = self.lock().remove_lease(lease);
         self.0.changed.notify_waiters();
         found
+    }
+
+    /// Deletes the lock key of `name` while its lease lives on, as an
+    /// operator running `etcdctl del` would: the holder's watch fences it at
+    /// once. Returns whether the lock was held.
+    pub fn delete_lock_key(&self, name: &str) -> bool {
+        let found = self.lock().holders.remove(name).is_some();
+        self.0.changed.notify_waiters();
+        found
+    }
+
+    /// The value of `key` in the service's key-value store (written by
+    /// guarded writes).
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.lock().kv.get(key).cloned()
+    }
+
+    /// Commits a write only while `token` holds `name` (the rule of an etcd
+    /// transaction comparing the lock key's `create_revision`).
+    fn guarded_write(
+        &self,
+        name: &str,
+        token: Token,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), BackendError> {
+        let mut st = self.lock();
+        st.expire(self.0.clock.now());
+        if st.holders.get(name).is_none_or(|(_, t)| *t != token) {
+            return Err(BackendError::Fenced);
+        }
+        st.revision += 1;
+        match value {
+            Some(v) => st.kv.insert(key.to_vec(), v.to_vec()),
+            None => st.kv.remove(key),
+        };
+        Ok(())
+    }
+
+    /// Resolves once `name` is no longer held with `token` while `lease`
+    /// lives. A lost lease is the keepalives' news: then it never resolves.
+    async fn lock_gone(&self, name: &str, lease: LeaseId, token: Token) {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (lease_alive, held) = {
+                let st = self.lock();
+                let held = st.holders.get(name) == Some(&(lease, token));
+                (st.leases.contains_key(&lease), held)
+            };
+            if !lease_alive {
+                return std::future::pending().await;
+            }
+            if !held {
+                return;
+            }
+            changed.await;
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, ServiceState> {
@@ -395,6 +456,33 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.cross().await;
             self.service.revoke(lease)
+        })
+    }
+
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
+        Box::pin(async move {
+            self.service.lock_gone(name, lease, token).await;
+            // The news crosses this link like any reply.
+            self.cross().await;
+            LockGone::KeyDeleted
+        })
+    }
+
+    fn guarded_write<'a>(
+        &'a self,
+        name: &'a str,
+        token: Token,
+        key: &'a [u8],
+        value: Option<&'a [u8]>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.guarded_write(name, token, key, value)
         })
     }
 }

@@ -1294,6 +1294,49 @@ fn lease_lost_fences_at_once() {
 }
 
 #[test]
+fn lock_lost_fences_at_once_and_reacquires_with_a_new_lease() {
+    let mut s = holding();
+    // Another lease's lock: ignored.
+    assert!(s.ev(1500, Event::LockLost { lease: 99 }).is_empty());
+    assert_eq!(s.m.permit(at(1500)), Ok((TOKEN, at(4000))));
+    // The key is gone although the lease lives: fence now, long before the
+    // deadline, revoke the old lease, take a new one.
+    let a = s.ev(1600, Event::LockLost { lease: LEASE });
+    assert_eq!(a, fence_and_reacquire(State::Holding, Reason::LockLost, &a));
+    assert_eq!(Reason::LockLost.as_str(), "lock_lost");
+    assert_eq!(s.m.permit(at(1600)), Err(Refused::Fenced));
+    assert!(s.ev(1700, Event::LockLost { lease: LEASE }).is_empty());
+    // The new acquisition holds with a higher token.
+    let g = grant_req(&a);
+    let a = s.ev(
+        1800,
+        Event::LeaseGranted {
+            req: g,
+            lease: LEASE + 1,
+            ttl: ms(4000),
+        },
+    );
+    let l = lock_req(&a);
+    let a = s.ev(
+        1900,
+        Event::Locked {
+            req: l,
+            lease: LEASE + 1,
+            token: Token(TOKEN.0 + 1),
+        },
+    );
+    assert!(a.contains(&tr(State::Reacquiring, State::Holding, Reason::Reacquired)));
+
+    // From Draining too.
+    let mut s = draining();
+    let a = s.ev(2200, Event::LockLost { lease: LEASE });
+    assert_eq!(
+        a,
+        fence_and_reacquire(State::Draining, Reason::LockLost, &a)
+    );
+}
+
+#[test]
 fn reply_after_deadline_does_not_revive_the_token() {
     let mut s = draining();
     let k = keepalives(&s.run_to(3999));

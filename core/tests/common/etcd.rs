@@ -1,0 +1,165 @@
+//! The etcd test cluster of `scripts/etcd-cluster.sh`, read from the
+//! environment (`target/etcd/env`), and the gate that skips etcd tests when
+//! there is none.
+//!
+//! Use it from a test binary with
+//! `#[path = "common/etcd.rs"] mod etcd_cluster;` and start every test with
+//! `let Some(cluster) = etcd_cluster::cluster() else { return };`.
+// Shared by several test binaries; each uses a part.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// The running test cluster.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// Client URLs of the plaintext members m1, m2, m3, in that order.
+    pub members: Vec<String>,
+    /// Their pids, same order (kept current by [`Cluster::restart_member`]).
+    pub pids: Vec<i32>,
+    /// The single TLS member (client-certificate auth and etcd user auth).
+    pub tls_endpoint: String,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub user: String,
+    pub password: String,
+    /// How long an auth token of the TLS member lives.
+    pub auth_token_ttl: Duration,
+    /// `scripts/etcd-cluster.sh`, for restarting members.
+    pub script: PathBuf,
+}
+
+/// The cluster, or `None` after printing why the test is skipped. Panics
+/// instead when `DLOCK_TEST_REQUIRE_ETCD=1` (as `scripts/test-etcd.sh`
+/// sets), so a missing cluster cannot pass as a skipped test in CI.
+pub fn cluster() -> Option<Cluster> {
+    if std::env::var_os("DLOCK_TEST_ETCD").is_none_or(|v| v.is_empty()) {
+        if std::env::var("DLOCK_TEST_REQUIRE_ETCD").as_deref() == Ok("1") {
+            panic!("DLOCK_TEST_REQUIRE_ETCD=1 but DLOCK_TEST_ETCD is unset: no etcd cluster");
+        }
+        eprintln!("skipped: no etcd (run scripts/test-etcd.sh)");
+        return None;
+    }
+    Some(Cluster::from_env())
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is unset: source target/etcd/env (scripts/etcd-cluster.sh start)")
+    })
+}
+
+impl Cluster {
+    /// Reads the `DLOCK_TEST_*` variables; panics naming a missing one.
+    pub fn from_env() -> Cluster {
+        let list = |s: String| -> Vec<String> { s.split(',').map(str::to_owned).collect() };
+        let members = list(var("DLOCK_TEST_MEMBERS"));
+        assert_eq!(members.len(), 3, "DLOCK_TEST_MEMBERS lists 3 members");
+        let pids = list(var("DLOCK_TEST_PIDS"))
+            .iter()
+            .map(|p| p.parse().expect("DLOCK_TEST_PIDS holds pids"))
+            .collect();
+        let ttl = std::env::var("DLOCK_TEST_AUTH_TOKEN_TTL").map_or(3, |s| {
+            s.parse().expect("DLOCK_TEST_AUTH_TOKEN_TTL is seconds")
+        });
+        let script = std::env::var("DLOCK_TEST_CLUSTER_SCRIPT").map_or_else(
+            |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/etcd-cluster.sh"),
+            PathBuf::from,
+        );
+        Cluster {
+            members,
+            pids,
+            tls_endpoint: var("DLOCK_TEST_TLS_ENDPOINT"),
+            ca: var("DLOCK_TEST_CA").into(),
+            cert: var("DLOCK_TEST_CERT").into(),
+            key: var("DLOCK_TEST_KEY").into(),
+            user: var("DLOCK_TEST_USER"),
+            password: var("DLOCK_TEST_PASSWORD"),
+            auth_token_ttl: Duration::from_secs(ttl),
+            script,
+        }
+    }
+
+    /// The socket address of member `i` (0-based).
+    pub fn member_addr(&self, i: usize) -> SocketAddr {
+        let url = &self.members[i];
+        let hostport = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+        hostport
+            .trim_end_matches('/')
+            .parse()
+            .unwrap_or_else(|e| panic!("member URL {url}: {e}"))
+    }
+
+    /// Runs `etcdctl` against the plaintext members; returns its stdout,
+    /// panics with its stderr when it fails.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        run_etcdctl(&[&format!("--endpoints={}", self.members.join(","))], args)
+    }
+
+    /// Runs `etcdctl` against the TLS member as the root user.
+    pub fn etcdctl_tls(&self, args: &[&str]) -> String {
+        let tls = [
+            format!("--endpoints={}", self.tls_endpoint),
+            format!("--cacert={}", self.ca.display()),
+            format!("--cert={}", self.cert.display()),
+            format!("--key={}", self.key.display()),
+            format!("--user={}:{}", self.user, self.password),
+        ];
+        let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+        run_etcdctl(&tls, args)
+    }
+
+    /// The index (0-based) of the current leader of m1..m3.
+    pub fn leader(&self) -> usize {
+        let out = self.script(&["leader"]);
+        let n: usize = out
+            .trim()
+            .parse()
+            .expect("etcd-cluster.sh leader prints 1..3");
+        n - 1
+    }
+
+    /// Kills member `i` (0-based) if it runs, also when stopped, starts it
+    /// again on its data and waits until it is healthy.
+    pub fn restart_member(&mut self, i: usize) {
+        let out = self.script(&["restart-member", &(i + 1).to_string()]);
+        self.pids[i] = out
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("restart-member prints the new pid");
+    }
+
+    fn script(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.script)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", self.script.display()));
+        assert!(
+            out.status.success(),
+            "etcd-cluster.sh {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn run_etcdctl(conn: &[&str], args: &[&str]) -> String {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--dial-timeout=2s", "--command-timeout=5s"])
+        .args(conn)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("etcdctl: {e} (scripts/etcd-cluster.sh installs it)"));
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,514 @@
+//! The etcd backend against a real cluster: tokens, exclusion with
+//! `etcdctl lock`, operator faults (lease revoked, key deleted),
+//! reacquisition, guarded writes, TLS / mTLS / auth / re-auth.
+//!
+//! Needs the cluster of `scripts/etcd-cluster.sh` (run
+//! `scripts/test-etcd.sh`); without `DLOCK_TEST_ETCD` every test prints
+//! `skipped` and passes, unless `DLOCK_TEST_REQUIRE_ETCD=1`.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use dlock::{Client, Error, EtcdConfig, Options, Reason, State, Token};
+
+#[path = "common/etcd.rs"]
+mod etcd_cluster;
+// This binary uses only a part of the proxy.
+#[allow(dead_code)]
+#[path = "common/proxy.rs"]
+mod proxy;
+use etcd_cluster::{Cluster, cluster};
+
+/// TTL 4 s, keepalive every 1 s, timeout 0.5 s, retry 250 ms, margin 1 s.
+fn short() -> Options {
+    Options {
+        ttl: Duration::from_secs(4),
+        keepalive_interval: Duration::from_secs(1),
+        keepalive_timeout: Duration::from_millis(500),
+        retry_interval: Duration::from_millis(250),
+        margin: Duration::from_secs(1),
+        reacquire: true,
+    }
+}
+
+fn client(env: &Cluster) -> Client {
+    Client::etcd(EtcdConfig::new(env.members.clone()), short()).expect("connect to etcd")
+}
+
+/// A lock name of this run only.
+fn name(test: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("dlock-test/{test}-{}-{t}", std::process::id())
+}
+
+/// `etcdctl` on the plaintext members, to spawn.
+fn etcdctl_cmd(env: &Cluster) -> Command {
+    let mut c = Command::new("etcdctl");
+    c.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", env.members.join(",")))
+        .arg("--dial-timeout=2s");
+    c
+}
+
+/// The lock keys under `name/` as (key, create_revision, lease), oldest first.
+fn lock_keys(env: &Cluster, name: &str) -> Vec<(String, u64, i64)> {
+    let out = env.etcdctl(&["get", "--prefix", &format!("{name}/"), "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mut keys: Vec<(String, u64, i64)> = v["kvs"]
+        .as_array()
+        .map(|a| a.to_vec())
+        .unwrap_or_default()
+        .iter()
+        .map(|kv| {
+            let key = base64_decode(kv["key"].as_str().unwrap());
+            (
+                String::from_utf8(key).unwrap(),
+                kv["create_revision"].as_u64().unwrap(),
+                kv["lease"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    keys.sort_by_key(|k| k.1);
+    keys
+}
+
+/// Waits (up to 10 s) until `n` keys queue under `name/`; returns them.
+fn wait_keys(env: &Cluster, name: &str, n: usize) -> Vec<(String, u64, i64)> {
+    let until = dlock::clock::system_now() + Duration::from_secs(10);
+    loop {
+        let keys = lock_keys(env, name);
+        if keys.len() == n {
+            return keys;
+        }
+        assert!(
+            dlock::clock::system_now() < until,
+            "expected {n} keys under {name}/, got {keys:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let (mut buf, mut bits) = (0u32, 0);
+    for c in s.bytes().filter(|&c| c != b'=') {
+        let v = A.iter().position(|&a| a == c).expect("base64") as u32;
+        buf = (buf << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buf >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// Waits for `rx` up to `d`.
+fn within<T>(rx: &mpsc::Receiver<T>, d: Duration) -> Option<T> {
+    rx.recv_timeout(d).ok()
+}
+
+/// Fences as (token, instant of the callback).
+fn watch_fences(lock: &dlock::Lock) -> mpsc::Receiver<(Token, dlock::Instant)> {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    lock.on_fence(move |t, _| {
+        let _ = tx.lock().unwrap().send((t, dlock::clock::system_now()));
+    });
+    rx
+}
+
+fn watch_reasons(lock: &dlock::Lock) -> mpsc::Receiver<Reason> {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    lock.on_state_change(move |c| {
+        if c.to == State::Fenced {
+            let _ = tx.lock().unwrap().send(c.reason);
+        }
+    });
+    rx
+}
+
+fn acquired(lock: &dlock::Lock) -> mpsc::Receiver<Token> {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    lock.on_acquired(move |t| {
+        let _ = tx.lock().unwrap().send(t);
+    });
+    rx
+}
+
+#[test]
+fn token_is_the_lock_keys_create_revision() {
+    let Some(env) = cluster() else { return };
+    let name = name("token");
+    let lock = client(&env).lock(&name).unwrap();
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].1, token.get());
+    assert!(keys[0].0.starts_with(&format!("{name}/")));
+    assert_eq!(keys[0].0, format!("{name}/{:x}", keys[0].2));
+    assert!(lock.permit().is_ok());
+    lock.release().unwrap();
+    assert!(
+        lock_keys(&env, &name).is_empty(),
+        "release revokes the lease"
+    );
+}
+
+#[test]
+fn keepalives_hold_the_lock_past_its_ttl() {
+    let Some(env) = cluster() else { return };
+    let name = name("hold");
+    let lock = client(&env).lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(fences.try_recv().is_err(), "fenced while healthy");
+    assert_eq!(lock.state(), State::Holding);
+    assert_eq!(lock_keys(&env, &name)[0].1, token.get());
+    lock.release().unwrap();
+}
+
+#[test]
+fn first_endpoints_dead_the_next_one_serves() {
+    let Some(env) = cluster() else { return };
+    let mut eps = vec!["127.0.0.1:1".to_string()];
+    eps.extend(env.members.iter().cloned());
+    let mut config = EtcdConfig::new(eps);
+    config.connect_timeout = Duration::from_millis(300);
+    let lock = Client::etcd(config, short())
+        .unwrap()
+        .lock(&name("failover"))
+        .unwrap();
+    lock.acquire(Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(lock.state(), State::Holding);
+    lock.release().unwrap();
+}
+
+#[test]
+fn try_acquire_is_busy_then_release_lets_the_contender_in() {
+    let Some(env) = cluster() else { return };
+    let name = name("busy");
+    let (a, b) = (
+        client(&env).lock(&name).unwrap(),
+        client(&env).lock(&name).unwrap(),
+    );
+    let ta = a.acquire(Duration::from_secs(5)).unwrap();
+    assert_eq!(b.try_acquire(), Err(Error::WouldBlock));
+    assert_eq!(lock_keys(&env, &name).len(), 1, "a busy try leaves no key");
+    assert_eq!(b.acquire(Duration::from_millis(1500)), Err(Error::Timeout));
+
+    let b = std::sync::Arc::new(b);
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.acquire(Duration::from_secs(10)))
+    };
+    wait_keys(&env, &name, 2);
+    a.release().unwrap();
+    let tb = waiter.join().unwrap().unwrap();
+    assert!(tb > ta, "{tb} > {ta}");
+    assert_eq!(a.try_acquire(), Err(Error::WouldBlock));
+    b.release().unwrap();
+    let ta2 = a.try_acquire().unwrap();
+    assert!(ta2 > tb);
+    a.release().unwrap();
+}
+
+/// A waiting holder whose connection is reset retries (the machine's
+/// LockFailed path) and keeps its key, so its place in the queue and its
+/// token: the key's create_revision from before the reset.
+#[test]
+fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
+    let Some(env) = cluster() else { return };
+    let name = name("wait-reset");
+    let a = client(&env).lock(&name).unwrap();
+    let ta = a.acquire(Duration::from_secs(5)).unwrap();
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let b = Client::etcd(EtcdConfig::new([p.url()]), short())
+        .unwrap()
+        .lock(&name)
+        .unwrap();
+    let fences = watch_fences(&b);
+    let b = std::sync::Arc::new(b);
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.acquire(Duration::from_secs(20)))
+    };
+    let queued = wait_keys(&env, &name, 2)[1].clone();
+    for _ in 0..3 {
+        p.reset();
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(keys[1], queued, "the waiter kept its key");
+    assert_eq!(b.state(), State::Acquiring);
+    a.release().unwrap();
+    let tb = waiter.join().unwrap().unwrap();
+    assert_eq!(
+        tb.get(),
+        queued.1,
+        "token = the queued key's create_revision"
+    );
+    assert!(tb > ta);
+    assert!(fences.try_recv().is_err());
+    b.release().unwrap();
+}
+
+#[test]
+fn etcdctl_lock_waits_for_a_dlock_holder() {
+    let Some(env) = cluster() else { return };
+    let name = name("ctl-waits");
+    let lock = client(&env).lock(&name).unwrap();
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let mut ctl: Child = {
+        let mut c = etcdctl_cmd(&env);
+        c.args(["lock", &name, "echo", "etcdctl-got-it"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    wait_keys(&env, &name, 2);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        ctl.try_wait().unwrap().is_none(),
+        "etcdctl took a held lock"
+    );
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 2, "etcdctl queued behind us: {keys:?}");
+    assert_eq!(keys[0].1, token.get());
+    lock.release().unwrap();
+    let out = ctl.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("etcdctl-got-it"));
+}
+
+#[test]
+fn dlock_waits_for_an_etcdctl_holder() {
+    let Some(env) = cluster() else { return };
+    let name = name("dlock-waits");
+    let mut ctl = {
+        let mut c = etcdctl_cmd(&env);
+        c.args(["lock", &name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    // etcdctl prints its key once it holds the lock.
+    let mut first = String::new();
+    {
+        use std::io::BufRead;
+        let out = ctl.stdout.as_mut().unwrap();
+        std::io::BufReader::new(out).read_line(&mut first).unwrap();
+    }
+    assert!(first.starts_with(&name), "{first}");
+    let lock = client(&env).lock(&name).unwrap();
+    assert_eq!(lock.try_acquire(), Err(Error::WouldBlock));
+    assert_eq!(lock.acquire(Duration::from_secs(2)), Err(Error::Timeout));
+    let ctl_rev = lock_keys(&env, &name)[0].1;
+    let _ = Command::new("kill")
+        .args(["-INT", &ctl.id().to_string()])
+        .status();
+    let token = lock.acquire(Duration::from_secs(10)).unwrap();
+    let _ = ctl.wait();
+    assert!(token.get() > ctl_rev);
+    lock.release().unwrap();
+}
+
+#[test]
+fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
+    let Some(env) = cluster() else { return };
+    let name = name("revoked");
+    let lock = client(&env).lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let reasons = watch_reasons(&lock);
+    let again = acquired(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    assert_eq!(within(&again, Duration::from_secs(1)), Some(token));
+    let lease = lock_keys(&env, &name)[0].2;
+    let cut = dlock::clock::system_now();
+    env.etcdctl(&["lease", "revoke", &format!("{lease:x}")]);
+    let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
+    assert_eq!(t, token);
+    let took = at.saturating_since(cut);
+    let bound = short().keepalive_interval + short().keepalive_timeout;
+    assert!(
+        took < bound,
+        "fenced {took:?} after the revoke (bound {bound:?})"
+    );
+    // The watch sees the key go and the backend finds the lease gone too.
+    let reason = within(&reasons, Duration::from_secs(1)).unwrap();
+    assert_eq!(reason, Reason::LeaseLost);
+    println!("lease revoked: fenced after {took:?} ({reason})");
+    let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
+    assert!(t2 > token);
+    assert_eq!(lock.state(), State::Holding);
+    lock.release().unwrap();
+}
+
+#[test]
+fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
+    let Some(env) = cluster() else { return };
+    let name = name("deleted");
+    let lock = client(&env).lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let reasons = watch_reasons(&lock);
+    let again = acquired(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    assert_eq!(within(&again, Duration::from_secs(1)), Some(token));
+    let key = lock_keys(&env, &name)[0].0.clone();
+    let old_lease = lock_keys(&env, &name)[0].2;
+    let cut = dlock::clock::system_now();
+    env.etcdctl(&["del", &key]);
+    let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
+    assert_eq!(t, token);
+    let took = at.saturating_since(cut);
+    assert!(
+        took < Duration::from_millis(300),
+        "fenced {took:?} after the delete"
+    );
+    assert_eq!(
+        within(&reasons, Duration::from_secs(1)),
+        Some(Reason::LockLost)
+    );
+    println!("lock key deleted: fenced after {took:?}");
+    let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
+    assert!(t2 > token, "{t2} > {token}");
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_ne!(keys[0].2, old_lease, "reacquired under a new lease");
+    // The old lease was revoked, not left to expire.
+    let leases = env.etcdctl(&["lease", "list"]);
+    assert!(!leases.contains(&format!("{old_lease:x}")), "{leases}");
+    lock.release().unwrap();
+}
+
+/// The watch of the lock key re-opens after its stream fails: a key deleted
+/// after the holder's connection was reset still fences at once.
+#[test]
+fn the_watch_survives_a_reset_connection() {
+    let Some(env) = cluster() else { return };
+    let name = name("watch-reset");
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let config = EtcdConfig::new([p.url(), env.members[1].clone()]);
+    let lock = Client::etcd(config, short()).unwrap().lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let reasons = watch_reasons(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    p.reset();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(fences.try_recv().is_err(), "a reset fenced");
+    let key = lock_keys(&env, &name)[0].0.clone();
+    let cut = dlock::clock::system_now();
+    env.etcdctl(&["del", &key]);
+    let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
+    assert_eq!(t, token);
+    let took = at.saturating_since(cut);
+    assert!(
+        took < Duration::from_millis(300),
+        "fenced {took:?} after the delete"
+    );
+    assert_eq!(
+        within(&reasons, Duration::from_secs(1)),
+        Some(Reason::LockLost)
+    );
+    lock.release().unwrap();
+}
+
+#[test]
+fn guarded_writes_commit_while_held_and_are_fenced_after() {
+    let Some(env) = cluster() else { return };
+    let name = name("guarded");
+    let data = format!("{name}-data");
+    let lock = client(&env).lock(&name).unwrap();
+    let again = acquired(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let _ = within(&again, Duration::from_secs(1));
+    lock.guarded_put(token, data.as_bytes(), b"v1").unwrap();
+    let get = |env: &Cluster| env.etcdctl(&["get", "--print-value-only", &data]);
+    assert_eq!(get(&env).trim(), "v1");
+    lock.guarded_delete(token, data.as_bytes()).unwrap();
+    assert_eq!(get(&env).trim(), "");
+    assert_eq!(
+        lock.guarded_put(Token(token.get() + 1000), data.as_bytes(), b"x"),
+        Err(Error::Fenced(token.get() + 1000))
+    );
+
+    // An operator deletes the lock key: the old token's writes are refused
+    // by the server, the new token's go through.
+    let key = lock_keys(&env, &name)[0].0.clone();
+    env.etcdctl(&["del", &key]);
+    let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
+    assert_eq!(
+        lock.guarded_put(token, data.as_bytes(), b"stale"),
+        Err(Error::Fenced(token.get()))
+    );
+    assert_eq!(
+        lock.guarded_delete(token, data.as_bytes()),
+        Err(Error::Fenced(token.get()))
+    );
+    assert_eq!(get(&env).trim(), "");
+    lock.guarded_put(t2, data.as_bytes(), b"v2").unwrap();
+    assert_eq!(get(&env).trim(), "v2");
+    lock.release().unwrap();
+    assert_eq!(
+        lock.guarded_put(t2, data.as_bytes(), b"after release"),
+        Err(Error::Fenced(t2.get()))
+    );
+    env.etcdctl(&["del", &data]);
+}
+
+/// TLS with a CA, a client certificate, user auth; the auth token expires
+/// within seconds and the client authenticates again by itself.
+#[test]
+fn tls_mtls_auth_and_reauth() {
+    let Some(env) = cluster() else { return };
+    let mut config = EtcdConfig::new([env.tls_endpoint.clone()]);
+    config.ca_file = Some(env.ca.clone());
+    config.cert_file = Some(env.cert.clone());
+    config.key_file = Some(env.key.clone());
+    config.user = Some(env.user.clone());
+    config.password = Some(env.password.clone());
+
+    // Wrong password: a clear backend error.
+    let mut bad = config.clone();
+    bad.password = Some("wrong".into());
+    match Client::etcd(bad, short()) {
+        Err(Error::Backend(m)) => println!("wrong password: {m}"),
+        other => panic!("expected a backend error, got {:?}", other.map(|_| ())),
+    }
+    // No client certificate: the member refuses the handshake.
+    let mut anon = config.clone();
+    anon.cert_file = None;
+    anon.key_file = None;
+    assert!(matches!(
+        Client::etcd(anon, short()),
+        Err(Error::Backend(_))
+    ));
+
+    let client = Client::etcd(config, short()).unwrap();
+    let name = name("tls");
+    let a = client.lock(&name).unwrap();
+    let fences = watch_fences(&a);
+    let token = a.acquire(Duration::from_secs(5)).unwrap();
+    a.guarded_put(token, b"dlock-test/tls-data", b"1").unwrap();
+    // Past the auth token's TTL: keepalives go on, new requests
+    // re-authenticate.
+    std::thread::sleep(env.auth_token_ttl + Duration::from_secs(2));
+    assert!(fences.try_recv().is_err(), "fenced while healthy");
+    a.guarded_put(token, b"dlock-test/tls-data", b"2").unwrap();
+    let b = client.lock(&name).unwrap();
+    assert_eq!(b.try_acquire(), Err(Error::WouldBlock));
+    a.release().unwrap();
+    let t2 = b.acquire(Duration::from_secs(5)).unwrap();
+    assert!(t2 > token);
+    b.guarded_delete(t2, b"dlock-test/tls-data").unwrap();
+    b.release().unwrap();
+}
