@@ -32,10 +32,29 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
         let handle = rt.handle().clone();
         std::thread::Builder::new()
             .name("dlock-driver".into())
-            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .spawn(move || {
+                block_sigpipe();
+                rt.block_on(std::future::pending::<()>())
+            })
             .expect("dlock: cannot spawn the driver thread");
         handle
     })
+}
+
+/// Blocks SIGPIPE on the driver thread (and the threads it starts), where
+/// all network I/O runs. A peer that closes a socket mid-write (an etcd
+/// member dying, a TLS handshake refused) then gives that write EPIPE
+/// instead of killing the process: Rust programs ignore SIGPIPE, but a C
+/// host linking libdlock keeps the default action. The signal is
+/// thread-directed, so the application's own threads keep their setting.
+fn block_sigpipe() {
+    // SAFETY: plain libc calls on a local, initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
 }
 
 /// Queues a callback call on the callback thread.
