@@ -21,6 +21,9 @@
  * - fork(): in a child of a process that used dlock, every function that
  *   returns a status returns LK_FORKED, lk_permit_valid() is false, and the
  *   *_free functions free memory only, never touching the parent's leases.
+ * - SIGPIPE: dlock's network I/O runs on its own driver thread, which blocks
+ *   SIGPIPE, so a connection closed by the lock service never kills the
+ *   process; the signal settings of your threads are left as they are.
  *
  * Callbacks
  * - Set with lk_set_on_fence, lk_set_on_state_change, lk_set_on_acquired,
@@ -161,6 +164,10 @@ enum lk_reason {
   LK_REASON_WOULD_BLOCK = 11,
   // `try_acquire` failed on a backend error.
   LK_REASON_ACQUIRE_FAILED = 12,
+  // The lock key was deleted while the lease lived (an operator ran
+  // `etcdctl del`): someone else may take the lock at once, so the lock
+  // fences at once.
+  LK_REASON_LOCK_LOST = 13,
   // A reason newer than this header.
   LK_REASON_OTHER = 255,
 };
@@ -318,6 +325,24 @@ enum lk_status lk_memory_holder(const struct lk_memory *memory,
                                 const char *name,
                                 uint64_t *token_out);
 
+// Deletes the lock key of `name` while its holder's lease lives on, as an
+// operator running `etcdctl del` would: the holder fences at once (reason
+// `LK_REASON_LOCK_LOST`). `LK_NOT_HELD` if nobody held it.
+enum lk_status lk_memory_delete_lock_key(const struct lk_memory *memory, const char *name);
+
+// Reads `key` from the service's key-value store (what guarded writes
+// wrote). On success `*found_out` says whether the key exists and
+// `*len_out` is the value's length (0 if not found); the first
+// `min(len, cap)` bytes are copied to `buf` (NULL when `cap` is 0; call
+// with cap 0 to learn the length). `*len_out > cap`: the copy was cut short.
+enum lk_status lk_memory_get(const struct lk_memory *memory,
+                             const uint8_t *key,
+                             size_t key_len,
+                             uint8_t *buf,
+                             size_t cap,
+                             size_t *len_out,
+                             bool *found_out);
+
 // Cuts this client's link to its embedded service: requests wait until
 // `lk_link_heal`, then arrive late.
 enum lk_status lk_link_partition(const struct lk_client *client);
@@ -349,6 +374,10 @@ enum lk_status lk_stall_driver(uint64_t ms);
 enum lk_status lk_lock_new(const struct lk_client *client,
                            const char *name,
                            struct lk_lock **lock_out);
+
+// The lock's name, as given to `lk_lock_new`; NULL for a NULL lock. Valid
+// until the lock is freed.
+const char *lk_lock_name(const struct lk_lock *lock);
 
 // Frees a lock handle (NULL: nothing), releasing the lock without waiting
 // for the revoke (`lk_lock_release` first to wait). After it returns, none
@@ -431,9 +460,13 @@ bool lk_permit_valid(const struct lk_permit *permit);
 // `LK_INVALID_ARGUMENT` if the permit is not live (ended or never filled).
 enum lk_status lk_permit_token(const struct lk_permit *permit, uint64_t *token_out);
 
-// etcd: puts `key` = `value` only while this lock's key still exists with
-// `token` as its fencing token (one etcd transaction); `LK_FENCED`
-// otherwise. `value` may be NULL when `value_len` is 0.
+// Puts `key` = `value` in the lock service only while this lock's key
+// still exists with `token` as its fencing token (on etcd one transaction
+// comparing the key's `create_revision`; the embedded service keeps the
+// same rule, read back with `lk_memory_get`). `LK_FENCED` (message names
+// the token) when the token no longer holds the lock, `LK_INVALID_ARGUMENT`
+// for an empty key, `LK_BACKEND` when the service does not answer within
+// the TTL. Blocks. `value` may be NULL when `value_len` is 0.
 enum lk_status lk_lock_guarded_put(const struct lk_lock *lock,
                                    uint64_t token,
                                    const uint8_t *key,
@@ -441,8 +474,8 @@ enum lk_status lk_lock_guarded_put(const struct lk_lock *lock,
                                    const uint8_t *value,
                                    size_t value_len);
 
-// etcd: deletes `key` only while this lock's key still exists with `token`
-// as its fencing token; `LK_FENCED` otherwise.
+// Deletes `key` only while this lock's key still exists with `token` as
+// its fencing token; statuses as `lk_lock_guarded_put`.
 enum lk_status lk_lock_guarded_delete(const struct lk_lock *lock,
                                       uint64_t token,
                                       const uint8_t *key,

@@ -2,8 +2,15 @@
  * its lock is fenced.
  *
  * Embedded backend by default: the worker's network is cut after 1.5 s, so
- * it drains, fences at its deadline and stops. With DLOCK_ENDPOINTS set it
- * uses etcd (lk_client_from_env) and works until fenced or done.
+ * it drains, fences at its deadline and stops.
+ *
+ * With DLOCK_ENDPOINTS set it uses etcd (lk_client_from_env, with the other
+ * DLOCK_* variables for TLS and auth) and commits every unit with a guarded
+ * put of RESULT_KEY, which etcd accepts only while the worker's token still
+ * holds the lock. It works 40 units, or until fenced: try
+ *   etcdctl del --prefix examples/worker/
+ * (the lock key, as an operator might): the worker fences at once
+ * (lock_lost), stops, and shows etcd refusing a write with its old token.
  *
  * Build: scripts/install-c.sh PREFIX && PKG_CONFIG_PATH=PREFIX/lib/pkgconfig make -C examples/c */
 #define _GNU_SOURCE
@@ -14,7 +21,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+
+/* Where the etcd worker commits its units (not under the lock's prefix). */
+#define RESULT_KEY "examples/worker-result"
 
 static uint64_t start_ns;
 static pthread_mutex_t out = PTHREAD_MUTEX_INITIALIZER;
@@ -53,6 +64,14 @@ static void on_fence(void *ud, uint64_t token, uint64_t in_flight) {
 static void on_state(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
   (void)ud;
   say("%s -> %s (%s)", lk_state_name((int)from), lk_state_name((int)to), lk_reason_name((int)why));
+}
+
+/* The unit's result, written only while `token` holds the lock. */
+static enum lk_status commit(struct lk_lock *lock, uint64_t token, int unit) {
+  char value[64];
+  int n = snprintf(value, sizeof value, "unit %d token %" PRIu64, unit, token);
+  return lk_lock_guarded_put(lock, token, (const uint8_t *)RESULT_KEY, strlen(RESULT_KEY),
+                             (const uint8_t *)value, (size_t)n);
 }
 
 static int fail(const char *what, enum lk_status s) {
@@ -108,12 +127,23 @@ int main(void) {
     uint64_t t;
     lk_permit_token(&permit, &t);
     units++;
-    sleep_ms(200); /* one unit of work; its writes would carry token t */
-    if (lk_permit_valid(&permit))
+    sleep_ms(200); /* one unit of work; its writes carry token t */
+    if (!lk_permit_valid(&permit)) {
+      say("unit %d is discarded: its permit is no longer valid", units);
+    } else if (embedded) {
       say("unit %d commits under token %" PRIu64, units, t);
-    else
-      say("unit %d is discarded: its deadline passed", units);
+    } else if ((s = commit(lock, t, units)) == LK_OK) {
+      say("unit %d commits under token %" PRIu64 " (guarded put to etcd)", units, t);
+    } else {
+      say("unit %d is refused by etcd: %s", units, lk_status_name((int)s));
+    }
     lk_permit_end(&permit);
+  }
+  if (!embedded && atomic_load(&fenced)) {
+    /* What a straggler with the old token would get: etcd refuses it. */
+    s = commit(lock, token, units + 1);
+    say("a late write under the old token %" PRIu64 ": %s", token,
+        s == LK_FENCED ? "refused by etcd (fenced)" : lk_status_name((int)s));
   }
 
   uint64_t in_flight = 0;

@@ -369,6 +369,67 @@ pub unsafe extern "C" fn lk_memory_holder(
     })
 }
 
+/// Deletes the lock key of `name` while its holder's lease lives on, as an
+/// operator running `etcdctl del` would: the holder fences at once (reason
+/// `LK_REASON_LOCK_LOST`). `LK_NOT_HELD` if nobody held it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_delete_lock_key(
+    memory: *const lk_memory,
+    name: *const c_char,
+) -> crate::lk_status {
+    ffi!({
+        let memory = unsafe { arg(memory, "memory") }?;
+        let name = unsafe { text(name, "name") }?;
+        if !memory.service.delete_lock_key(name) {
+            return Err(Fail::new(
+                crate::lk_status::LK_NOT_HELD,
+                format!("nobody holds `{name}`"),
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Reads `key` from the service's key-value store (what guarded writes
+/// wrote). On success `*found_out` says whether the key exists and
+/// `*len_out` is the value's length (0 if not found); the first
+/// `min(len, cap)` bytes are copied to `buf` (NULL when `cap` is 0; call
+/// with cap 0 to learn the length). `*len_out > cap`: the copy was cut short.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_get(
+    memory: *const lk_memory,
+    key: *const u8,
+    key_len: usize,
+    buf: *mut u8,
+    cap: usize,
+    len_out: *mut usize,
+    found_out: *mut bool,
+) -> crate::lk_status {
+    ffi!({
+        let memory = unsafe { arg(memory, "memory") }?;
+        if key.is_null() {
+            return Err(Fail::null("key"));
+        }
+        // SAFETY: `key_len` readable bytes at `key` (header rules).
+        let key = unsafe { std::slice::from_raw_parts(key, key_len) };
+        if buf.is_null() && cap > 0 {
+            return Err(Fail::null("buf"));
+        }
+        let len = unsafe { out(len_out, "len_out") }?;
+        let found = unsafe { out(found_out, "found_out") }?;
+        let value = memory.service.get(key);
+        let v = value.as_deref().unwrap_or_default();
+        let n = v.len().min(cap);
+        if n > 0 {
+            // SAFETY: `cap` writable bytes at `buf`, not overlapping `v`.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf, n) };
+        }
+        *len = v.len();
+        *found = value.is_some();
+        Ok(())
+    })
+}
+
 fn link(client: &lk_client) -> Result<&MemoryBackend, Fail> {
     client.link.as_ref().ok_or_else(|| {
         Fail::invalid(

@@ -388,12 +388,17 @@ pub enum lk_reason {
     LK_REASON_WOULD_BLOCK = 11,
     /// `try_acquire` failed on a backend error.
     LK_REASON_ACQUIRE_FAILED = 12,
+    /// The lock key was deleted while the lease lived (an operator ran
+    /// `etcdctl del`): someone else may take the lock at once, so the lock
+    /// fences at once.
+    LK_REASON_LOCK_LOST = 13,
     /// A reason newer than this header.
     LK_REASON_OTHER = 255,
 }
 
+/// The core's reasons in C order (`LK_REASON_*` value = index).
 #[cfg(test)]
-const REASONS: [Reason; 13] = [
+const REASONS: [Reason; 14] = [
     Reason::Acquire,
     Reason::Acquired,
     Reason::KeepaliveTimeout,
@@ -407,9 +412,11 @@ const REASONS: [Reason; 13] = [
     Reason::AcquireTimeout,
     Reason::WouldBlock,
     Reason::AcquireFailed,
+    Reason::LockLost,
 ];
 
-const REASON_NAMES: [&CStr; 13] = [
+/// Indexed by `LK_REASON_*` value.
+const REASON_NAMES: [&CStr; 14] = [
     c"acquire",
     c"acquired",
     c"keepalive_timeout",
@@ -423,6 +430,7 @@ const REASON_NAMES: [&CStr; 13] = [
     c"acquire_timeout",
     c"would_block",
     c"acquire_failed",
+    c"lock_lost",
 ];
 
 pub(crate) fn reason_of(r: Reason) -> lk_reason {
@@ -441,6 +449,7 @@ pub(crate) fn reason_of(r: Reason) -> lk_reason {
         Reason::AcquireTimeout => LK_REASON_ACQUIRE_TIMEOUT,
         Reason::WouldBlock => LK_REASON_WOULD_BLOCK,
         Reason::AcquireFailed => LK_REASON_ACQUIRE_FAILED,
+        Reason::LockLost => LK_REASON_LOCK_LOST,
         _ => LK_REASON_OTHER,
     }
 }

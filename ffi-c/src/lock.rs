@@ -1,7 +1,7 @@
 //! Locks, permits, callbacks and guarded writes.
 
 use std::cell::Cell;
-use std::ffi::{c_char, c_void};
+use std::ffi::{CString, c_char, c_void};
 use std::mem::{MaybeUninit, align_of, size_of};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +17,8 @@ use crate::{Fail, arg, ffi, lk_reason, lk_state, out, text};
 pub struct lk_lock {
     lock: Lock,
     hooks: Arc<Hooks>,
+    /// The name as given, for `lk_lock_name`.
+    name: CString,
 }
 
 /// Keeps a lock's C callbacks from running once its handle is freed, so the
@@ -78,12 +80,24 @@ pub unsafe extern "C" fn lk_lock_new(
         let lock = client.client.lock(name)?;
         *dest = Box::into_raw(Box::new(lk_lock {
             lock,
+            // From a C string: no NUL inside.
+            name: CString::new(name).unwrap_or_default(),
             hooks: Arc::new(Hooks {
                 alive: AtomicBool::new(true),
                 running: Mutex::new(()),
             }),
         }));
         Ok(())
+    })
+}
+
+/// The lock's name, as given to `lk_lock_new`; NULL for a NULL lock. Valid
+/// until the lock is freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_name(lock: *const lk_lock) -> *const c_char {
+    ffi!(value {
+        // SAFETY: NULL or a lock made by lk_lock_new.
+        unsafe { lock.as_ref() }.map_or(std::ptr::null(), |l| l.name.as_ptr())
     })
 }
 
@@ -463,9 +477,13 @@ unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fa
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-/// etcd: puts `key` = `value` only while this lock's key still exists with
-/// `token` as its fencing token (one etcd transaction); `LK_FENCED`
-/// otherwise. `value` may be NULL when `value_len` is 0.
+/// Puts `key` = `value` in the lock service only while this lock's key
+/// still exists with `token` as its fencing token (on etcd one transaction
+/// comparing the key's `create_revision`; the embedded service keeps the
+/// same rule, read back with `lk_memory_get`). `LK_FENCED` (message names
+/// the token) when the token no longer holds the lock, `LK_INVALID_ARGUMENT`
+/// for an empty key, `LK_BACKEND` when the service does not answer within
+/// the TTL. Blocks. `value` may be NULL when `value_len` is 0.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_guarded_put(
     lock: *const lk_lock,
@@ -487,8 +505,8 @@ pub unsafe extern "C" fn lk_lock_guarded_put(
     })
 }
 
-/// etcd: deletes `key` only while this lock's key still exists with `token`
-/// as its fencing token; `LK_FENCED` otherwise.
+/// Deletes `key` only while this lock's key still exists with `token` as
+/// its fencing token; statuses as `lk_lock_guarded_put`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_guarded_delete(
     lock: *const lk_lock,

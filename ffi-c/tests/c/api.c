@@ -2,6 +2,9 @@
  * function, out-parameters untouched on failure, the lock and permit life
  * cycle, double ends and NULL frees, the fence gate, the embedded service. */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -34,6 +37,9 @@ static void names(void) {
   CHECK(!strcmp(lk_state_name(-3), "unknown"));
   CHECK(!strcmp(lk_reason_name(LK_REASON_KEEPALIVE_TIMEOUT), "keepalive_timeout"));
   CHECK(!strcmp(lk_reason_name(LK_REASON_ACQUIRE_FAILED), "acquire_failed"));
+  CHECK(!strcmp(lk_reason_name(LK_REASON_LOCK_LOST), "lock_lost"));
+  CHECK(LK_REASON_LOCK_LOST == 13);
+  CHECK(!strcmp(lk_reason_name(14), "unknown"));
   CHECK(!strcmp(lk_reason_name(LK_REASON_OTHER), "unknown"));
   CHECK(!strcmp(lk_reason_name(-1), "unknown"));
   CHECK(lk_version() && strlen(lk_version()) > 0);
@@ -190,6 +196,20 @@ static void nulls(void) {
   MESSAGE_HAS("value");
   EXPECT(lk_lock_guarded_delete(NULL, 1, (const uint8_t *)"k", 1), LK_NULL_PARAMETER);
   EXPECT(lk_lock_guarded_delete(l, 1, NULL, 1), LK_NULL_PARAMETER);
+  EXPECT(lk_memory_delete_lock_key(NULL, "x"), LK_NULL_PARAMETER);
+  EXPECT(lk_memory_delete_lock_key(mem, NULL), LK_NULL_PARAMETER);
+  size_t len = 7;
+  bool found = true;
+  uint8_t buf[4];
+  EXPECT(lk_memory_get(NULL, (const uint8_t *)"k", 1, buf, 4, &len, &found), LK_NULL_PARAMETER);
+  EXPECT(lk_memory_get(mem, NULL, 1, buf, 4, &len, &found), LK_NULL_PARAMETER);
+  EXPECT(lk_memory_get(mem, (const uint8_t *)"k", 1, NULL, 4, &len, &found), LK_NULL_PARAMETER);
+  MESSAGE_HAS("buf");
+  EXPECT(lk_memory_get(mem, (const uint8_t *)"k", 1, buf, 4, NULL, &found), LK_NULL_PARAMETER);
+  EXPECT(lk_memory_get(mem, (const uint8_t *)"k", 1, buf, 4, &len, NULL), LK_NULL_PARAMETER);
+  CHECK(len == 7 && found);
+  CHECK(lk_lock_name(NULL) == NULL);
+  CHECK(!strcmp(lk_lock_name(l), "nulls"));
   CHECK(u == 7); /* no out-parameter was written */
 
   /* NULL frees and ends do nothing. */
@@ -226,16 +246,31 @@ static void bad_arguments(void) {
   struct lk_memory *m = SENTINEL;
   unsetenv("DLOCK_ENDPOINTS");
   struct lk_client *env = NULL;
-  enum lk_status s = lk_client_from_env(NULL, &env);
-  /* LK_BACKEND only while the etcd backend is a stub. */
-  CHECK(s == LK_OK || (s == LK_BACKEND && strstr(lk_last_error(), "not built")));
-  if (s == LK_OK) {
-    EXPECT(lk_link_partition(env), LK_INVALID_ARGUMENT);
-    MESSAGE_HAS("embedded");
-    EXPECT(lk_client_memory(env, &m), LK_INVALID_ARGUMENT);
-    CHECK(m == SENTINEL);
-    lk_client_free(env);
-  }
+  OK(lk_client_from_env(NULL, &env)); /* DLOCK_ENDPOINTS unset: embedded */
+  CHECK(env != NULL);
+  EXPECT(lk_link_partition(env), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("embedded");
+  EXPECT(lk_client_memory(env, &m), LK_INVALID_ARGUMENT);
+  CHECK(m == SENTINEL);
+  lk_client_free(env);
+  /* The environment's etcd settings are checked before any connection. */
+  env = SENTINEL;
+  setenv("DLOCK_ENDPOINTS", "nohost", 1);
+  EXPECT(lk_client_from_env(NULL, &env), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("DLOCK_ENDPOINTS");
+  setenv("DLOCK_ENDPOINTS", "127.0.0.1:1", 1);
+  setenv("DLOCK_USER", "root", 1);
+  setenv("DLOCK_PASSWORD", "secret", 1);
+  EXPECT(lk_client_from_env(NULL, &env), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("plaintext");
+  setenv("DLOCK_CONNECT_TIMEOUT_MS", "soon", 1);
+  EXPECT(lk_client_from_env(NULL, &env), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("DLOCK_CONNECT_TIMEOUT_MS");
+  CHECK(env == SENTINEL);
+  unsetenv("DLOCK_CONNECT_TIMEOUT_MS");
+  unsetenv("DLOCK_USER");
+  unsetenv("DLOCK_PASSWORD");
+  unsetenv("DLOCK_ENDPOINTS");
   EXPECT(lk_memory_named("\xff", &m), LK_INVALID_ARGUMENT);
   EXPECT(lk_link_fail_keepalives(c, "\xff"), LK_INVALID_ARGUMENT);
   lk_client_free(c);
@@ -311,10 +346,10 @@ static void life_cycle(void) {
   CHECK(u == 2);
   EXPECT(lk_lock_acquire(la, 50, NULL), LK_TIMEOUT); /* b holds it now */
 
-  /* A guarded write with a dead token (1; b holds 2) never commits, on any
-   * backend (etcd: LK_FENCED). */
-  CHECK(lk_lock_guarded_put(lb, 1, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1) != LK_OK);
-  CHECK(lk_lock_guarded_delete(lb, 1, (const uint8_t *)"k", 1) != LK_OK);
+  /* A guarded write with a dead token (1; b holds 2) never commits. */
+  EXPECT(lk_lock_guarded_put(lb, 1, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1), LK_FENCED);
+  MESSAGE_HAS("token 1");
+  EXPECT(lk_lock_guarded_delete(lb, 1, (const uint8_t *)"k", 1), LK_FENCED);
 
   /* The client's service is the one given; its handle is a new one. */
   struct lk_memory *seen;
@@ -328,6 +363,248 @@ static void life_cycle(void) {
   lk_client_free(a); /* clients after locks, or before: both are fine */
   lk_client_free(b);
   lk_memory_free(mem);
+}
+
+/* etcd settings that break a rule: refused before any connection, with a
+ * message that names the rule; the out-parameter untouched. */
+static void etcd_options(void) {
+  struct lk_client *client = SENTINEL;
+  struct lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+  const char *bad_endpoints[] = {"", " , ", "nohost", "host:0", "host:70000", "ftp://h:1",
+                                 "h:1/path", "::1:2379", "user@h:1", "a:1,,b:2"};
+  for (size_t i = 0; i < sizeof bad_endpoints / sizeof *bad_endpoints; i++) {
+    o.endpoints = bad_endpoints[i];
+    EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+    MESSAGE_HAS("endpoint");
+  }
+
+  o = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
+  o.endpoints = "https://127.0.0.1:1";
+  o.ca_file = "/ca.pem";
+  o.cert_file = "/cert.pem"; /* a certificate without its key */
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("key file");
+  o.cert_file = NULL;
+  o.key_file = "/key.pem"; /* a key without its certificate */
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("certificate file");
+  o.key_file = NULL;
+  o.ca_file = NULL; /* https needs a CA file */
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("CA file");
+  o.ca_file = "/ca.pem";
+  o.endpoints = "https://127.0.0.1:1,http://127.0.0.1:2";
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("plain http");
+  o.endpoints = "https://127.0.0.1:1";
+  o.ca_file = "/nonexistent/ca.pem"; /* files are read when connecting */
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("/nonexistent/ca.pem");
+
+  o = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
+  o.endpoints = "127.0.0.1:1";
+  o.user = "root";
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("password");
+  o.password = "secret"; /* over plaintext, not allowed */
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("plaintext");
+  o.user = "\xff";
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("user");
+  o.user = "root";
+
+  o.allow_plaintext_password = true;
+  o.connect_timeout_ms = 0;
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("connect_timeout");
+  o.connect_timeout_ms = 300;
+  o.request_timeout_ms = 0;
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("request_timeout");
+  /* Allowed and well formed: nothing listens on port 1, a backend error
+   * naming the endpoint. */
+  o.request_timeout_ms = 300;
+  EXPECT(lk_client_new(&o, &client), LK_BACKEND);
+  MESSAGE_HAS("127.0.0.1:1");
+  CHECK(client == SENTINEL);
+}
+
+/* Guarded writes on the embedded service: the live token commits (read back
+ * with lk_memory_get), a dead one is refused with LK_FENCED. */
+static void guarded_writes(void) {
+  struct lk_memory *mem;
+  OK(lk_memory_new(&mem));
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  struct lk_client *a, *b;
+  OK(lk_client_new(&o, &a));
+  OK(lk_client_new(&o, &b));
+  struct lk_lock *la, *lb;
+  OK(lk_lock_new(a, "orders", &la));
+  OK(lk_lock_new(b, "orders", &lb));
+  uint64_t ta, tb;
+  OK(lk_lock_acquire(la, 5000, &ta));
+
+  const uint8_t *key = (const uint8_t *)"orders/last";
+  size_t klen = strlen((const char *)key), len = 99;
+  bool found = true;
+  char buf[32];
+  OK(lk_memory_get(mem, key, klen, NULL, 0, &len, &found));
+  CHECK(!found && len == 0);
+  OK(lk_lock_guarded_put(la, ta, key, klen, (const uint8_t *)"first", 5));
+  memset(buf, 0, sizeof buf);
+  OK(lk_memory_get(mem, key, klen, (uint8_t *)buf, sizeof buf, &len, &found));
+  CHECK(found && len == 5 && !memcmp(buf, "first", 5));
+  memset(buf, 0, sizeof buf);
+  OK(lk_memory_get(mem, key, klen, (uint8_t *)buf, 3, &len, &found)); /* cut short */
+  CHECK(found && len == 5 && !memcmp(buf, "fir", 3) && buf[3] == 0);
+  OK(lk_lock_guarded_put(la, ta, key, klen, NULL, 0)); /* an empty value */
+  OK(lk_memory_get(mem, key, klen, NULL, 0, &len, &found));
+  CHECK(found && len == 0);
+  OK(lk_lock_guarded_delete(la, ta, key, klen));
+  OK(lk_memory_get(mem, key, klen, NULL, 0, &len, &found));
+  CHECK(!found);
+  OK(lk_lock_guarded_put(la, ta, key, klen, (const uint8_t *)"by a", 4));
+  EXPECT(lk_lock_guarded_put(la, ta, key, 0, (const uint8_t *)"x", 1), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("empty key");
+  EXPECT(lk_lock_guarded_put(la, ta + 1, key, klen, (const uint8_t *)"x", 1), LK_FENCED);
+
+  /* a releases, b takes over: a's token is dead, b's commits. */
+  OK(lk_lock_release(la));
+  OK(lk_lock_acquire(lb, 5000, &tb));
+  CHECK(tb > ta);
+  EXPECT(lk_lock_guarded_put(la, ta, key, klen, (const uint8_t *)"stale", 5), LK_FENCED);
+  MESSAGE_HAS("fenced");
+  EXPECT(lk_lock_guarded_delete(la, ta, key, klen), LK_FENCED);
+  OK(lk_memory_get(mem, key, klen, (uint8_t *)buf, sizeof buf, &len, &found));
+  CHECK(found && len == 4 && !memcmp(buf, "by a", 4));
+  OK(lk_lock_guarded_put(lb, tb, key, klen, (const uint8_t *)"by b", 4));
+  OK(lk_memory_get(mem, key, klen, (uint8_t *)buf, sizeof buf, &len, &found));
+  CHECK(found && len == 4 && !memcmp(buf, "by b", 4));
+
+  lk_lock_free(la);
+  lk_lock_free(lb);
+  lk_client_free(a);
+  lk_client_free(b);
+  lk_memory_free(mem);
+}
+
+struct lost {
+  atomic_uint_fast64_t fenced_token;
+  atomic_int fence_reason; /* the reason of the transition to Fenced */
+  atomic_uint_fast64_t reacquired_token;
+};
+
+static void lost_on_fence(void *ud, uint64_t token, uint64_t in_flight) {
+  (void)in_flight;
+  atomic_store(&((struct lost *)ud)->fenced_token, token);
+}
+
+static void lost_on_state(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
+  (void)from;
+  if (to == LK_STATE_FENCED) atomic_store(&((struct lost *)ud)->fence_reason, (int)why);
+}
+
+static void lost_on_acquired(void *ud, uint64_t token) {
+  atomic_store(&((struct lost *)ud)->reacquired_token, token);
+}
+
+/* An operator deletes the lock key while the lease lives: the holder fences
+ * at once with LK_REASON_LOCK_LOST (not at its deadline) and reacquires with
+ * a higher token. */
+static void lock_lost(void) {
+  struct lk_memory *mem;
+  OK(lk_memory_new(&mem));
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  struct lk_client *c;
+  OK(lk_client_new(&o, &c));
+  struct lk_lock *l;
+  OK(lk_lock_new(c, "lost", &l));
+  struct lost seen = {0, -1, 0};
+  OK(lk_set_on_fence(l, lost_on_fence, &seen));
+  OK(lk_set_on_state_change(l, lost_on_state, &seen));
+  uint64_t token;
+  OK(lk_set_on_acquired(l, lost_on_acquired, &seen));
+  OK(lk_lock_acquire(l, 5000, &token));
+  struct lk_permit p = LK_PERMIT_INIT;
+  OK(lk_permit(l, &p));
+
+  uint64_t cut = boot_ns();
+  OK(lk_memory_delete_lock_key(mem, "lost"));
+  while ((!atomic_load(&seen.fenced_token) || atomic_load(&seen.fence_reason) < 0) &&
+         boot_ns() - cut < 3000000000u)
+    sleep_ms(5);
+  uint64_t took_ms = (boot_ns() - cut) / 1000000u;
+  CHECK(atomic_load(&seen.fenced_token) == token);
+  CHECK(atomic_load(&seen.fence_reason) == LK_REASON_LOCK_LOST);
+  /* At once: well before the deadline (TTL 2 s - margin 0.5 s), which
+   * keepalives would keep pushing back anyway. */
+  CHECK(took_ms < 1000);
+  CHECK(!lk_permit_valid(&p));
+  lk_permit_end(&p);
+  EXPECT(lk_lock_guarded_put(l, token, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1), LK_FENCED);
+
+  while (atomic_load(&seen.reacquired_token) <= token && boot_ns() - cut < 5000000000u) sleep_ms(5);
+  uint64_t again = atomic_load(&seen.reacquired_token);
+  CHECK(again > token);
+  uint64_t held = 0;
+  OK(lk_memory_holder(mem, "lost", &held));
+  CHECK(held == again);
+  OK(lk_lock_release(l));
+  EXPECT(lk_memory_delete_lock_key(mem, "lost"), LK_NOT_HELD);
+  MESSAGE_HAS("lost");
+
+  lk_lock_free(l);
+  lk_client_free(c);
+  lk_memory_free(mem);
+}
+
+/* The driver thread, where all network I/O runs, blocks SIGPIPE: a peer
+ * closing a socket mid-write must not kill a C host, which (unlike a Rust
+ * program) keeps SIGPIPE's default action. Read from /proc: the thread named
+ * dlock-driver has SIGPIPE in its blocked set; this thread does not. */
+static int sigpipe_blocked(const char *status_path) {
+  FILE *f = fopen(status_path, "r");
+  if (!f) return -1;
+  char line[256];
+  int blocked = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long mask;
+    if (sscanf(line, "SigBlk: %llx", &mask) == 1) blocked = (mask >> (SIGPIPE - 1)) & 1;
+  }
+  fclose(f);
+  return blocked;
+}
+
+static void driver_blocks_sigpipe(void) {
+  struct lk_client *c;
+  OK(lk_client_new(NULL, &c));
+  struct lk_lock *l;
+  OK(lk_lock_new(c, "api/sigpipe", &l)); /* the driver thread runs from here on */
+  int found = 0;
+  DIR *tasks = opendir("/proc/self/task");
+  CHECK(tasks != NULL);
+  struct dirent *t;
+  while (tasks && (t = readdir(tasks))) {
+    if (t->d_name[0] == '.') continue;
+    char path[300], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", t->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+    fclose(f);
+    if (strncmp(comm, "dlock-driver", 12)) continue;
+    found = 1;
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", t->d_name);
+    CHECK(sigpipe_blocked(path) == 1);
+  }
+  if (tasks) closedir(tasks);
+  CHECK(found);
+  CHECK(sigpipe_blocked("/proc/thread-self/status") == 0); /* the application's own thread */
+  lk_lock_free(l);
+  lk_client_free(c);
 }
 
 static void shared_service(void) {
@@ -433,7 +710,11 @@ int main(void) {
   options();
   nulls();
   bad_arguments();
+  etcd_options();
   life_cycle();
+  guarded_writes();
+  lock_lost();
+  driver_blocks_sigpipe();
   shared_service();
   fence_gate();
   faults();

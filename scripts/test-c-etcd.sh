@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The C face against the etcd test cluster: ffi-c/tests/c/etcd.c (plaintext
+# members, the TLS member with mTLS + password, lk_client_from_env) once
+# under -fsanitize=address,undefined and once under valgrind, its guarded
+# writes read back with etcdctl, and examples/c/worker on etcd fenced by an
+# operator's `etcdctl del` of its lock key.
+#
+# Expects the env of scripts/etcd-cluster.sh exported (source
+# target/etcd/env); scripts/test-etcd.sh runs it that way. Without it the
+# checks are skipped, or fail when DLOCK_TEST_REQUIRE_ETCD=1.
+# Prints `c-etcd: N passed, N failed`; fails on any failure.
+# Usage: scripts/test-c-etcd.sh [LOGFILE]   (every step's output is appended)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+log=${1:-/dev/null}
+[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
+
+if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
+  if [[ ${DLOCK_TEST_REQUIRE_ETCD:-} = 1 ]]; then
+    echo "c-etcd: no cluster env (DLOCK_TEST_MEMBERS unset) and DLOCK_TEST_REQUIRE_ETCD=1" | tee -a "$log" >&2
+    exit 1
+  fi
+  echo "c-etcd: skipped (no cluster env; run scripts/etcd-cluster.sh start and source target/etcd/env)" | tee -a "$log"
+  exit 0
+fi
+for v in DLOCK_TEST_TLS_ENDPOINT DLOCK_TEST_CA DLOCK_TEST_CERT DLOCK_TEST_KEY DLOCK_TEST_USER DLOCK_TEST_PASSWORD; do
+  [[ -n ${!v:-} ]] || { echo "c-etcd: $v is not set (source target/etcd/env)" >&2; exit 1; }
+done
+
+work=$(mktemp -d)
+worker_pid=
+cleanup() {
+  [[ -n $worker_pid ]] && kill "$worker_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+passed=0
+failed=0
+failures=()
+
+step() {
+  local name=$1
+  shift
+  printf '\n==> c-etcd: %s\n' "$name" | tee -a "$log"
+  if "$@" 2>&1 | tee -a "$log"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    printf 'c-etcd: FAILED: %s\n' "$name" | tee -a "$log"
+  fi
+}
+
+summary() {
+  printf '\nc-etcd: %d passed, %d failed\n' "$passed" "$failed" | tee -a "$log"
+  if ((failed)); then
+    printf 'c-etcd: failed: %s\n' "${failures[@]}" | tee -a "$log"
+    exit 1
+  fi
+  exit 0
+}
+
+need=()
+for tool in gcc valgrind; do command -v "$tool" >/dev/null || need+=("$tool"); done
+command -v etcdctl >/dev/null || need+=(etcd-client)
+if ((${#need[@]})); then
+  printf '==> c-etcd: installing %s\n' "${need[*]}"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >>"$log" 2>&1 ||
+    { echo "c-etcd: cannot install ${need[*]}" >&2; exit 1; }
+fi
+
+ctl() { ETCDCTL_API=3 etcdctl --dial-timeout 2s --command-timeout 5s --endpoints "$DLOCK_TEST_MEMBERS" "$@"; }
+ctl_tls() {
+  ETCDCTL_API=3 etcdctl --dial-timeout 2s --command-timeout 5s --endpoints "$DLOCK_TEST_TLS_ENDPOINT" \
+    --cacert "$DLOCK_TEST_CA" --cert "$DLOCK_TEST_CERT" --key "$DLOCK_TEST_KEY" \
+    --user "$DLOCK_TEST_USER:$DLOCK_TEST_PASSWORD" "$@"
+}
+
+step "cargo build --release -p dlock-ffi" cargo build --release --locked -p dlock-ffi
+[[ -f target/release/libdlock.so ]] || summary
+
+STRICT=(-std=c11 -Wall -Wextra -Werror -pedantic)
+LINK=(-Ltarget/release -ldlock -lpthread "-Wl,-rpath,$root/target/release")
+SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+compile() {
+  gcc "${STRICT[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd-asan" "${LINK[@]}" &&
+    gcc "${STRICT[@]}" -O1 -g -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd" "${LINK[@]}" &&
+    gcc "${STRICT[@]}" -O2 -Iinclude examples/c/worker.c -o "$work/worker" "${LINK[@]}" &&
+    echo "compiled etcd.c (sanitized and plain) and examples/c/worker.c"
+}
+step "compile: gcc ${STRICT[*]}" compile
+
+# run_etcd_test BIN...: runs the C etcd test, then reads each value it says
+# it wrote back from etcd with etcdctl.
+run_etcd_test() {
+  local out line which key value got
+  out=$("$@") || { echo "$out"; return 1; }
+  echo "$out"
+  local n=0
+  while read -r line; do
+    read -r which key value <<<"${line#etcd: written }"
+    if [[ $which = tls ]]; then
+      got=$(ctl_tls get "$key" --print-value-only) || return 1
+    else
+      got=$(ctl get "$key" --print-value-only) || return 1
+    fi
+    [[ $got = "$value" ]] || { echo "etcdctl get $key ($which): '$got', expected '$value'"; return 1; }
+    echo "etcdctl get $key ($which): '$got' (as written)"
+    n=$((n + 1))
+  done < <(grep '^etcd: written ' <<<"$out")
+  ((n == 2)) || { echo "expected 2 written keys, saw $n"; return 1; }
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+[[ -x $work/etcd-asan ]] && step "etcd.c under -fsanitize=address,undefined" run_etcd_test "$work/etcd-asan"
+unset ASAN_OPTIONS UBSAN_OPTIONS
+# ffi-c/tests/c/tls.supp: two false positives inside TLS record encryption
+# (ring's AES-GCM assembly), nothing else.
+[[ -x $work/etcd ]] && step "etcd.c under valgrind" run_etcd_test \
+  valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+  --suppressions=ffi-c/tests/c/tls.supp "$work/etcd"
+
+# The worker on etcd: units committed with guarded puts; an operator deletes
+# its lock key; it fences at once (lock_lost), stops cleanly, and etcd keeps
+# the last unit committed before the fence and refuses the old token.
+worker_story() {
+  local out=$work/worker.out i n
+  ctl del examples/worker-result >/dev/null || return 1
+  DLOCK_ENDPOINTS=$DLOCK_TEST_MEMBERS "$work/worker" >"$out" 2>&1 &
+  worker_pid=$!
+  for ((i = 0; i < 200; i++)); do
+    n=$(grep -c 'commits under token' "$out")
+    ((n >= 2)) && break
+    kill -0 "$worker_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "etcdctl del --prefix examples/worker/ (the lock key): $(ctl del --prefix examples/worker/)"
+  wait "$worker_pid"
+  local rc=$?
+  worker_pid=
+  cat "$out"
+  ((rc == 0)) || { echo "worker exited with $rc"; return 1; }
+  local body token fence lost stop last_commit late committed stored
+  body=$(<"$out")
+  grep -q '(etcd backend)' <<<"$body" || { echo "worker did not run on etcd"; return 1; }
+  token=$(grep -o 'holds the lock, token [0-9]*' <<<"$body" | grep -o '[0-9]*$')
+  lost=$(grep -n 'Holding -> Fenced (lock_lost)' <<<"$body" | head -1 | cut -d: -f1)
+  fence=$(grep -n "FENCED token $token " <<<"$body" | head -1 | cut -d: -f1)
+  late=$(grep -n "a late write under the old token $token: refused by etcd (fenced)" <<<"$body" | cut -d: -f1)
+  stop=$(grep -n 'worker stopped cleanly after [0-9]* unit(s); 0 in flight' <<<"$body" | cut -d: -f1)
+  last_commit=$(grep -n 'commits under token' <<<"$body" | tail -1 | cut -d: -f1)
+  if [[ -z $token || -z $lost || -z $fence || -z $late || -z $stop || -z $last_commit ]] ||
+    ! ((fence < late && lost < late && last_commit < late && late < stop)); then
+    echo "worker: expected commits, then the fence (lock_lost), the late write refused, a clean stop"
+    return 1
+  fi
+  committed=$(grep 'commits under token' <<<"$body" | tail -1 | sed -E 's/.*unit ([0-9]+) commits under token ([0-9]+).*/unit \1 token \2/')
+  stored=$(ctl get examples/worker-result --print-value-only) || return 1
+  [[ $stored = "$committed" ]] || { echo "etcd holds '$stored', the last commit was '$committed'"; return 1; }
+  echo "worker on etcd: ok (etcd holds '$stored', the last unit committed before the fence)"
+}
+[[ -x $work/worker ]] && step "examples/c/worker on etcd: guarded commits, fenced by etcdctl del, clean stop" worker_story
+
+summary
