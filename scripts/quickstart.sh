@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the main example: two holders, one lock, a cut network, on the
-# embedded backend. Needs only a Rust toolchain (cargo).
+# embedded backend. Needs a Rust toolchain (cargo); installs protoc if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v cargo >/dev/null || { echo "quickstart: cargo not found; install Rust (rustup)" >&2; exit 1; }
-exec cargo run --quiet --example quickstart
+. scripts/lib.sh
+need_build_tools
+exec cargo run --quiet --locked --example quickstart

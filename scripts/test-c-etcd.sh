@@ -61,14 +61,9 @@ summary() {
   exit 0
 }
 
-need=()
-for tool in gcc valgrind; do command -v "$tool" >/dev/null || need+=("$tool"); done
-command -v etcdctl >/dev/null || need+=(etcd-client)
-if ((${#need[@]})); then
-  printf '==> c-etcd: installing %s\n' "${need[*]}"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >>"$log" 2>&1 ||
-    { echo "c-etcd: cannot install ${need[*]}" >&2; exit 1; }
-fi
+. scripts/lib.sh
+need_debs gcc=gcc valgrind=valgrind etcdctl=etcd-client >>"$log" 2>&1 ||
+  { echo "c-etcd: cannot install its tools" >&2; exit 1; }
 
 ctl() { ETCDCTL_API=3 etcdctl --dial-timeout 2s --command-timeout 5s --endpoints "$DLOCK_TEST_MEMBERS" "$@"; }
 ctl_tls() {

@@ -41,16 +41,9 @@ summary() {
 }
 
 # --- tools (a fresh Debian machine has none of them) -----------------------
-need=()
-for tool in gcc g++ make pkg-config valgrind; do
-  command -v "$tool" >/dev/null || need+=("$tool")
-done
-[[ -f /usr/include/cjson/cJSON.h ]] || need+=(libcjson-dev)
-if ((${#need[@]})); then
-  printf '==> c: installing %s\n' "${need[*]}"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"; } >>"$log" 2>&1 ||
-    { echo "c: cannot install ${need[*]}" >&2; exit 1; }
-fi
+. scripts/lib.sh
+need_debs gcc=gcc g++=g++ make=make pkg-config=pkg-config valgrind=valgrind /usr/include/cjson/cJSON.h=libcjson-dev >>"$log" 2>&1 ||
+  { echo "c: cannot install its tools" >&2; exit 1; }
 
 CBINDGEN_VERSION=0.29.4
 export PATH="$HOME/.cargo/bin:$PATH"

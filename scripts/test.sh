@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-command -v cargo >/dev/null || { echo "test: cargo not found; install Rust (rustup)" >&2; exit 1; }
+. scripts/lib.sh
+need_build_tools
 for c in rustfmt clippy; do
   if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1; then
     step "installing $c"
