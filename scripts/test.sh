@@ -26,6 +26,7 @@ export PROPTEST_CASES
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+scripts/test-etcd.sh "$log" # etcd backend + fault tests on a real cluster; appends to the log
 
 step "quickstart: A drains, fences before B acquires with a higher token"
 out=$(cargo run --quiet --locked --example quickstart)

@@ -113,6 +113,32 @@ impl Cluster {
         run_etcdctl(&tls, args)
     }
 
+    /// The pid of member `i` (0-based) now: read again from the env file,
+    /// which `etcd-cluster.sh restart-member` keeps current (another test of
+    /// this process may have restarted the member).
+    pub fn pid(&self, i: usize) -> i32 {
+        let fresh = std::env::var("DLOCK_TEST_ENV_FILE")
+            .ok()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|env| {
+                env.lines()
+                    .find_map(|l| l.strip_prefix("export DLOCK_TEST_PIDS="))
+                    .and_then(|p| p.split(',').nth(i)?.trim().parse().ok())
+            });
+        fresh.unwrap_or(self.pids[i])
+    }
+
+    /// Whether member `i` (0-based) answers a health check.
+    pub fn member_healthy(&self, i: usize) -> bool {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--dial-timeout=1s", "--command-timeout=2s"])
+            .arg(format!("--endpoints={}", self.members[i]))
+            .args(["endpoint", "health"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
     /// The index (0-based) of the current leader of m1..m3.
     pub fn leader(&self) -> usize {
         let out = self.script(&["leader"]);
