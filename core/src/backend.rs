@@ -26,6 +26,15 @@ pub enum BackendError {
     Fenced,
 }
 
+/// Why a held lock went away under its holder (see [`Backend::watch_lock`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LockGone {
+    /// The lock key was deleted while its lease lived (an operator).
+    KeyDeleted,
+    /// The lease went, and the key with it (revoked or expired).
+    LeaseLost,
+}
+
 /// A lease granted by the service.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -60,9 +69,15 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Resolves once the lock `name` acquired under `lease` with `token` is
     /// gone from the service while the holder may still think it holds it
-    /// (an operator deleted the key). The driver fences at once. The default
-    /// never resolves: keepalives alone tell a lost lease.
-    fn watch_lock<'a>(&'a self, name: &'a str, lease: LeaseId, token: Token) -> BoxFuture<'a, ()> {
+    /// (an operator deleted the key or revoked the lease), saying which. The
+    /// driver fences at once. The default never resolves: keepalives alone
+    /// tell a lost lease.
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
         let _ = (name, lease, token);
         Box::pin(std::future::pending())
     }

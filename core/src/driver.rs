@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, LockGone};
 use crate::clock::Instant;
 use crate::gate::{Gate, Job, Notice};
 use crate::machine::{AcquireError, Action, Event, Holder, LeaseId, State, Token};
@@ -315,9 +315,12 @@ impl LockTask {
     fn watch_lock(&mut self, events: &mpsc::UnboundedSender<Event>, lease: LeaseId, token: Token) {
         let (b, name, tx) = (self.backend.clone(), self.name.clone(), events.clone());
         let task = runtime().spawn(async move {
-            b.watch_lock(&name, lease, token).await;
-            tracing::warn!(lock = %name, %token, "the lock key is gone");
-            let _ = tx.send(Event::LockLost { lease });
+            let gone = b.watch_lock(&name, lease, token).await;
+            tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
+            let _ = tx.send(match gone {
+                LockGone::KeyDeleted => Event::LockLost { lease },
+                LockGone::LeaseLost => Event::LeaseLost { lease },
+            });
         });
         self.lock_calls.retain(|(_, h)| !h.is_finished());
         self.lock_calls.push((lease, task.abort_handle()));

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Grant};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, LockGone};
 use crate::clock::{Clock, Instant};
 use crate::machine::{LeaseId, Token};
 
@@ -459,11 +459,17 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn watch_lock<'a>(&'a self, name: &'a str, lease: LeaseId, token: Token) -> BoxFuture<'a, ()> {
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
         Box::pin(async move {
             self.service.lock_gone(name, lease, token).await;
             // The news crosses this link like any reply.
             self.cross().await;
+            LockGone::KeyDeleted
         })
     }
 

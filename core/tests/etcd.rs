@@ -12,24 +12,13 @@ use std::time::Duration;
 
 use dlock::{Client, Error, EtcdConfig, Options, Reason, State, Token};
 
-/// The cluster's variables, or `None` (test skipped).
-struct Env {
-    members: Vec<String>,
-}
-
-fn env() -> Option<Env> {
-    if std::env::var("DLOCK_TEST_ETCD").is_err() {
-        if std::env::var("DLOCK_TEST_REQUIRE_ETCD").as_deref() == Ok("1") {
-            panic!("DLOCK_TEST_REQUIRE_ETCD=1 but no etcd (DLOCK_TEST_ETCD unset)");
-        }
-        println!("skipped: no etcd (run scripts/test-etcd.sh)");
-        return None;
-    }
-    let members = std::env::var("DLOCK_TEST_MEMBERS").expect("DLOCK_TEST_MEMBERS");
-    Some(Env {
-        members: members.split(',').map(str::to_string).collect(),
-    })
-}
+#[path = "common/etcd.rs"]
+mod etcd_cluster;
+// This binary uses only a part of the proxy.
+#[allow(dead_code)]
+#[path = "common/proxy.rs"]
+mod proxy;
+use etcd_cluster::{Cluster, cluster};
 
 /// TTL 4 s, keepalive every 1 s, timeout 0.5 s, retry 250 ms, margin 1 s.
 fn short() -> Options {
@@ -43,7 +32,7 @@ fn short() -> Options {
     }
 }
 
-fn client(env: &Env) -> Client {
+fn client(env: &Cluster) -> Client {
     Client::etcd(EtcdConfig::new(env.members.clone()), short()).expect("connect to etcd")
 }
 
@@ -56,32 +45,18 @@ fn name(test: &str) -> String {
     format!("dlock-test/{test}-{}-{t}", std::process::id())
 }
 
-fn etcdctl(env: &Env) -> Command {
+/// `etcdctl` on the plaintext members, to spawn.
+fn etcdctl_cmd(env: &Cluster) -> Command {
     let mut c = Command::new("etcdctl");
     c.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s")
-        .arg("--command-timeout=5s");
+        .arg("--dial-timeout=2s");
     c
 }
 
-fn run(mut c: Command) -> String {
-    let out = c.output().expect("run etcdctl");
-    assert!(
-        out.status.success(),
-        "etcdctl failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// The lock keys under `name/` as (key, create_revision, lease), oldest first.
-fn lock_keys(env: &Env, name: &str) -> Vec<(String, u64, i64)> {
-    let out = run({
-        let mut c = etcdctl(env);
-        c.args(["get", "--prefix", &format!("{name}/"), "-w", "json"]);
-        c
-    });
+fn lock_keys(env: &Cluster, name: &str) -> Vec<(String, u64, i64)> {
+    let out = env.etcdctl(&["get", "--prefix", &format!("{name}/"), "-w", "json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let mut keys: Vec<(String, u64, i64)> = v["kvs"]
         .as_array()
@@ -99,6 +74,22 @@ fn lock_keys(env: &Env, name: &str) -> Vec<(String, u64, i64)> {
         .collect();
     keys.sort_by_key(|k| k.1);
     keys
+}
+
+/// Waits (up to 10 s) until `n` keys queue under `name/`; returns them.
+fn wait_keys(env: &Cluster, name: &str, n: usize) -> Vec<(String, u64, i64)> {
+    let until = dlock::clock::system_now() + Duration::from_secs(10);
+    loop {
+        let keys = lock_keys(env, name);
+        if keys.len() == n {
+            return keys;
+        }
+        assert!(
+            dlock::clock::system_now() < until,
+            "expected {n} keys under {name}/, got {keys:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {
@@ -154,7 +145,7 @@ fn acquired(lock: &dlock::Lock) -> mpsc::Receiver<Token> {
 
 #[test]
 fn token_is_the_lock_keys_create_revision() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("token");
     let lock = client(&env).lock(&name).unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
@@ -173,7 +164,7 @@ fn token_is_the_lock_keys_create_revision() {
 
 #[test]
 fn keepalives_hold_the_lock_past_its_ttl() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("hold");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -187,7 +178,7 @@ fn keepalives_hold_the_lock_past_its_ttl() {
 
 #[test]
 fn first_endpoints_dead_the_next_one_serves() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let mut eps = vec!["127.0.0.1:1".to_string()];
     eps.extend(env.members.iter().cloned());
     let mut config = EtcdConfig::new(eps);
@@ -204,7 +195,7 @@ fn first_endpoints_dead_the_next_one_serves() {
 
 #[test]
 fn try_acquire_is_busy_then_release_lets_the_contender_in() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("busy");
     let (a, b) = (
         client(&env).lock(&name).unwrap(),
@@ -220,8 +211,7 @@ fn try_acquire_is_busy_then_release_lets_the_contender_in() {
         let b = b.clone();
         std::thread::spawn(move || b.acquire(Duration::from_secs(10)))
     };
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(lock_keys(&env, &name).len(), 2, "the waiter queues its key");
+    wait_keys(&env, &name, 2);
     a.release().unwrap();
     let tb = waiter.join().unwrap().unwrap();
     assert!(tb > ta, "{tb} > {ta}");
@@ -232,20 +222,62 @@ fn try_acquire_is_busy_then_release_lets_the_contender_in() {
     a.release().unwrap();
 }
 
+/// A waiting holder whose connection is reset retries (the machine's
+/// LockFailed path) and keeps its key, so its place in the queue and its
+/// token: the key's create_revision from before the reset.
+#[test]
+fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
+    let Some(env) = cluster() else { return };
+    let name = name("wait-reset");
+    let a = client(&env).lock(&name).unwrap();
+    let ta = a.acquire(Duration::from_secs(5)).unwrap();
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let b = Client::etcd(EtcdConfig::new([p.url()]), short())
+        .unwrap()
+        .lock(&name)
+        .unwrap();
+    let fences = watch_fences(&b);
+    let b = std::sync::Arc::new(b);
+    let waiter = {
+        let b = b.clone();
+        std::thread::spawn(move || b.acquire(Duration::from_secs(20)))
+    };
+    let queued = wait_keys(&env, &name, 2)[1].clone();
+    for _ in 0..3 {
+        p.reset();
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert_eq!(keys[1], queued, "the waiter kept its key");
+    assert_eq!(b.state(), State::Acquiring);
+    a.release().unwrap();
+    let tb = waiter.join().unwrap().unwrap();
+    assert_eq!(
+        tb.get(),
+        queued.1,
+        "token = the queued key's create_revision"
+    );
+    assert!(tb > ta);
+    assert!(fences.try_recv().is_err());
+    b.release().unwrap();
+}
+
 #[test]
 fn etcdctl_lock_waits_for_a_dlock_holder() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("ctl-waits");
     let lock = client(&env).lock(&name).unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
     let mut ctl: Child = {
-        let mut c = etcdctl(&env);
+        let mut c = etcdctl_cmd(&env);
         c.args(["lock", &name, "echo", "etcdctl-got-it"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         c.spawn().unwrap()
     };
-    std::thread::sleep(Duration::from_secs(2));
+    wait_keys(&env, &name, 2);
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         ctl.try_wait().unwrap().is_none(),
         "etcdctl took a held lock"
@@ -260,10 +292,10 @@ fn etcdctl_lock_waits_for_a_dlock_holder() {
 
 #[test]
 fn dlock_waits_for_an_etcdctl_holder() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("dlock-waits");
     let mut ctl = {
-        let mut c = etcdctl(&env);
+        let mut c = etcdctl_cmd(&env);
         c.args(["lock", &name])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -292,7 +324,7 @@ fn dlock_waits_for_an_etcdctl_holder() {
 
 #[test]
 fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("revoked");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -302,11 +334,7 @@ fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
     assert_eq!(within(&again, Duration::from_secs(1)), Some(token));
     let lease = lock_keys(&env, &name)[0].2;
     let cut = dlock::clock::system_now();
-    run({
-        let mut c = etcdctl(&env);
-        c.args(["lease", "revoke", &format!("{lease:x}")]);
-        c
-    });
+    env.etcdctl(&["lease", "revoke", &format!("{lease:x}")]);
     let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
     assert_eq!(t, token);
     let took = at.saturating_since(cut);
@@ -315,11 +343,9 @@ fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
         took < bound,
         "fenced {took:?} after the revoke (bound {bound:?})"
     );
+    // The watch sees the key go and the backend finds the lease gone too.
     let reason = within(&reasons, Duration::from_secs(1)).unwrap();
-    assert!(
-        matches!(reason, Reason::LeaseLost | Reason::LockLost),
-        "{reason}"
-    );
+    assert_eq!(reason, Reason::LeaseLost);
     println!("lease revoked: fenced after {took:?} ({reason})");
     let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
     assert!(t2 > token);
@@ -329,7 +355,7 @@ fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
 
 #[test]
 fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("deleted");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -340,11 +366,7 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
     let key = lock_keys(&env, &name)[0].0.clone();
     let old_lease = lock_keys(&env, &name)[0].2;
     let cut = dlock::clock::system_now();
-    run({
-        let mut c = etcdctl(&env);
-        c.args(["del", &key]);
-        c
-    });
+    env.etcdctl(&["del", &key]);
     let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
     assert_eq!(t, token);
     let took = at.saturating_since(cut);
@@ -363,18 +385,46 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert_ne!(keys[0].2, old_lease, "reacquired under a new lease");
     // The old lease was revoked, not left to expire.
-    let leases = run({
-        let mut c = etcdctl(&env);
-        c.args(["lease", "list"]);
-        c
-    });
+    let leases = env.etcdctl(&["lease", "list"]);
     assert!(!leases.contains(&format!("{old_lease:x}")), "{leases}");
+    lock.release().unwrap();
+}
+
+/// The watch of the lock key re-opens after its stream fails: a key deleted
+/// after the holder's connection was reset still fences at once.
+#[test]
+fn the_watch_survives_a_reset_connection() {
+    let Some(env) = cluster() else { return };
+    let name = name("watch-reset");
+    let p = proxy::Proxy::start(env.member_addr(0));
+    let config = EtcdConfig::new([p.url(), env.members[1].clone()]);
+    let lock = Client::etcd(config, short()).unwrap().lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let reasons = watch_reasons(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    p.reset();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(fences.try_recv().is_err(), "a reset fenced");
+    let key = lock_keys(&env, &name)[0].0.clone();
+    let cut = dlock::clock::system_now();
+    env.etcdctl(&["del", &key]);
+    let (t, at) = within(&fences, Duration::from_secs(3)).expect("no fence");
+    assert_eq!(t, token);
+    let took = at.saturating_since(cut);
+    assert!(
+        took < Duration::from_millis(300),
+        "fenced {took:?} after the delete"
+    );
+    assert_eq!(
+        within(&reasons, Duration::from_secs(1)),
+        Some(Reason::LockLost)
+    );
     lock.release().unwrap();
 }
 
 #[test]
 fn guarded_writes_commit_while_held_and_are_fenced_after() {
-    let Some(env) = env() else { return };
+    let Some(env) = cluster() else { return };
     let name = name("guarded");
     let data = format!("{name}-data");
     let lock = client(&env).lock(&name).unwrap();
@@ -382,13 +432,7 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
     let _ = within(&again, Duration::from_secs(1));
     lock.guarded_put(token, data.as_bytes(), b"v1").unwrap();
-    let get = |env: &Env| {
-        run({
-            let mut c = etcdctl(env);
-            c.args(["get", "--print-value-only", &data]);
-            c
-        })
-    };
+    let get = |env: &Cluster| env.etcdctl(&["get", "--print-value-only", &data]);
     assert_eq!(get(&env).trim(), "v1");
     lock.guarded_delete(token, data.as_bytes()).unwrap();
     assert_eq!(get(&env).trim(), "");
@@ -400,11 +444,7 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
     // An operator deletes the lock key: the old token's writes are refused
     // by the server, the new token's go through.
     let key = lock_keys(&env, &name)[0].0.clone();
-    run({
-        let mut c = etcdctl(&env);
-        c.args(["del", &key]);
-        c
-    });
+    env.etcdctl(&["del", &key]);
     let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
     assert_eq!(
         lock.guarded_put(token, data.as_bytes(), b"stale"),
@@ -422,33 +462,20 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
         lock.guarded_put(t2, data.as_bytes(), b"after release"),
         Err(Error::Fenced(t2.get()))
     );
-    run({
-        let mut c = etcdctl(&env);
-        c.args(["del", &data]);
-        c
-    });
+    env.etcdctl(&["del", &data]);
 }
 
 /// TLS with a CA, a client certificate, user auth; the auth token expires
 /// within seconds and the client authenticates again by itself.
 #[test]
 fn tls_mtls_auth_and_reauth() {
-    let Some(_env) = env() else { return };
-    if std::env::var("DLOCK_TEST_TLS_ENDPOINT").is_err() {
-        if std::env::var("DLOCK_TEST_REQUIRE_ETCD").as_deref() == Ok("1") {
-            panic!("DLOCK_TEST_REQUIRE_ETCD=1 but no TLS member (DLOCK_TEST_TLS_ENDPOINT unset)");
-        }
-        println!("skipped: no TLS member (run scripts/test-etcd.sh)");
-        return;
-    }
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} unset"));
-    let ep = var("DLOCK_TEST_TLS_ENDPOINT");
-    let mut config = EtcdConfig::new([ep.clone()]);
-    config.ca_file = Some(var("DLOCK_TEST_CA").into());
-    config.cert_file = Some(var("DLOCK_TEST_CERT").into());
-    config.key_file = Some(var("DLOCK_TEST_KEY").into());
-    config.user = Some(var("DLOCK_TEST_USER"));
-    config.password = Some(var("DLOCK_TEST_PASSWORD"));
+    let Some(env) = cluster() else { return };
+    let mut config = EtcdConfig::new([env.tls_endpoint.clone()]);
+    config.ca_file = Some(env.ca.clone());
+    config.cert_file = Some(env.cert.clone());
+    config.key_file = Some(env.key.clone());
+    config.user = Some(env.user.clone());
+    config.password = Some(env.password.clone());
 
     // Wrong password: a clear backend error.
     let mut bad = config.clone();
@@ -474,11 +501,7 @@ fn tls_mtls_auth_and_reauth() {
     a.guarded_put(token, b"dlock-test/tls-data", b"1").unwrap();
     // Past the auth token's TTL: keepalives go on, new requests
     // re-authenticate.
-    let ttl: u64 = std::env::var("DLOCK_TEST_AUTH_TOKEN_TTL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    std::thread::sleep(Duration::from_secs(ttl + 2));
+    std::thread::sleep(env.auth_token_ttl + Duration::from_secs(2));
     assert!(fences.try_recv().is_err(), "fenced while healthy");
     a.guarded_put(token, b"dlock-test/tls-data", b"2").unwrap();
     let b = client.lock(&name).unwrap();

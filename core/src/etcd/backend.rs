@@ -25,7 +25,7 @@ use etcd_client::{
 use tokio::time::{Instant as TokioInstant, sleep, timeout, timeout_at};
 
 use super::EtcdConfig;
-use crate::backend::{Backend, BackendError, BoxFuture, Grant};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, LockGone};
 use crate::machine::{LeaseId, Token};
 use crate::{Error, Options};
 
@@ -34,6 +34,9 @@ use crate::{Error, Options};
 /// Keepalives have deadlines of their own; the pings catch a dead member
 /// under a waiting lock or a watch.
 const H2_PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Pause between rounds of quick failures over every endpoint.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Why a watch left an endpoint that another call abandoned.
 const ABANDONED: &str = "endpoint abandoned";
@@ -169,6 +172,9 @@ impl EtcdBackend {
                     self.0.current.store(i, Ordering::Relaxed);
                     return Ok(());
                 }
+                Ok(Err(BackendError::Unavailable(e))) => {
+                    errors.push(format!("{}: {e}", self.0.urls[i]))
+                }
                 Ok(Err(e)) => errors.push(format!("{}: {e}", self.0.urls[i])),
                 Err(_) => errors.push(format!("{}: no answer within {limit:?}", self.0.urls[i])),
             }
@@ -186,6 +192,19 @@ impl EtcdBackend {
         async move {
             let _ = rx.changed().await;
         }
+    }
+
+    /// Before try `round` (from 2): after every endpoint had a try, waits
+    /// [`RETRY_PAUSE`]; false once that would pass `deadline`.
+    async fn pause(&self, round: usize, deadline: TokioInstant) -> bool {
+        if (round - 1) % self.0.urls.len() == 0 {
+            let at = TokioInstant::now() + RETRY_PAUSE;
+            if at >= deadline {
+                return false;
+            }
+            tokio::time::sleep_until(at).await;
+        }
+        true
     }
 
     fn current(&self) -> usize {
@@ -231,9 +250,13 @@ impl EtcdBackend {
     {
         let deadline = TokioInstant::now() + limit;
         let mut last = BackendError::Unavailable("no endpoint".into());
-        // At least two tries: with one endpoint, the second runs on a fresh
-        // connection (which authenticates again).
-        for _ in 0..self.0.urls.len().max(2) {
+        // Until the deadline: quick failures (a dead member, "no leader"
+        // during an election) try the next endpoint, on a fresh connection
+        // (which authenticates again), pausing after each round.
+        for round in 1.. {
+            if round > 1 && !self.pause(round, deadline).await {
+                break;
+            }
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
@@ -314,7 +337,10 @@ impl EtcdBackend {
         // within the same keepalive's budget. Opening a stream sends its
         // first keepalive and waits for the reply; the machine keeps its own
         // (earlier) send time for it.
-        for _ in 0..self.0.urls.len() {
+        for round in 1.. {
+            if round > 1 && !self.pause(round, deadline).await {
+                break;
+            }
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
@@ -508,7 +534,7 @@ impl EtcdBackend {
 
     /// Resolves once the lock key is deleted (or replaced); re-opens the
     /// watch on the next endpoint when its stream fails.
-    async fn watch_key(&self, name: &str, lease: LeaseId, token: Token) {
+    async fn watch_key(&self, name: &str, lease: LeaseId, token: Token) -> LockGone {
         let key = lock_key(name, lease);
         let mut from = token.0 as i64 + 1;
         loop {
@@ -562,7 +588,7 @@ impl EtcdBackend {
             }
             .await;
             match r {
-                Ok(true) => return,
+                Ok(true) => return self.why_gone(lease).await,
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd watch failed: re-opening");
@@ -572,6 +598,22 @@ impl EtcdBackend {
                     }
                 }
             }
+        }
+    }
+
+    /// The key is gone: with its lease (revoked, expired), or alone? Asked
+    /// within a keepalive timeout; no answer counts as the key alone (the
+    /// fence is the same, only its reason differs).
+    async fn why_gone(&self, lease: LeaseId) -> LockGone {
+        let ttl = self
+            .unary(self.0.keepalive_timeout, |mut c| async move {
+                c.lease_time_to_live(lease, None).await
+            })
+            .await;
+        match ttl {
+            Ok(r) if r.ttl() <= 0 => LockGone::LeaseLost,
+            Err(BackendError::LeaseNotFound) => LockGone::LeaseLost,
+            _ => LockGone::KeyDeleted,
         }
     }
 
@@ -667,7 +709,12 @@ impl Backend for EtcdBackend {
         })
     }
 
-    fn watch_lock<'a>(&'a self, name: &'a str, lease: LeaseId, token: Token) -> BoxFuture<'a, ()> {
+    fn watch_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+    ) -> BoxFuture<'a, LockGone> {
         Box::pin(self.watch_key(name, lease, token))
     }
 
@@ -679,5 +726,36 @@ impl Backend for EtcdBackend {
         value: Option<&'a [u8]>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.write(name, token, key, value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_keys_are_etcd_mutex_keys() {
+        // concurrency.Mutex: pfx + "/" + fmt.Sprintf("%x", leaseID)
+        assert_eq!(
+            lock_key("jobs", 0x694d7f0c2b0c7e0a),
+            "jobs/694d7f0c2b0c7e0a"
+        );
+        assert_eq!(lock_key("a/b", 255), "a/b/ff");
+    }
+
+    #[test]
+    fn lost_leases_are_told_apart_from_failures() {
+        let lost = etcd_client::Error::LeaseKeepAliveError("lease not found".into());
+        assert_eq!(classify(lost), BackendError::LeaseNotFound);
+        let status = error("etcdserver: requested lease not found");
+        assert_eq!(classify(status), BackendError::LeaseNotFound);
+        let other = error("etcdserver: no leader");
+        assert!(matches!(classify(other), BackendError::Unavailable(m) if m.contains("no leader")));
+    }
+
+    /// An error carrying a server message (a gRPC status needs `tonic`,
+    /// which is not a direct dependency; `classify` reads only the text).
+    fn error(msg: &str) -> etcd_client::Error {
+        etcd_client::Error::Internal(msg.to_string())
     }
 }
