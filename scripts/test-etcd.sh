@@ -29,6 +29,11 @@ rc=0
 cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
 cat "$out" >>"$log"
 
+if [[ -x scripts/etcd-examples.sh ]]; then
+  printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
+  scripts/etcd-examples.sh || rc=$?
+fi
+
 printf '\n==> %s\n' "etcd: fault figures over $DLOCK_FAULT_RUNS run(s) per case (ms, one monotonic clock)"
 {
   echo "case|runs|cut->drain min/median/max|drained|smallest on_fence lead over contender|other"
