@@ -813,6 +813,7 @@ fn fault_holder_killed() {
             Command::new(std::env::current_exe().expect("test binary"))
                 .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
                 .env(CHILD, &name)
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn the holder process"),
@@ -869,7 +870,8 @@ impl Drop for Killed {
 }
 
 /// Not a test on its own: with `DLOCK_FAULT_CHILD_LOCK` set (by
-/// `fault_holder_killed`), holds that lock until the process is killed.
+/// `fault_holder_killed`), holds that lock until the process is killed
+/// (or its parent goes away).
 #[test]
 fn child_holder() {
     let Ok(name) = std::env::var(CHILD) else {
@@ -881,9 +883,10 @@ fn child_holder() {
     let lock = client.lock(&name).expect("lock handle");
     let token = lock.acquire(EVENT).expect("child acquires");
     println!("DLOCK_CHILD_HOLDING {token}");
-    loop {
-        thread::park();
-    }
+    // Held until killed; should the test process die first, its end of
+    // stdin closes and the child leaves too instead of lingering.
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    std::process::exit(1);
 }
 
 fn signal(pid: i32, sig: libc::c_int) {
