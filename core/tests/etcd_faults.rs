@@ -620,6 +620,8 @@ fn fault_tcp_reset() {
         false,
         |_, h| {
             thread::sleep(random_phase());
+            let open: usize = h.proxies.iter().map(Proxy::open).sum();
+            assert!(open > 0, "the holder has no connection to reset");
             let cut = system_now();
             for p in &h.proxies {
                 p.reset();
