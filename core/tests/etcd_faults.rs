@@ -193,6 +193,17 @@ impl Holder {
     }
 }
 
+impl Drop for Holder {
+    /// Releases while the proxies still run, so the lease is revoked rather
+    /// than left to expire.
+    fn drop(&mut self) {
+        for p in &self.proxies {
+            p.set(Mode::Pass);
+        }
+        let _ = self.lock.release();
+    }
+}
+
 fn draining(e: &Ev) -> bool {
     matches!(e, Ev::Change(c) if c.to == State::Draining)
 }
@@ -652,24 +663,48 @@ fn fault_leader_killed() {
     );
 }
 
-/// The member serving the holder's keepalives is paused (SIGSTOP): its
-/// keepalive times out, the holder drains, moves to another member and
-/// resumes, no fence. SIGCONT afterwards.
+/// The member serving the holder's keepalives, a follower, is paused
+/// (SIGSTOP): its keepalive times out, the holder drains, moves to another
+/// member and resumes, no fence, also after SIGCONT.
 #[test]
 fn fault_serving_member_paused() {
+    paused_member("serving_member_paused", false);
+}
+
+/// The same with the serving member made the leader first. Ignored: etcd
+/// before 3.4.28 / 3.5.11 (Debian's 3.4.23 here) has etcd-io/etcd#15247: a
+/// leader resumed after a pause still believes it leads and revokes every
+/// lease that was renewed on the new leader meanwhile, so the holder is
+/// told its lease is gone (and fences, correctly) right after SIGCONT. Run
+/// it with `--ignored` against a fixed etcd.
+#[test]
+#[ignore = "etcd < 3.4.28 revokes leases when a paused leader resumes (etcd-io/etcd#15247)"]
+fn fault_serving_leader_paused() {
+    paused_member("serving_leader_paused", true);
+}
+
+fn paused_member(case: &'static str, leader: bool) {
     let paused = std::cell::Cell::new(0);
     survive(
-        "serving_member_paused",
+        case,
         TTL + 2 * INTERVAL,
         true,
         |cluster, h| {
-            paused.set(serving(h));
+            let i = serving(h);
+            paused.set(i);
+            // The leader is paused here only when asked for: see
+            // fault_serving_leader_paused.
+            if leader {
+                cluster.move_leader(i);
+            } else if cluster.leader() == i {
+                cluster.move_leader((i + 1) % cluster.members.len());
+            }
             thread::sleep(random_phase());
             let cut = system_now();
-            signal(cluster.pid(paused.get()), libc::SIGSTOP);
+            signal(cluster.pid(i), libc::SIGSTOP);
             cut
         },
-        |cluster, _| {
+        |cluster, h| {
             let i = paused.get();
             signal(cluster.pid(i), libc::SIGCONT);
             let end = system_now() + EVENT;
@@ -681,6 +716,9 @@ fn fault_serving_member_paused() {
                 );
                 thread::sleep(Duration::from_millis(100));
             }
+            // A resumed member must not take the lease away either.
+            let resumed = system_now();
+            h.wait(INTERVAL, |t, e| t >= resumed && fenced(e));
         },
     );
 }

@@ -149,6 +149,33 @@ impl Cluster {
         n - 1
     }
 
+    /// Makes member `i` (0-based) the leader (`etcdctl move-leader`) and
+    /// waits until it is.
+    pub fn move_leader(&self, i: usize) {
+        let name = format!("m{}", i + 1);
+        let list = self.etcdctl(&["member", "list", "-w", "simple"]);
+        let id = list
+            .lines()
+            .map(|l| l.split(", ").collect::<Vec<_>>())
+            .find(|f| f.get(2) == Some(&name.as_str()))
+            .map(|f| f[0].to_owned())
+            .unwrap_or_else(|| panic!("no member {name} in {list}"));
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while self.leader() != i {
+            assert!(
+                std::time::Instant::now() < end,
+                "{name} did not become the leader"
+            );
+            // Fails while an election is on; then try again.
+            let _ = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--dial-timeout=2s", "--command-timeout=5s"])
+                .arg(format!("--endpoints={}", self.members.join(",")))
+                .args(["move-leader", &id])
+                .output();
+        }
+    }
+
     /// Kills member `i` (0-based) if it runs, also when stopped, starts it
     /// again on its data and waits until it is healthy.
     pub fn restart_member(&mut self, i: usize) {
