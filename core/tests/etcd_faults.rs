@@ -672,13 +672,13 @@ fn fault_serving_member_paused() {
 }
 
 /// The same with the serving member made the leader first. Ignored: etcd
-/// before 3.4.28 / 3.5.11 (Debian's 3.4.23 here) has etcd-io/etcd#15247: a
+/// without etcd-io/etcd#16822 (Debian's 3.4.23 here) has etcd-io/etcd#15247: a
 /// leader resumed after a pause still believes it leads and revokes every
 /// lease that was renewed on the new leader meanwhile, so the holder is
 /// told its lease is gone (and fences, correctly) right after SIGCONT. Run
 /// it with `--ignored` against a fixed etcd.
 #[test]
-#[ignore = "etcd < 3.4.28 revokes leases when a paused leader resumes (etcd-io/etcd#15247)"]
+#[ignore = "etcd 3.4.23 revokes leases when a paused leader resumes (etcd-io/etcd#15247)"]
 fn fault_serving_leader_paused() {
     paused_member("serving_leader_paused", true);
 }
