@@ -22,9 +22,11 @@
 # port is base+2(i-1), its peer port the next one; the TLS member uses
 # base+6 / base+7.
 #
-# Timing: --heartbeat-interval 100 --election-timeout 1000 (ms). A leader
-# election then takes about 1-2 s, well inside the fault tests' TTL of 4 s,
-# and a dead leader is noticed quickly.
+# Timing: --heartbeat-interval 50 --election-timeout 500 (ms): a new leader
+# 0.5-1 s after the old one dies. The fault tests (TTL 4 s, keepalive 1 s,
+# margin 1 s) leave a holder as little as TTL - margin - interval = 2 s to
+# get a keepalive confirmed after a cut; with etcd's defaults (100 / 1000)
+# elections took up to 2.5 s here and a leader kill fenced a healthy holder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,8 +35,8 @@ dir=$root/target/etcd
 env_file=$dir/env
 base=${DLOCK_TEST_PORT_BASE:-23790}
 token_ttl=${DLOCK_TEST_AUTH_TOKEN_TTL:-3}
-heartbeat=100
-election=1000
+heartbeat=50
+election=500
 names=(m1 m2 m3)
 
 die() { echo "etcd-cluster: $*" >&2; exit 1; }

@@ -28,6 +28,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 ./scripts/test-c.sh "$log" # the C face (issue 4): its own `c: N passed, N failed` line
+./scripts/test-etcd.sh "$log" # a real etcd cluster: Rust, C and examples; appends to the log
 
 step "quickstart: A drains, fences before B acquires with a higher token"
 out=$(cargo run --quiet --locked --example quickstart)

@@ -113,6 +113,32 @@ impl Cluster {
         run_etcdctl(&tls, args)
     }
 
+    /// The pid of member `i` (0-based) now: read again from the env file,
+    /// which `etcd-cluster.sh restart-member` keeps current (another test of
+    /// this process may have restarted the member).
+    pub fn pid(&self, i: usize) -> i32 {
+        let fresh = std::env::var("DLOCK_TEST_ENV_FILE")
+            .ok()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|env| {
+                env.lines()
+                    .find_map(|l| l.strip_prefix("export DLOCK_TEST_PIDS="))
+                    .and_then(|p| p.split(',').nth(i)?.trim().parse().ok())
+            });
+        fresh.unwrap_or(self.pids[i])
+    }
+
+    /// Whether member `i` (0-based) answers a health check.
+    pub fn member_healthy(&self, i: usize) -> bool {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(["--dial-timeout=1s", "--command-timeout=2s"])
+            .arg(format!("--endpoints={}", self.members[i]))
+            .args(["endpoint", "health"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
     /// The index (0-based) of the current leader of m1..m3.
     pub fn leader(&self) -> usize {
         let out = self.script(&["leader"]);
@@ -121,6 +147,33 @@ impl Cluster {
             .parse()
             .expect("etcd-cluster.sh leader prints 1..3");
         n - 1
+    }
+
+    /// Makes member `i` (0-based) the leader (`etcdctl move-leader`) and
+    /// waits until it is.
+    pub fn move_leader(&self, i: usize) {
+        let name = format!("m{}", i + 1);
+        let list = self.etcdctl(&["member", "list", "-w", "simple"]);
+        let id = list
+            .lines()
+            .map(|l| l.split(", ").collect::<Vec<_>>())
+            .find(|f| f.get(2) == Some(&name.as_str()))
+            .map(|f| f[0].to_owned())
+            .unwrap_or_else(|| panic!("no member {name} in {list}"));
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while self.leader() != i {
+            assert!(
+                std::time::Instant::now() < end,
+                "{name} did not become the leader"
+            );
+            // Fails while an election is on; then try again.
+            let _ = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["--dial-timeout=2s", "--command-timeout=5s"])
+                .arg(format!("--endpoints={}", self.members.join(",")))
+                .args(["move-leader", &id])
+                .output();
+        }
     }
 
     /// Kills member `i` (0-based) if it runs, also when stopped, starts it

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The etcd tests: starts the test cluster (scripts/etcd-cluster.sh), runs
+# every etcd test binary against it with DLOCK_TEST_REQUIRE_ETCD=1 (a
+# missing cluster fails instead of skipping), stops the cluster on any exit,
+# and prints the fault figures table.
+#
+# usage: scripts/test-etcd.sh [LOGFILE]   (cargo test output is appended to
+#        LOGFILE, so scripts/test.sh's closing count includes it)
+# DLOCK_FAULT_RUNS (default 3) repeats each fault case.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log=${1:-$(mktemp)}
+out=$(mktemp)
+trap 'scripts/etcd-cluster.sh stop; rm -f "$out"' EXIT
+
+printf '\n==> %s\n' "etcd: start the test cluster"
+scripts/etcd-cluster.sh start
+# shellcheck disable=SC1091
+source target/etcd/env
+export DLOCK_TEST_REQUIRE_ETCD=1 DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
+
+printf '\n==> %s\n' "etcd: backend and fault tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
+tests=()
+for t in core/tests/etcd*.rs; do
+  tests+=(--test "$(basename "$t" .rs)")
+done
+rc=0
+cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
+cat "$out" >>"$log"
+
+if [[ -x scripts/etcd-examples.sh ]]; then
+  printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
+  scripts/etcd-examples.sh || rc=$?
+fi
+
+printf '\n==> %s\n' "etcd: fault figures over $DLOCK_FAULT_RUNS run(s) per case (ms, one monotonic clock)"
+{
+  echo "case|runs|cut->drain min/median/max|drained|smallest on_fence lead over contender|other"
+  grep -o 'FAULT|.*' "$out" | cut -d'|' -f2- | sort
+} | awk -F'|' '
+  { n = NR; for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) }; if (NF > nf) nf = NF }
+  END { for (r = 1; r <= n; r++) { line = ""; for (i = 1; i <= nf; i++) line = line sprintf("%-*s  ", w[i], c[r, i]); sub(/ +$/, "", line); print line } }'
+exit "$rc"
