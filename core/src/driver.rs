@@ -197,7 +197,13 @@ impl LockTask {
             self.published = now_published;
         }
         let mut drain = false;
-        while let Some(action) = self.machine.poll_action() {
+        let actions: Vec<Action> = std::iter::from_fn(|| self.machine.poll_action()).collect();
+        // A fence's revoke waits until on_fence has returned: the lock can
+        // pass to another holder through our revoke only after the holder
+        // was told (else only by the server's expiry, a margin later).
+        let fencing = actions.iter().any(|a| matches!(a, Action::Fence { .. }));
+        let mut revokes = Vec::new();
+        for action in actions {
             match action {
                 Action::Grant { req, ttl } => {
                     let b = self.backend.clone();
@@ -251,20 +257,12 @@ impl LockTask {
                         }
                         *l != lease
                     });
-                    let (b, done) = (self.backend.clone(), std::mem::take(&mut self.releases));
-                    let (wait_for, ttl) = (self.opts.keepalive_timeout, self.opts.ttl);
-                    runtime().spawn(async move {
-                        let revoke = b.revoke(lease);
-                        tokio::pin!(revoke);
-                        // release() returns once revoked, or after a
-                        // keepalive timeout; the revoke itself goes on until
-                        // the lease would have expired anyway.
-                        let first = tokio::time::timeout(wait_for, &mut revoke).await;
-                        finish_releases(done);
-                        if first.is_err() {
-                            let _ = tokio::time::timeout(ttl, revoke).await;
-                        }
-                    });
+                    let revoke = self.revoke(lease);
+                    if fencing {
+                        revokes.push(revoke);
+                    } else {
+                        runtime().spawn(revoke);
+                    }
                 }
                 Action::Transition(change) => {
                     tracing::debug!(lock = %self.name, %change, "state change");
@@ -307,9 +305,34 @@ impl LockTask {
                 }
             }
         }
+        if !revokes.is_empty() {
+            // Queued behind the Fence notice on the callback thread.
+            dispatch(Some(Box::new(move || {
+                for revoke in revokes {
+                    runtime().spawn(revoke);
+                }
+            })));
+        }
         finish_releases(std::mem::take(&mut self.releases));
         if drain {
             self.gate.start_drain();
+        }
+    }
+
+    /// Revokes `lease`; `release()` calls waiting now return once it is
+    /// revoked, or after a keepalive timeout. The revoke itself goes on
+    /// until the lease would have expired anyway.
+    fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
+        let (b, done) = (self.backend.clone(), std::mem::take(&mut self.releases));
+        let (wait_for, ttl) = (self.opts.keepalive_timeout, self.opts.ttl);
+        async move {
+            let revoke = b.revoke(lease);
+            tokio::pin!(revoke);
+            let first = tokio::time::timeout(wait_for, &mut revoke).await;
+            finish_releases(done);
+            if first.is_err() {
+                let _ = tokio::time::timeout(ttl, revoke).await;
+            }
         }
     }
 

@@ -265,3 +265,40 @@ async fn async_acquire_and_release() {
     assert_eq!(a.state(), State::Released);
     assert_eq!(service.holder("async"), None);
 }
+
+/// A fence's revoke waits for on_fence to return: while the callback runs,
+/// the service still shows the fenced holder, so no contender can take the
+/// lock through our revoke before the holder was told.
+#[test]
+fn the_revoke_after_a_fence_waits_for_on_fence() {
+    let service = MemoryService::new();
+    service.freeze_expiry(true); // only our revoke can free the lock
+    let link = service.link();
+    let lock = Client::new(link.clone(), short())
+        .unwrap()
+        .lock("rv")
+        .unwrap();
+    let (entered_tx, entered) = channel();
+    let (leave_tx, leave) = channel::<()>();
+    let (entered_tx, leave) = (Mutex::new(entered_tx), Mutex::new(leave));
+    lock.on_fence(move |t, _| {
+        entered_tx.lock().unwrap().send(t).unwrap();
+        leave.lock().unwrap().recv_timeout(EVENT).unwrap();
+    });
+    let t1 = lock.acquire(EVENT).unwrap();
+    link.fail_keepalives(Some("cut"));
+    assert_eq!(entered.recv_timeout(EVENT).unwrap(), t1);
+    // Time enough for a revoke to land were it not held back.
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        service.holder("rv"),
+        Some(t1),
+        "revoked before on_fence returned"
+    );
+    leave_tx.send(()).unwrap();
+    let deadline = std::time::Instant::now() + EVENT;
+    while service.holder("rv") == Some(t1) {
+        assert!(std::time::Instant::now() < deadline, "never revoked");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
