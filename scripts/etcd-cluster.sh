@@ -31,6 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 root=$PWD
+. scripts/lib.sh
 dir=$root/target/etcd
 env_file=$dir/env
 base=${DLOCK_TEST_PORT_BASE:-23790}
@@ -55,17 +56,7 @@ member_url() { echo "http://127.0.0.1:$(client_port "$1")"; }
 members() { echo "$(member_url 1),$(member_url 2),$(member_url 3)"; }
 
 ensure_tools() {
-  local pkgs=()
-  command -v etcd >/dev/null || pkgs+=(etcd-server)
-  command -v etcdctl >/dev/null || pkgs+=(etcd-client)
-  command -v openssl >/dev/null || pkgs+=(openssl)
-  command -v ss >/dev/null || pkgs+=(iproute2)
-  if ((${#pkgs[@]})); then
-    log "installing ${pkgs[*]}"
-    command -v apt-get >/dev/null || die "missing ${pkgs[*]} and no apt-get to install them"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
-  fi
+  need_debs etcd=etcd-server etcdctl=etcd-client openssl=openssl ss=iproute2 || die "cannot install the cluster's tools"
 }
 
 # --- pids ------------------------------------------------------------------

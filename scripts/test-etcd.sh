@@ -29,10 +29,9 @@ rc=0
 cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
 cat "$out" >>"$log"
 
-if [[ -x scripts/etcd-examples.sh ]]; then
-  printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
-  scripts/etcd-examples.sh || rc=$?
-fi
+printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
+scripts/etcd-examples.sh || rc=1
+scripts/test-c-etcd.sh "$log" || rc=1
 
 printf '\n==> %s\n' "etcd: fault figures over $DLOCK_FAULT_RUNS run(s) per case (ms, one monotonic clock)"
 {

@@ -21,6 +21,7 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p dlock --test etcd --test etcd_faults --locked -- -D warnings # test = false targets
 
 step "cargo test (PROPTEST_CASES=${PROPTEST_CASES:=10000})"
 export PROPTEST_CASES
