@@ -197,13 +197,11 @@ impl LockTask {
             self.published = now_published;
         }
         let mut drain = false;
-        let actions: Vec<Action> = std::iter::from_fn(|| self.machine.poll_action()).collect();
         // A fence's revoke waits until on_fence has returned: the lock can
         // pass to another holder through our revoke only after the holder
         // was told (else only by the server's expiry, a margin later).
-        let fencing = actions.iter().any(|a| matches!(a, Action::Fence { .. }));
-        let mut revokes = Vec::new();
-        for action in actions {
+        let (mut fencing, mut revokes) = (false, Vec::new());
+        while let Some(action) = self.machine.poll_action() {
             match action {
                 Action::Grant { req, ttl } => {
                     let b = self.backend.clone();
@@ -257,12 +255,7 @@ impl LockTask {
                         }
                         *l != lease
                     });
-                    let revoke = self.revoke(lease);
-                    if fencing {
-                        revokes.push(revoke);
-                    } else {
-                        runtime().spawn(revoke);
-                    }
+                    revokes.push(self.revoke(lease));
                 }
                 Action::Transition(change) => {
                     tracing::debug!(lock = %self.name, %change, "state change");
@@ -276,6 +269,7 @@ impl LockTask {
                     self.notify(Notice::StateChange(change));
                 }
                 Action::Fence { token } => {
+                    fencing = true;
                     let in_flight = self.gate.in_flight();
                     tracing::warn!(lock = %self.name, %token, in_flight, "fenced");
                     self.notify(Notice::Fence { token, in_flight });
@@ -305,13 +299,17 @@ impl LockTask {
                 }
             }
         }
-        if !revokes.is_empty() {
+        if fencing && !revokes.is_empty() {
             // Queued behind the Fence notice on the callback thread.
             dispatch(Some(Box::new(move || {
                 for revoke in revokes {
                     runtime().spawn(revoke);
                 }
             })));
+        } else {
+            for revoke in revokes {
+                runtime().spawn(revoke);
+            }
         }
         finish_releases(std::mem::take(&mut self.releases));
         if drain {
