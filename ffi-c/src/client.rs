@@ -80,6 +80,31 @@ fn as_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The version-1 defaults: the core's timing and etcd settings.
+fn defaults() -> lk_client_options {
+    let d = Options::default();
+    let etcd = EtcdConfig::new(Vec::<String>::new());
+    lk_client_options {
+        version: LK_CLIENT_OPTIONS_VERSION,
+        ttl_ms: as_ms(d.ttl),
+        keepalive_interval_ms: as_ms(d.keepalive_interval),
+        keepalive_timeout_ms: as_ms(d.keepalive_timeout),
+        retry_interval_ms: as_ms(d.retry_interval),
+        margin_ms: as_ms(d.margin),
+        reacquire: d.reacquire,
+        endpoints: std::ptr::null(),
+        ca_file: std::ptr::null(),
+        cert_file: std::ptr::null(),
+        key_file: std::ptr::null(),
+        user: std::ptr::null(),
+        password: std::ptr::null(),
+        allow_plaintext_password: etcd.allow_plaintext_password,
+        connect_timeout_ms: as_ms(etcd.connect_timeout),
+        request_timeout_ms: as_ms(etcd.request_timeout),
+        memory: std::ptr::null(),
+    }
+}
+
 /// Fills `opts` with the defaults of `version` (`LK_CLIENT_OPTIONS_VERSION`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_options_init(
@@ -93,27 +118,7 @@ pub unsafe extern "C" fn lk_client_options_init(
                 "unknown options version {version}; this library knows {LK_CLIENT_OPTIONS_VERSION}"
             )));
         }
-        let d = Options::default();
-        let etcd = EtcdConfig::new(Vec::<String>::new());
-        *opts = lk_client_options {
-            version,
-            ttl_ms: as_ms(d.ttl),
-            keepalive_interval_ms: as_ms(d.keepalive_interval),
-            keepalive_timeout_ms: as_ms(d.keepalive_timeout),
-            retry_interval_ms: as_ms(d.retry_interval),
-            margin_ms: as_ms(d.margin),
-            reacquire: d.reacquire,
-            endpoints: std::ptr::null(),
-            ca_file: std::ptr::null(),
-            cert_file: std::ptr::null(),
-            key_file: std::ptr::null(),
-            user: std::ptr::null(),
-            password: std::ptr::null(),
-            allow_plaintext_password: etcd.allow_plaintext_password,
-            connect_timeout_ms: as_ms(etcd.connect_timeout),
-            request_timeout_ms: as_ms(etcd.request_timeout),
-            memory: std::ptr::null(),
-        };
+        *opts = defaults();
         Ok(())
     })
 }
@@ -170,7 +175,7 @@ pub unsafe extern "C" fn lk_client_new(
         let o = match unsafe { opts.as_ref() } {
             Some(o) => o,
             None => {
-                defaults = default_options();
+                defaults = self::defaults();
                 &defaults
             }
         };
@@ -212,15 +217,6 @@ pub unsafe extern "C" fn lk_client_new(
         boxed(dest, made);
         Ok(())
     })
-}
-
-fn default_options() -> lk_client_options {
-    let mut o = std::mem::MaybeUninit::<lk_client_options>::uninit();
-    // SAFETY: a valid pointer; init writes every field for this version.
-    unsafe {
-        lk_client_options_init(o.as_mut_ptr(), LK_CLIENT_OPTIONS_VERSION);
-        o.assume_init()
-    }
 }
 
 /// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
@@ -523,7 +519,7 @@ mod tests {
     /// The header's defaults (used by `LK_CLIENT_OPTIONS_INIT`) are the core's.
     #[test]
     fn header_defaults_are_the_cores() {
-        let o = default_options();
+        let o = defaults();
         assert_eq!(o.ttl_ms, LK_DEFAULT_TTL_MS);
         assert_eq!(o.keepalive_interval_ms, LK_DEFAULT_KEEPALIVE_INTERVAL_MS);
         assert_eq!(o.keepalive_timeout_ms, LK_DEFAULT_KEEPALIVE_TIMEOUT_MS);
