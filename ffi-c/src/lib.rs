@@ -325,6 +325,8 @@ pub(crate) const fn state_of(s: State) -> lk_state {
     }
 }
 
+/// The core's states in C order (`LK_STATE_*` value = index).
+#[cfg(test)]
 const STATES: [State; 7] = [
     State::Idle,
     State::Acquiring,
@@ -340,14 +342,15 @@ const STATES: [State; 7] = [
 #[unsafe(no_mangle)]
 pub extern "C" fn lk_state_name(state: c_int) -> *const c_char {
     ffi!(value {
-        let name = usize::try_from(state)
+        usize::try_from(state)
             .ok()
-            .and_then(|i| STATES.get(i))
-            .map_or(c"unknown", |s| STATE_NAMES[state_of(*s) as usize]);
-        name.as_ptr()
+            .and_then(|i| STATE_NAMES.get(i))
+            .map_or(c"unknown", |n| n)
+            .as_ptr()
     })
 }
 
+/// Indexed by `LK_STATE_*` value.
 const STATE_NAMES: [&CStr; 7] = [
     c"Idle",
     c"Acquiring",
