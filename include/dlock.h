@@ -381,14 +381,17 @@ const char *lk_lock_name(const struct lk_lock *lock);
 
 // Frees a lock handle (NULL: nothing), releasing the lock without waiting
 // for the revoke (`lk_lock_release` first to wait). After it returns, none
-// of the lock's callbacks runs again. May be called from a callback, even
-// the lock's own. In a forked child it frees memory only: the parent's
-// lease is left alone.
+// of the lock's callbacks runs again: it waits for one of them running now,
+// so do not call it holding a mutex that callback takes. May be called from
+// a callback, even the lock's own. In a forked child it frees memory only:
+// the parent's lease is left alone.
 //
 // End every permit before freeing its lock. If some are still in flight,
 // the lock is released first (waiting as `lk_lock_release` does, so the
 // permits turn invalid) and its memory is kept until the process exits,
-// so ending them later stays safe.
+// so ending them after `lk_lock_free` returned stays safe; ending one on
+// another thread while `lk_lock_free` runs does not (it may touch the
+// lock's state as that is freed).
 void lk_lock_free(struct lk_lock *lock);
 
 // Acquires the lock, waiting up to `timeout_ms` behind another holder;
@@ -445,7 +448,9 @@ enum lk_status lk_set_on_drained(const struct lk_lock *lock, lk_drained_fn cb, v
 // Holding and before its deadline (the clock is read on every call);
 // refusals: `LK_DRAINING`, `LK_FENCED`, `LK_RELEASED`, `LK_NOT_HELD`.
 // On success fills `*permit_out`, counted in flight until
-// `lk_permit_end`. No allocation, no lock, no message on refusal.
+// `lk_permit_end`; a live permit already there is overwritten, never
+// ended, so its lock would count it in flight for ever. No allocation, no
+// lock, no message on refusal.
 enum lk_status lk_permit(const struct lk_lock *lock, struct lk_permit *permit_out);
 
 // Ends the unit of work. NULL, an ended permit or one never filled: nothing.

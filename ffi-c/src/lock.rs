@@ -107,14 +107,17 @@ static KEPT: Mutex<Vec<lk_lock>> = Mutex::new(Vec::new());
 
 /// Frees a lock handle (NULL: nothing), releasing the lock without waiting
 /// for the revoke (`lk_lock_release` first to wait). After it returns, none
-/// of the lock's callbacks runs again. May be called from a callback, even
-/// the lock's own. In a forked child it frees memory only: the parent's
-/// lease is left alone.
+/// of the lock's callbacks runs again: it waits for one of them running now,
+/// so do not call it holding a mutex that callback takes. May be called from
+/// a callback, even the lock's own. In a forked child it frees memory only:
+/// the parent's lease is left alone.
 ///
 /// End every permit before freeing its lock. If some are still in flight,
 /// the lock is released first (waiting as `lk_lock_release` does, so the
 /// permits turn invalid) and its memory is kept until the process exits,
-/// so ending them later stays safe.
+/// so ending them after `lk_lock_free` returned stays safe; ending one on
+/// another thread while `lk_lock_free` runs does not (it may touch the
+/// lock's state as that is freed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
     ffi!(value {
@@ -394,7 +397,9 @@ fn live(p: &lk_permit) -> Option<&Permit<'static>> {
 /// Holding and before its deadline (the clock is read on every call);
 /// refusals: `LK_DRAINING`, `LK_FENCED`, `LK_RELEASED`, `LK_NOT_HELD`.
 /// On success fills `*permit_out`, counted in flight until
-/// `lk_permit_end`. No allocation, no lock, no message on refusal.
+/// `lk_permit_end`; a live permit already there is overwritten, never
+/// ended, so its lock would count it in flight for ever. No allocation, no
+/// lock, no message on refusal.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_permit(lock: *const lk_lock, permit_out: *mut lk_permit) -> lk_status {
     ffi!({
@@ -404,7 +409,8 @@ pub unsafe extern "C" fn lk_permit(lock: *const lk_lock, permit_out: *mut lk_per
         }
         let permit = lock.lock.permit()?;
         // SAFETY: the permit borrows the state behind `lock`, which
-        // `lk_lock_free` never frees while a permit is in flight (KEPT). A
+        // `lk_lock_free` never frees while a permit is in flight (KEPT; an
+        // end racing the free is excluded by the header's rules). A
         // reference count (`permit_owned`) would cost two atomic operations
         // on the hot path.
         let permit = unsafe { std::mem::transmute::<Permit<'_>, Permit<'static>>(permit) };
