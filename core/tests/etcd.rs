@@ -465,6 +465,32 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
     env.etcdctl(&["del", &data]);
 }
 
+/// A write etcd refuses (a value above its 1.5 MiB request limit) fails at
+/// once with etcd's reason, and leaves the holder's endpoint and lock alone.
+#[test]
+fn a_refused_guarded_write_fails_at_once() {
+    let Some(env) = cluster() else { return };
+    let name = name("refused");
+    let lock = client(&env).lock(&name).unwrap();
+    let fences = watch_fences(&lock);
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let big = vec![b'x'; 1600 * 1024];
+    let started = std::time::Instant::now();
+    match lock.guarded_put(token, format!("{name}-data").as_bytes(), &big) {
+        Err(Error::Backend(m)) => assert!(m.contains("too large"), "{m}"),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+    let took = started.elapsed();
+    // Retried over the endpoints it would take the request timeout (3 s).
+    assert!(took < Duration::from_secs(1), "refused after {took:?}");
+    lock.guarded_put(token, format!("{name}-data").as_bytes(), b"small")
+        .unwrap();
+    assert!(fences.try_recv().is_err(), "fenced by a refused write");
+    assert_eq!(lock.state(), State::Holding);
+    lock.release().unwrap();
+    env.etcdctl(&["del", &format!("{name}-data")]);
+}
+
 /// TLS with a CA, a client certificate, user auth; the auth token expires
 /// within seconds and the client authenticates again by itself.
 #[test]

@@ -99,6 +99,15 @@ fn classify(e: etcd_client::Error) -> BackendError {
     }
 }
 
+/// Whether etcd refused the request itself (a key or value too large,
+/// permission denied, ...): another endpoint would refuse it too, so it is
+/// answered at once instead of abandoning the endpoint and trying the next.
+fn refused(e: &etcd_client::Error) -> bool {
+    // gRPC status codes (fixed by the gRPC spec): INVALID_ARGUMENT,
+    // PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED.
+    matches!(e, etcd_client::Error::GRpcStatus(s) if matches!(i32::from(s.code()), 3 | 7 | 11 | 12))
+}
+
 /// The lock key of `name` under `lease`, as etcd's concurrency Mutex names it.
 fn lock_key(name: &str, lease: LeaseId) -> String {
     format!("{name}/{lease:x}")
@@ -242,7 +251,7 @@ impl EtcdBackend {
 
     /// One unary request within `limit`, on the current endpoint; a quick
     /// failure tries the next endpoints within the same limit, a timeout
-    /// abandons the endpoint it hit.
+    /// abandons the endpoint it hit, a request etcd [`refused`] fails at once.
     async fn unary<T, F, Fut>(&self, limit: Duration, call: F) -> Result<T, BackendError>
     where
         F: Fn(Etcd) -> Fut,
@@ -258,13 +267,17 @@ impl EtcdBackend {
                 break;
             }
             let i = self.current();
+            let mut final_answer = false;
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
-                call(c).await.map_err(classify)
+                call(c).await.map_err(|e| {
+                    final_answer = refused(&e);
+                    classify(e)
+                })
             })
             .await;
             match r {
-                Ok(Err(e @ BackendError::Unavailable(_))) => {
+                Ok(Err(e @ BackendError::Unavailable(_))) if !final_answer => {
                     tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd request failed");
                     self.fail(i);
                     last = e;
