@@ -501,5 +501,6 @@ int main(int argc, char **argv) {
   }
   free(files);
   printf("scenarios: %d played, %d failed\n", played, failed);
-  return failed ? 1 : 0;
+  if (!played) fprintf(stderr, "no scenario matches DLOCK_SCENARIO=%s\n", only ? only : "");
+  return failed || !played ? 1 : 0;
 }
