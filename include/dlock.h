@@ -34,7 +34,9 @@
  * - A callback may call any lk_ function, including lk_lock_release and
  *   lk_lock_free of its own lock; it must not throw (C++) or longjmp out.
  * - After lk_lock_free returns, none of that lock's callbacks runs again:
- *   user_data may be freed then.
+ *   user_data may be freed then. Replacing a callback (lk_set_on_* again,
+ *   or NULL) does not cancel a call of the old one already queued: keep its
+ *   user_data until lk_lock_free.
  */
 
 #ifndef DLOCK_H
@@ -253,8 +255,8 @@ typedef void (*lk_drained_fn)(void *user_data);
 // allocation, no reference count on this path); the fields are private.
 // Declare it with `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
 // `lk_permit_end()` (ending twice, or ending an unfilled one, does
-// nothing). A live permit may be moved (copied), but only one copy may be
-// ended. End it before freeing its lock.
+// nothing). A live permit may be moved (copied); from then on use and end
+// only the copy. End it before freeing its lock.
 struct lk_permit {
   uint64_t _private[4];
 };

@@ -358,8 +358,8 @@ pub unsafe extern "C" fn lk_set_on_drained(
 /// allocation, no reference count on this path); the fields are private.
 /// Declare it with `LK_PERMIT_INIT`, fill it with `lk_permit()`, end it with
 /// `lk_permit_end()` (ending twice, or ending an unfilled one, does
-/// nothing). A live permit may be moved (copied), but only one copy may be
-/// ended. End it before freeing its lock.
+/// nothing). A live permit may be moved (copied); from then on use and end
+/// only the copy. End it before freeing its lock.
 #[repr(C)]
 pub struct lk_permit {
     _private: [u64; 4],
