@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use dlock_core::{Client, EtcdConfig, MemoryBackend, MemoryService, Options};
 
-use crate::{Fail, arg, ffi, opt_text, out, text};
+use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};
 
 /// The version of `struct lk_client_options` this header describes.
 pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 1;
@@ -155,10 +155,6 @@ pub struct lk_client {
     /// The link to the embedded service, whose fault switches `lk_link_*`
     /// flip; `None` for etcd and `lk_client_from_env`.
     link: Option<MemoryBackend>,
-}
-
-fn boxed<T>(out: &mut *mut T, v: T) {
-    *out = Box::into_raw(Box::new(v));
 }
 
 /// A client of etcd (`opts->endpoints` set) or of the embedded service
@@ -403,11 +399,7 @@ pub unsafe extern "C" fn lk_memory_get(
 ) -> crate::lk_status {
     ffi!({
         let memory = unsafe { arg(memory, "memory") }?;
-        if key.is_null() {
-            return Err(Fail::null("key"));
-        }
-        // SAFETY: `key_len` readable bytes at `key` (header rules).
-        let key = unsafe { std::slice::from_raw_parts(key, key_len) };
+        let key = unsafe { key_bytes(key, key_len, "key") }?;
         if buf.is_null() && cap > 0 {
             return Err(Fail::null("buf"));
         }

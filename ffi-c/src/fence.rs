@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use dlock_core::{FenceGate, Token};
 
 use crate::lk_status::{self, LK_STALE};
-use crate::{Fail, arg, ffi, out, text};
+use crate::{Fail, arg, boxed, ffi, out, text};
 
 /// Accepts a write only if its token is at least the highest seen for its
 /// lock name (atomic; share one gate between threads).
@@ -18,9 +18,12 @@ pub struct lk_fence_gate {
 pub unsafe extern "C" fn lk_fence_gate_new(gate_out: *mut *mut lk_fence_gate) -> lk_status {
     ffi!({
         let dest = unsafe { out(gate_out, "gate_out") }?;
-        *dest = Box::into_raw(Box::new(lk_fence_gate {
-            gate: FenceGate::new(),
-        }));
+        boxed(
+            dest,
+            lk_fence_gate {
+                gate: FenceGate::new(),
+            },
+        );
         Ok(())
     })
 }

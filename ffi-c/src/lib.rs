@@ -234,6 +234,33 @@ pub(crate) unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Result<Option
         .map_err(|_| Fail::invalid(format!("`{what}` is not valid UTF-8")))
 }
 
+/// Stores a new handle in its out-parameter.
+pub(crate) fn boxed<T>(out: &mut *mut T, v: T) {
+    *out = Box::into_raw(Box::new(v));
+}
+
+/// `len` bytes at `p`; NULL only with `len` 0 (no bytes).
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            Err(Fail::null(what))
+        };
+    }
+    // SAFETY: `len` readable bytes at `p` (header rules).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// A required byte string (a key): never NULL, even with `len` 0.
+pub(crate) unsafe fn key_bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
+    if p.is_null() {
+        return Err(Fail::null(what));
+    }
+    // SAFETY: not NULL; `len` readable bytes at `p` (header rules).
+    unsafe { bytes(p, len, what) }
+}
+
 /// Stable snake_case name of a status (`"ok"`, `"fenced"`, `"timeout"`, …),
 /// the same word every dlock binding uses. Any value is accepted; unknown
 /// ones give `"unknown"`. The string is static.

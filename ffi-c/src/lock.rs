@@ -11,7 +11,7 @@ use dlock_core::{Lock, Permit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
-use crate::{Fail, arg, ffi, lk_reason, lk_state, out, text};
+use crate::{Fail, arg, boxed, bytes, ffi, key_bytes, lk_reason, lk_state, out, text};
 
 /// One named lock. Freeing it releases the lock.
 pub struct lk_lock {
@@ -78,15 +78,18 @@ pub unsafe extern "C" fn lk_lock_new(
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(lock_out, "lock_out") }?;
         let lock = client.client.lock(name)?;
-        *dest = Box::into_raw(Box::new(lk_lock {
-            lock,
-            // From a C string: no NUL inside.
-            name: CString::new(name).unwrap_or_default(),
-            hooks: Arc::new(Hooks {
-                alive: AtomicBool::new(true),
-                running: Mutex::new(()),
-            }),
-        }));
+        boxed(
+            dest,
+            lk_lock {
+                lock,
+                // From a C string: no NUL inside.
+                name: CString::new(name).unwrap_or_default(),
+                hooks: Arc::new(Hooks {
+                    alive: AtomicBool::new(true),
+                    running: Mutex::new(()),
+                }),
+            },
+        );
         Ok(())
     })
 }
@@ -471,18 +474,6 @@ pub unsafe extern "C" fn lk_permit_token(
     })
 }
 
-unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
-    if p.is_null() {
-        return if len == 0 {
-            Ok(&[])
-        } else {
-            Err(Fail::null(what))
-        };
-    }
-    // SAFETY: `len` readable bytes at `p` (header rules).
-    Ok(unsafe { std::slice::from_raw_parts(p, len) })
-}
-
 /// Puts `key` = `value` in the lock service only while this lock's key
 /// still exists with `token` as its fencing token (on etcd one transaction
 /// comparing the key's `create_revision`; the embedded service keeps the
@@ -501,10 +492,7 @@ pub unsafe extern "C" fn lk_lock_guarded_put(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        if key.is_null() {
-            return Err(Fail::null("key"));
-        }
-        let key = unsafe { bytes(key, key_len, "key") }?;
+        let key = unsafe { key_bytes(key, key_len, "key") }?;
         let value = unsafe { bytes(value, value_len, "value") }?;
         lock.lock.guarded_put(Token(token), key, value)?;
         Ok(())
@@ -522,10 +510,7 @@ pub unsafe extern "C" fn lk_lock_guarded_delete(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        if key.is_null() {
-            return Err(Fail::null("key"));
-        }
-        let key = unsafe { bytes(key, key_len, "key") }?;
+        let key = unsafe { key_bytes(key, key_len, "key") }?;
         lock.lock.guarded_delete(Token(token), key)?;
         Ok(())
     })
