@@ -297,7 +297,8 @@ enum lk_status lk_client_new(const struct lk_client_options *opts, struct lk_cli
 // etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
 // other `DLOCK_*` variables for TLS and auth), else the process-wide
 // embedded service. Only the timing fields of `opts` are used (NULL:
-// defaults). Fault switches (`lk_link_*`) do not apply to this client.
+// defaults). Fault switches (`lk_link_*`) and `lk_client_memory` do not
+// apply to this client (`LK_INVALID_ARGUMENT`).
 enum lk_status lk_client_from_env(const struct lk_client_options *opts,
                                   struct lk_client **client_out);
 
@@ -312,7 +313,8 @@ enum lk_status lk_memory_new(struct lk_memory **memory_out);
 enum lk_status lk_memory_named(const char *name, struct lk_memory **memory_out);
 
 // The embedded service an embedded client is linked to (a new handle to
-// free); `LK_INVALID_ARGUMENT` for an etcd client.
+// free); `LK_INVALID_ARGUMENT` for an etcd client and for any client of
+// `lk_client_from_env`.
 enum lk_status lk_client_memory(const struct lk_client *client, struct lk_memory **memory_out);
 
 // Frees a service handle (NULL: nothing). Clients linked to it go on.

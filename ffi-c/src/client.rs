@@ -218,7 +218,8 @@ pub unsafe extern "C" fn lk_client_new(
 /// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
 /// other `DLOCK_*` variables for TLS and auth), else the process-wide
 /// embedded service. Only the timing fields of `opts` are used (NULL:
-/// defaults). Fault switches (`lk_link_*`) do not apply to this client.
+/// defaults). Fault switches (`lk_link_*`) and `lk_client_memory` do not
+/// apply to this client (`LK_INVALID_ARGUMENT`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_from_env(
     opts: *const lk_client_options,
@@ -292,7 +293,8 @@ pub unsafe extern "C" fn lk_memory_named(
 }
 
 /// The embedded service an embedded client is linked to (a new handle to
-/// free); `LK_INVALID_ARGUMENT` for an etcd client.
+/// free); `LK_INVALID_ARGUMENT` for an etcd client and for any client of
+/// `lk_client_from_env`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_memory(
     client: *const lk_client,
