@@ -310,11 +310,17 @@ impl EtcdBackend {
 
     async fn keepalive_once(&self, lease: LeaseId) -> Result<Duration, BackendError> {
         let rec = self.lease_rec(lease);
+        // The machine counts this keepalive failed `keepalive_timeout` after
+        // it asked, also when it waited here behind the previous one.
+        let deadline = TokioInstant::now() + self.0.keepalive_timeout;
         // One keepalive in flight per lease: the stream is taken out while
         // in use and put back only after its reply, so a keepalive that
         // times out (or is cancelled) leaves no unread reply behind.
-        let mut slot = rec.stream.lock().await;
-        let deadline = TokioInstant::now() + self.0.keepalive_timeout;
+        let Ok(mut slot) = timeout_at(deadline, rec.stream.lock()).await else {
+            return Err(BackendError::Unavailable(
+                "the previous keepalive is still in flight".into(),
+            ));
+        };
         let mut last = BackendError::Unavailable("no endpoint".into());
         if let Some(mut s) = slot.take() {
             let i = s.endpoint;
