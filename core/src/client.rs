@@ -125,17 +125,15 @@ impl Lock {
         if key.is_empty() {
             return Err(Error::InvalidArgument("guarded write: empty key".into()));
         }
-        let (tx, rx) = std_mpsc::sync_channel(1);
         let (backend, name, ttl) = (self.backend.clone(), self.name.clone(), self.options.ttl);
         let (key, value) = (key.to_vec(), value.map(<[u8]>::to_vec));
-        crate::driver::runtime().spawn(async move {
+        let r = crate::driver::block_on(async move {
             let write = backend.guarded_write(&name, token, &key, value.as_deref());
-            let r = tokio::time::timeout(ttl, write).await.unwrap_or_else(|_| {
+            tokio::time::timeout(ttl, write).await.unwrap_or_else(|_| {
                 Err(BackendError::Unavailable("no answer within the TTL".into()))
-            });
-            let _ = tx.send(r);
-        });
-        match rx.recv().map_err(|_| Error::Shutdown)? {
+            })
+        })?;
+        match r {
             Ok(()) => Ok(()),
             Err(BackendError::Fenced) => Err(Error::Fenced(token.get())),
             Err(e) => Err(Error::Backend(format!("guarded write: {e}"))),

@@ -41,6 +41,18 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
+/// Runs `fut` on the driver and blocks the calling thread for its output;
+/// [`Error::Shutdown`] if the driver dropped it.
+pub(crate) fn block_on<T: Send + 'static>(
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<T, Error> {
+    let (tx, rx) = std_mpsc::sync_channel(1);
+    runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().map_err(|_| Error::Shutdown)
+}
+
 /// Blocks SIGPIPE on the driver thread (and the threads it starts), where
 /// all network I/O runs. A peer that closes a socket mid-write (an etcd
 /// member dying, a TLS handshake refused) then gives that write EPIPE

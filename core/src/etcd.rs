@@ -246,12 +246,8 @@ impl Client {
             return Err(Error::Forked);
         }
         let backend = EtcdBackend::new(&config, &options)?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let b = backend.clone();
-        crate::driver::runtime().spawn(async move {
-            let _ = tx.send(b.connect_first().await);
-        });
-        rx.recv().map_err(|_| Error::Shutdown)??;
+        crate::driver::block_on(async move { b.connect_first().await })??;
         Client::new(backend, options)
     }
 
