@@ -441,8 +441,9 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
         Err(Error::Fenced(token.get() + 1000))
     );
 
-    // An operator deletes the lock key: the old token's writes are refused
-    // by the server, the new token's go through.
+    // An operator deletes the lock key: the old token's writes are refused,
+    // the new token's go through. (The fence revoked the old lease, so the
+    // backend refuses its token before asking the server.)
     let key = lock_keys(&env, &name)[0].0.clone();
     env.etcdctl(&["del", &key]);
     let t2 = within(&again, Duration::from_secs(5)).expect("no reacquisition");
