@@ -79,6 +79,26 @@ struct KeepaliveStream {
     replies: etcd_client::LeaseKeepAliveStream,
 }
 
+/// A watch on one endpoint that ends when the endpoint is abandoned.
+struct Watch {
+    conn: Etcd,
+    stream: etcd_client::WatchStream,
+    abandoned: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Watch {
+    /// The next reply, or why the watch ended: its stream failed or closed,
+    /// or another call abandoned its endpoint ([`ABANDONED`]).
+    async fn next(&mut self) -> Result<etcd_client::WatchResponse, BackendError> {
+        tokio::select! {
+            m = self.stream.message() => m
+                .map_err(classify)?
+                .ok_or_else(|| BackendError::Unavailable("watch stream closed".into())),
+            _ = self.abandoned.changed() => Err(BackendError::Unavailable(ABANDONED.into())),
+        }
+    }
+}
+
 struct Held {
     name: String,
     key: Vec<u8>,
@@ -193,14 +213,6 @@ impl EtcdBackend {
             "no etcd endpoint answered: {}",
             errors.join("; ")
         )))
-    }
-
-    /// Resolves when endpoint `i` is abandoned after this call.
-    fn abandoned(&self, i: usize) -> impl Future<Output = ()> + use<> {
-        let mut rx = self.0.abandoned[i].subscribe();
-        async move {
-            let _ = rx.changed().await;
-        }
     }
 
     /// Before try `round` (from 2): after every endpoint had a try, waits
@@ -479,27 +491,10 @@ impl EtcdBackend {
         // No deadline: we wait for another holder; HTTP/2 pings catch a
         // dead member, and an error sends the machine's retry elsewhere.
         let i = self.current();
-        let abandoned = self.abandoned(i);
         let r = async {
-            let mut c = timeout(
-                self.0.connect_timeout + self.0.request_timeout,
-                self.conn(i),
-            )
-            .await
-            .map_err(|_| BackendError::Unavailable("connect timed out".into()))??;
-            let mut w = c
-                .watch(key, Some(WatchOptions::new().with_start_revision(from)))
-                .await
-                .map_err(classify)?;
-            tokio::pin!(abandoned);
+            let mut w = self.open_watch(i, key, from).await?;
             loop {
-                let msg = tokio::select! {
-                    m = w.message() => m.map_err(classify)?,
-                    _ = &mut abandoned => return Err(BackendError::Unavailable(ABANDONED.into())),
-                };
-                let Some(resp) = msg else {
-                    return Err(BackendError::Unavailable("watch stream closed".into()));
-                };
+                let resp = w.next().await?;
                 if resp.canceled() {
                     // Compacted: look again.
                     return Ok(());
@@ -514,8 +509,8 @@ impl EtcdBackend {
             }
         }
         .await;
-        if matches!(&r, Err(BackendError::Unavailable(e)) if e != ABANDONED) {
-            self.fail(i);
+        if let Err(e) = &r {
+            self.watch_failed(i, e);
         }
         r
     }
@@ -558,33 +553,13 @@ impl EtcdBackend {
         let mut from = token.0 as i64 + 1;
         loop {
             let i = self.current();
-            let abandoned = self.abandoned(i);
             let r: Result<bool, BackendError> = async {
-                let mut c = timeout(
-                    self.0.connect_timeout + self.0.request_timeout,
-                    self.conn(i),
-                )
-                .await
-                .map_err(|_| BackendError::Unavailable("connect timed out".into()))??;
-                let mut w = c
-                    .watch(
-                        key.clone(),
-                        Some(WatchOptions::new().with_start_revision(from)),
-                    )
-                    .await
-                    .map_err(classify)?;
-                tokio::pin!(abandoned);
+                let mut w = self.open_watch(i, key.clone(), from).await?;
                 loop {
-                    let msg = tokio::select! {
-                        m = w.message() => m.map_err(classify)?,
-                        _ = &mut abandoned => return Err(BackendError::Unavailable(ABANDONED.into())),
-                    };
-                    let Some(resp) = msg else {
-                        return Err(BackendError::Unavailable("watch stream closed".into()));
-                    };
+                    let resp = w.next().await?;
                     if resp.canceled() {
                         // History compacted past `from`: read the key itself.
-                        let g = timeout(self.0.request_timeout, c.get(key.clone(), None))
+                        let g = timeout(self.0.request_timeout, w.conn.get(key.clone(), None))
                             .await
                             .map_err(|_| BackendError::Unavailable("get timed out".into()))?
                             .map_err(classify)?;
@@ -611,13 +586,48 @@ impl EtcdBackend {
                 Ok(false) => {}
                 Err(e) => {
                     tracing::debug!(endpoint = %self.0.urls[i], error = %e, "etcd watch failed: re-opening");
-                    if e != BackendError::Unavailable(ABANDONED.into()) {
-                        self.fail(i);
+                    if self.watch_failed(i, &e) {
                         sleep(self.0.retry_interval).await;
                     }
                 }
             }
         }
+    }
+
+    /// Opens a watch of `key` from revision `from` on endpoint `i`.
+    async fn open_watch(
+        &self,
+        i: usize,
+        key: impl Into<Vec<u8>>,
+        from: i64,
+    ) -> Result<Watch, BackendError> {
+        // Subscribed first: an abandonment while connecting counts too.
+        let abandoned = self.0.abandoned[i].subscribe();
+        let mut conn = timeout(
+            self.0.connect_timeout + self.0.request_timeout,
+            self.conn(i),
+        )
+        .await
+        .map_err(|_| BackendError::Unavailable("connect timed out".into()))??;
+        let stream = conn
+            .watch(key, Some(WatchOptions::new().with_start_revision(from)))
+            .await
+            .map_err(classify)?;
+        Ok(Watch {
+            conn,
+            stream,
+            abandoned,
+        })
+    }
+
+    /// After watch `e` on endpoint `i`: abandons the endpoint unless another
+    /// call already did; true if this failure was the watch's own.
+    fn watch_failed(&self, i: usize, e: &BackendError) -> bool {
+        let own = !matches!(e, BackendError::Unavailable(m) if m == ABANDONED);
+        if own {
+            self.fail(i);
+        }
+        own
     }
 
     /// The key is gone: with its lease (revoked, expired), or alone? Asked
