@@ -124,8 +124,9 @@ fn classify(e: etcd_client::Error) -> BackendError {
 /// answered at once instead of abandoning the endpoint and trying the next.
 fn refused(e: &etcd_client::Error) -> bool {
     // gRPC status codes (fixed by the gRPC spec): INVALID_ARGUMENT,
-    // PERMISSION_DENIED, OUT_OF_RANGE, UNIMPLEMENTED.
-    matches!(e, etcd_client::Error::GRpcStatus(s) if matches!(i32::from(s.code()), 3 | 7 | 11 | 12))
+    // PERMISSION_DENIED, OUT_OF_RANGE. Not UNIMPLEMENTED: an endpoint that
+    // is no etcd says so, and the next one may be.
+    matches!(e, etcd_client::Error::GRpcStatus(s) if matches!(i32::from(s.code()), 3 | 7 | 11))
 }
 
 /// The lock key of `name` under `lease`, as etcd's concurrency Mutex names it.
