@@ -68,7 +68,7 @@ struct Inner {
 
 struct LeaseRec {
     /// TTL the grant returned (the stream's first reply is not handed out).
-    ttl: Option<Duration>,
+    ttl: Duration,
     /// The keepalive stream; locked for the one keepalive in flight.
     stream: tokio::sync::Mutex<Option<KeepaliveStream>>,
 }
@@ -309,20 +309,12 @@ impl EtcdBackend {
         Err(last)
     }
 
-    fn lease_rec(&self, lease: LeaseId) -> Arc<LeaseRec> {
-        lock(&self.0.leases)
-            .entry(lease)
-            .or_insert_with(|| {
-                Arc::new(LeaseRec {
-                    ttl: None,
-                    stream: tokio::sync::Mutex::new(None),
-                })
-            })
-            .clone()
-    }
-
     async fn keepalive_once(&self, lease: LeaseId) -> Result<Duration, BackendError> {
-        let rec = self.lease_rec(lease);
+        // Every lease kept alive was granted here; one no longer recorded
+        // was revoked or found lost.
+        let Some(rec) = lock(&self.0.leases).get(&lease).cloned() else {
+            return Err(BackendError::LeaseNotFound);
+        };
         // The machine counts this keepalive failed `keepalive_timeout` after
         // it asked, also when it waited here behind the previous one.
         let deadline = TokioInstant::now() + self.0.keepalive_timeout;
@@ -376,31 +368,17 @@ impl EtcdBackend {
             let i = self.current();
             let r = timeout_at(deadline, async {
                 let c = self.conn(i).await?;
-                let (mut keeper, mut replies) =
-                    c.lease_client().keep_alive(lease).await.map_err(classify)?;
-                let ttl = match rec.ttl {
-                    Some(ttl) => ttl,
-                    // Not granted here: one more round trip tells the TTL.
-                    None => {
-                        keeper.keep_alive().await.map_err(classify)?;
-                        match replies.message().await.map_err(classify)? {
-                            Some(r) if r.ttl() > 0 => Duration::from_secs(r.ttl() as u64),
-                            Some(_) => return Err(BackendError::LeaseNotFound),
-                            None => return Err(BackendError::Unavailable("stream closed".into())),
-                        }
-                    }
-                };
-                Ok((keeper, replies, ttl))
+                c.lease_client().keep_alive(lease).await.map_err(classify)
             })
             .await;
             match r {
-                Ok(Ok((keeper, replies, ttl))) => {
+                Ok(Ok((keeper, replies))) => {
                     *slot = Some(KeepaliveStream {
                         endpoint: i,
                         keeper,
                         replies,
                     });
-                    return Ok(ttl);
+                    return Ok(rec.ttl);
                 }
                 Ok(Err(BackendError::LeaseNotFound)) => return Err(BackendError::LeaseNotFound),
                 Ok(Err(e)) => {
@@ -700,7 +678,7 @@ impl Backend for EtcdBackend {
             lock(&self.0.leases).insert(
                 r.id(),
                 Arc::new(LeaseRec {
-                    ttl: Some(ttl),
+                    ttl,
                     stream: tokio::sync::Mutex::new(None),
                 }),
             );
