@@ -257,8 +257,7 @@ impl LockTask {
                         };
                         let _ = tx.send(ev);
                     });
-                    self.lock_calls.retain(|(_, h)| !h.is_finished());
-                    self.lock_calls.push((lease, task.abort_handle()));
+                    self.track(lease, task.abort_handle());
                 }
                 Action::Revoke { lease } => {
                     self.lock_calls.retain(|(l, h)| {
@@ -374,8 +373,14 @@ impl LockTask {
                 LockGone::LeaseLost => Event::LeaseLost { lease },
             });
         });
+        self.track(lease, task.abort_handle());
+    }
+
+    /// Keeps `task` (a lock call or watch of `lease`) to abort when `lease`
+    /// is revoked; forgets the finished ones.
+    fn track(&mut self, lease: LeaseId, task: AbortHandle) {
         self.lock_calls.retain(|(_, h)| !h.is_finished());
-        self.lock_calls.push((lease, task.abort_handle()));
+        self.lock_calls.push((lease, task));
     }
 
     fn notify(&self, n: Notice) {
