@@ -21,8 +21,9 @@ mod backend;
 
 pub(crate) use backend::EtcdBackend;
 
-/// Where and how to reach an etcd cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where and how to reach an etcd cluster. Its `Debug` output hides the
+/// password.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EtcdConfig {
     /// Member endpoints, `host:port` or `http(s)://host:port`. An `https`
@@ -45,6 +46,22 @@ pub struct EtcdConfig {
     pub connect_timeout: Duration,
     /// Time allowed for one unary request. Default 3 s.
     pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
+            .field("allow_plaintext_password", &self.allow_plaintext_password)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 impl EtcdConfig {
@@ -361,6 +378,11 @@ mod tests {
         assert_eq!(c.key_file, Some("/k.pem".into()));
         assert_eq!(c.user.as_deref(), Some("root"));
         assert_eq!(c.password.as_deref(), Some("secret"));
+        let debug = format!("{c:?}");
+        assert!(
+            debug.contains("<hidden>") && !debug.contains("secret"),
+            "{debug}"
+        );
         assert!(!c.allow_plaintext_password);
         assert_eq!(c.connect_timeout, Duration::from_millis(1500));
         assert_eq!(c.request_timeout, Duration::from_millis(700));
