@@ -663,10 +663,15 @@ impl EtcdBackend {
 impl Backend for EtcdBackend {
     fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(async move {
-            let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+            // Whole seconds, rounded up; a TTL past i64 (no upper bound in
+            // the options) asks for the most and lets etcd say no.
+            let secs = ttl
+                .as_secs()
+                .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+            let secs = i64::try_from(secs).unwrap_or(i64::MAX);
             let r = self
                 .unary(self.0.keepalive_timeout, |mut c| async move {
-                    c.lease_grant(secs as i64, None).await
+                    c.lease_grant(secs, None).await
                 })
                 .await?;
             if r.ttl() <= 0 {
