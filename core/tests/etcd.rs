@@ -466,6 +466,53 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
     env.etcdctl(&["del", &data]);
 }
 
+/// The server itself refuses a stale token: the key is deleted while the
+/// holder's replies are delayed, so the holder still believes it holds when
+/// it sends the write; etcd's transaction finds no lock key with that
+/// token and commits nothing. (The reply's delay proves the answer came
+/// from the server: the backend's own check answers at once.)
+#[test]
+fn the_server_refuses_a_stale_token_the_holder_still_believes_in() {
+    let Some(env) = cluster() else { return };
+    let name = name("guarded-server");
+    let data = format!("{name}-data");
+    let p = proxy::Proxy::start(env.member_addr(0));
+    // Long enough timeouts that a 1.5 s reply delay neither drains nor fences.
+    let patient = Options {
+        ttl: Duration::from_secs(10),
+        keepalive_interval: Duration::from_secs(4),
+        keepalive_timeout: Duration::from_secs(3),
+        retry_interval: Duration::from_secs(1),
+        margin: Duration::from_secs(1),
+        reacquire: false,
+    };
+    let lock = Client::etcd(EtcdConfig::new([p.url()]), patient)
+        .unwrap()
+        .lock(&name)
+        .unwrap();
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let key = lock_keys(&env, &name)[0].0.clone();
+    let delay = Duration::from_millis(1500);
+    p.set(proxy::Mode::Delay(delay));
+    env.etcdctl(&["del", &key]);
+    let sent = std::time::Instant::now();
+    assert_eq!(
+        lock.guarded_put(token, data.as_bytes(), b"stale"),
+        Err(Error::Fenced(token.get()))
+    );
+    let took = sent.elapsed();
+    assert!(
+        took >= delay - Duration::from_millis(100),
+        "refused after {took:?}: by the client, not by etcd"
+    );
+    assert_eq!(
+        env.etcdctl(&["get", "--print-value-only", &data]).trim(),
+        ""
+    );
+    p.set(proxy::Mode::Pass);
+    let _ = lock.release();
+}
+
 /// A write etcd refuses (a value above its 1.5 MiB request limit) fails at
 /// once with etcd's reason, and leaves the holder's endpoint and lock alone.
 #[test]
