@@ -465,18 +465,33 @@ impl Holder {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let timeout = self.opts.keepalive_timeout;
         let acquiring = self.state == State::Acquiring;
-        [
-            self.deadline,
-            self.give_up_at.filter(|_| acquiring),
-            self.keepalives.iter().map(|p| p.sent_at + timeout).min(),
-            self.grant.map(|p| p.sent_at + timeout),
-            self.next_keepalive.filter(|_| !self.failing),
-            self.keepalive_retry_at.filter(|_| self.failing),
-            self.acquire_retry_at,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let mut at: Option<Instant> = None;
+        // Each candidate is looked at only when present: comparing whole
+        // `Option`s let optimised code read a `None`'s unset payload, which
+        // valgrind reports in the C tests.
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                at = Some(match at {
+                    Some(a) if a <= t => a,
+                    _ => t,
+                });
+            }
+        };
+        consider(self.deadline);
+        if acquiring {
+            consider(self.give_up_at);
+        }
+        for p in &self.keepalives {
+            consider(Some(p.sent_at + timeout));
+        }
+        consider(self.grant.map(|p| p.sent_at + timeout));
+        if self.failing {
+            consider(self.keepalive_retry_at);
+        } else {
+            consider(self.next_keepalive);
+        }
+        consider(self.acquire_retry_at);
+        at
     }
 
     /// Feeds one event at `now`. Timers due at `now` are handled first, so a
