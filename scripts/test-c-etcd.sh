@@ -35,31 +35,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-passed=0
-failed=0
-failures=()
-
-step() {
-  local name=$1
-  shift
-  printf '\n==> c-etcd: %s\n' "$name" | tee -a "$log"
-  if "$@" 2>&1 | tee -a "$log"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    failures+=("$name")
-    printf 'c-etcd: FAILED: %s\n' "$name" | tee -a "$log"
-  fi
-}
-
-summary() {
-  printf '\nc-etcd: %d passed, %d failed\n' "$passed" "$failed" | tee -a "$log"
-  if ((failed)); then
-    printf 'c-etcd: failed: %s\n' "${failures[@]}" | tee -a "$log"
-    exit 1
-  fi
-  exit 0
-}
+label=c-etcd
+. scripts/checks.sh
 
 . scripts/lib.sh
 need_debs gcc=gcc valgrind=valgrind etcdctl=etcd-client >>"$log" 2>&1 ||

@@ -13,32 +13,8 @@ log=${1:-/dev/null}
 [[ $log = /* || $log = /dev/null ]] || log="$root/$log"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-passed=0
-failed=0
-failures=()
-
-# step NAME COMMAND...: runs one check, output to the terminal and the log.
-step() {
-  local name=$1
-  shift
-  printf '\n==> c: %s\n' "$name" | tee -a "$log"
-  if "$@" 2>&1 | tee -a "$log"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    failures+=("$name")
-    printf 'c: FAILED: %s\n' "$name" | tee -a "$log"
-  fi
-}
-
-summary() {
-  printf '\nc: %d passed, %d failed\n' "$passed" "$failed" | tee -a "$log"
-  if ((failed)); then
-    printf 'c: failed: %s\n' "${failures[@]}" | tee -a "$log"
-    exit 1
-  fi
-  exit 0
-}
+label=c
+. scripts/checks.sh
 
 # --- tools (a fresh Debian machine has none of them) -----------------------
 . scripts/lib.sh
