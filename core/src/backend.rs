@@ -82,17 +82,19 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(std::future::pending())
     }
 
-    /// Writes `key` = `value` (`None`: deletes `key`) only while `token`
-    /// still holds the lock `name`, atomically on the service; else
-    /// [`BackendError::Fenced`].
+    /// Writes `key` = `value` (`None`: deletes `key`) only while the lock
+    /// key of `name` under `lease` still exists with `token` (its create
+    /// revision), atomically on the service; else [`BackendError::Fenced`].
+    /// The service decides: no backend keeps tokens of its own.
     fn guarded_write<'a>(
         &'a self,
         name: &'a str,
+        lease: LeaseId,
         token: Token,
         key: &'a [u8],
         value: Option<&'a [u8]>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        let _ = (name, token, key, value);
+        let _ = (name, lease, token, key, value);
         Box::pin(async {
             Err(BackendError::Unavailable(
                 "this backend has no guarded writes".into(),

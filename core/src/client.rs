@@ -1,22 +1,91 @@
-//! The public face: [`Client`], [`Lock`], [`Permit`].
+//! The public face: [`Client`], [`Lock`], [`Permit`] — the one contract
+//! every other face (C, Python, Node) converts and calls.
 
+use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex};
+use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::backend::Backend;
+use crate::callbacks::Callbacks;
 use crate::clock::{Clock, Instant};
-use crate::driver::{Command, Reply, spawn_lock};
+use crate::driver::{Command, Reply, Write, spawn_lock};
+use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
 use crate::machine::{Refused, State, StateChange, Token};
-use crate::memory::MemoryService;
-use crate::{Error, Options};
+use crate::memory::{MemoryBackend, MemoryService};
+use crate::{Error, EtcdConfig, Options};
 
 /// Longest lock name accepted.
 pub const MAX_NAME_LEN: usize = 1024;
+
+/// Which lock service a [`Client`] talks to.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum BackendConfig {
+    /// The embedded in-process service (its links have fault switches:
+    /// [`Client::link`]).
+    Embedded(MemoryService),
+    /// An etcd cluster.
+    Etcd(EtcdConfig),
+    /// etcd when `DLOCK_ENDPOINTS` is set (with the other `DLOCK_*`
+    /// variables, see [`EtcdConfig::from_env`]), else the process-wide
+    /// embedded service.
+    FromEnv,
+}
+
+/// Everything [`Client::connect`] needs: the options every lock of the
+/// client uses and the backend. Every face builds one of these and lets
+/// the core choose and connect.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Timing and reacquire settings (validated by `connect`).
+    pub options: Options,
+    /// The lock service.
+    pub backend: BackendConfig,
+    /// The clock deadlines are read from (default: the system's
+    /// [`Clock::system`]; tests give a [`crate::ManualClock`]'s).
+    pub clock: Option<Clock>,
+}
+
+impl ClientConfig {
+    /// The process-wide embedded service, default options.
+    pub fn embedded() -> ClientConfig {
+        ClientConfig::embedded_in(MemoryService::shared())
+    }
+
+    /// The embedded `service`, default options.
+    pub fn embedded_in(service: MemoryService) -> ClientConfig {
+        ClientConfig::with_backend(BackendConfig::Embedded(service))
+    }
+
+    /// An etcd cluster, default options.
+    pub fn etcd(config: EtcdConfig) -> ClientConfig {
+        ClientConfig::with_backend(BackendConfig::Etcd(config))
+    }
+
+    /// From the `DLOCK_*` environment, default options.
+    pub fn from_env() -> ClientConfig {
+        ClientConfig::with_backend(BackendConfig::FromEnv)
+    }
+
+    fn with_backend(backend: BackendConfig) -> ClientConfig {
+        ClientConfig {
+            options: Options::default(),
+            backend,
+            clock: None,
+        }
+    }
+
+    /// The same, with `options`.
+    pub fn with_options(mut self, options: Options) -> ClientConfig {
+        self.options = options;
+        self
+    }
+}
 
 /// A connection to a lock service with the settings its locks share.
 /// Cheap to clone.
@@ -25,9 +94,74 @@ pub struct Client {
     backend: Arc<dyn Backend>,
     options: Options,
     clock: Clock,
+    link: Option<MemoryBackend>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("options", &self.options)
+            .field("embedded", &self.link.is_some())
+            .finish()
+    }
 }
 
 impl Client {
+    /// A client of the backend `config` names: validates the options,
+    /// picks the backend (the environment's for [`BackendConfig::FromEnv`])
+    /// and connects (etcd: to the first member that answers). Blocks.
+    pub fn connect(config: ClientConfig) -> Result<Client, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        crate::driver::block_on(Client::connect_on_driver(config))?
+    }
+
+    /// [`Client::connect`] for async code, on any executor.
+    pub async fn connect_async(config: ClientConfig) -> Result<Client, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        crate::driver::on_driver(Client::connect_on_driver(config))
+            .await
+            .map_err(|_| Error::Shutdown)?
+    }
+
+    async fn connect_on_driver(config: ClientConfig) -> Result<Client, Error> {
+        let ClientConfig {
+            options,
+            backend,
+            clock,
+        } = config;
+        options.validate()?;
+        let clock = clock.unwrap_or_else(Clock::system);
+        let etcd = match backend {
+            BackendConfig::Embedded(service) => None.ok_or(service),
+            BackendConfig::Etcd(c) => Ok(c),
+            BackendConfig::FromEnv => EtcdConfig::from_env()?.ok_or_else(MemoryService::shared),
+        };
+        match etcd {
+            Ok(c) => {
+                let backend = crate::etcd::connect(c, &options).await?;
+                Ok(Client {
+                    backend: Arc::new(backend),
+                    options,
+                    clock,
+                    link: None,
+                })
+            }
+            Err(service) => {
+                let link = service.link();
+                Ok(Client {
+                    backend: Arc::new(link.clone()),
+                    options,
+                    clock,
+                    link: Some(link),
+                })
+            }
+        }
+    }
+
     /// A client of `backend` with `options` (validated) on the system clock.
     pub fn new(backend: impl Backend, options: Options) -> Result<Client, Error> {
         Client::with_clock(backend, options, Clock::system())
@@ -42,10 +176,14 @@ impl Client {
         clock: Clock,
     ) -> Result<Client, Error> {
         options.validate()?;
+        let link = (&backend as &dyn std::any::Any)
+            .downcast_ref::<MemoryBackend>()
+            .cloned();
         Ok(Client {
             backend: Arc::new(backend),
             options,
             clock,
+            link,
         })
     }
 
@@ -65,8 +203,18 @@ impl Client {
         &self.clock
     }
 
+    /// The embedded backend's link of this client, with its fault switches
+    /// (partition, lost or delayed replies, …) for applications' own fault
+    /// tests; `None` on etcd.
+    pub fn link(&self) -> Option<&MemoryBackend> {
+        self.link.as_ref()
+    }
+
     /// A handle on the lock called `name` (not acquired yet). Register
     /// callbacks, then [`Lock::acquire`].
+    ///
+    /// Names nest as in etcd's lock protocol: the lock `a`'s key is
+    /// `a/<lease>`, so a holder of `a/b` (or `a/`) blocks `a`.
     pub fn lock(&self, name: &str) -> Result<Lock, Error> {
         if crate::forked() {
             return Err(Error::Forked);
@@ -78,68 +226,67 @@ impl Client {
             )));
         }
         let gate = Arc::new(Gate::new(self.clock.clone()));
+        let callbacks = Arc::new(Callbacks::default());
         let name: Arc<str> = name.into();
         let commands = spawn_lock(
             gate.clone(),
+            callbacks.clone(),
             self.backend.clone(),
             name.clone(),
             self.options.clone(),
         );
         Ok(Lock {
             gate,
+            callbacks,
             commands: ManuallyDrop::new(commands),
             name,
             options: self.options.clone(),
-            backend: self.backend.clone(),
         })
     }
 }
 
-/// One named lock. Dropping it releases the lock.
+/// What [`Lock::stats`] reports; cheap enough to read often (atomics and
+/// one clock read).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStats {
+    /// Acquisitions, first and after fences.
+    pub acquisitions: u64,
+    /// Drains begun (a failed keepalive while holding).
+    pub drains: u64,
+    /// Drains that ended with a confirmed keepalive.
+    pub resumes: u64,
+    /// Fences at the deadline.
+    pub fences_deadline: u64,
+    /// Fences on a lease-lost reply.
+    pub fences_lease_lost: u64,
+    /// Fences on a deleted lock key.
+    pub fences_lock_lost: u64,
+    /// Round trip of the last confirmed keepalive.
+    pub last_keepalive_rtt: Option<Duration>,
+    /// Deadline − now while holding or draining.
+    pub slack: Option<Duration>,
+    /// Permits in flight.
+    pub in_flight: u64,
+}
+
+/// One named lock. Dropping it releases it, and once the drop returns no
+/// callback of it runs again (as [`Lock::close`], without waiting for the
+/// revoke).
 ///
 /// Callbacks run on dlock's callback thread, one at a time, in order; a
-/// callback may call any method of the lock.
+/// callback may call any method of the lock, even [`Lock::close`].
 pub struct Lock {
     gate: Arc<Gate>,
+    callbacks: Arc<Callbacks>,
     /// Dropped with the lock (which releases it), except in a forked child:
     /// there the driver does not exist and the lease is the parent's.
     commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
     name: Arc<str>,
     options: Options,
-    backend: Arc<dyn Backend>,
 }
 
 impl Lock {
-    /// One guarded write (`value: None` deletes), run on the driver and
-    /// awaited here; bounded by the TTL so a cut link cannot hang the caller.
-    pub(crate) fn guarded_write(
-        &self,
-        token: Token,
-        key: &[u8],
-        value: Option<&[u8]>,
-    ) -> Result<(), Error> {
-        use crate::backend::BackendError;
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        if key.is_empty() {
-            return Err(Error::InvalidArgument("guarded write: empty key".into()));
-        }
-        let (backend, name, ttl) = (self.backend.clone(), self.name.clone(), self.options.ttl);
-        let (key, value) = (key.to_vec(), value.map(<[u8]>::to_vec));
-        let r = crate::driver::block_on(async move {
-            let write = backend.guarded_write(&name, token, &key, value.as_deref());
-            tokio::time::timeout(ttl, write).await.unwrap_or_else(|_| {
-                Err(BackendError::Unavailable("no answer within the TTL".into()))
-            })
-        })?;
-        match r {
-            Ok(()) => Ok(()),
-            Err(BackendError::Fenced) => Err(Error::Fenced(token.get())),
-            Err(e) => Err(Error::Backend(format!("guarded write: {e}"))),
-        }
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -152,58 +299,101 @@ impl Lock {
         self.commands.send(c).map_err(|_| Error::Shutdown)
     }
 
+    /// The acquire request for `timeout`: zero tries once, like
+    /// [`Lock::try_acquire`].
+    fn acquire_command(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        reply: Reply<Result<Token, Error>>,
+    ) -> Command {
+        let try_once = !wait || timeout.is_some_and(|t| t.is_zero());
+        Command::Acquire {
+            wait: !try_once,
+            timeout: if try_once {
+                Some(self.options.keepalive_timeout * 2)
+            } else {
+                timeout
+            },
+            reply,
+        }
+    }
+
     fn acquire_blocking(&self, wait: bool, timeout: Option<Duration>) -> Result<Token, Error> {
-        let (tx, rx) = std_mpsc::sync_channel(1);
-        self.send(Command::Acquire {
-            wait,
-            timeout,
-            reply: Reply::Blocking(tx),
-        })?;
+        let (reply, rx) = Reply::blocking();
+        self.send(self.acquire_command(wait, timeout, reply))?;
         rx.recv().map_err(|_| Error::Shutdown)?
     }
 
-    /// Acquires the lock, waiting up to `timeout` behind another holder.
-    /// Returns the fencing token. Blocks the calling thread.
+    async fn acquire_future(&self, wait: bool, timeout: Option<Duration>) -> Result<Token, Error> {
+        let (reply, rx) = Reply::future();
+        self.send(self.acquire_command(wait, timeout, reply))?;
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Acquires the lock, waiting up to `timeout` for one's turn; zero tries
+    /// once (as [`Lock::try_acquire`]). Returns the fencing token. Blocks.
+    /// [`Error::Timeout`]: the wait ran out; [`Error::Backend`]: the service
+    /// failed or did not answer; [`Error::AlreadyHeld`]: this handle holds
+    /// the lock or another acquire of it is in progress.
     pub fn acquire(&self, timeout: Duration) -> Result<Token, Error> {
         self.acquire_blocking(true, Some(timeout))
     }
 
     /// Acquires the lock if nobody holds it, else fails with
-    /// [`Error::WouldBlock`]. Blocks for at most about two keepalive timeouts.
+    /// [`Error::WouldBlock`]. Blocks for at most about two keepalive
+    /// timeouts. If the lock fences later, it reacquires by waiting its
+    /// turn, as every reacquisition does.
     pub fn try_acquire(&self) -> Result<Token, Error> {
-        self.acquire_blocking(false, Some(self.options.keepalive_timeout * 2))
+        self.acquire_blocking(false, None)
     }
 
     /// Acquires the lock, waiting up to `timeout` (`None`: as long as it
-    /// takes). Works on any executor.
+    /// takes). Works on any executor. Dropping the future does not cancel
+    /// the acquisition; [`Lock::release`] does.
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Token, Error> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Command::Acquire {
-            wait: true,
-            timeout,
-            reply: Reply::Async(tx),
-        })?;
-        rx.await.map_err(|_| Error::Shutdown)?
+        self.acquire_future(true, timeout).await
+    }
+
+    /// [`Lock::try_acquire`] for async code.
+    pub async fn try_acquire_async(&self) -> Result<Token, Error> {
+        self.acquire_future(false, None).await
     }
 
     /// Releases the lock: no permit is valid from now on; returns once the
     /// lease is revoked, or after a keepalive timeout if the service does not
-    /// answer (the lease then expires on its own).
+    /// answer (the revoke goes on in the background until it does).
     pub fn release(&self) -> Result<(), Error> {
-        let (tx, rx) = std_mpsc::sync_channel(1);
-        self.send(Command::Release {
-            done: Reply::Blocking(tx),
-        })?;
+        let (done, rx) = Reply::blocking();
+        self.send(Command::Release { done })?;
         rx.recv().map_err(|_| Error::Shutdown)
     }
 
     /// [`Lock::release`] for async code.
     pub async fn release_async(&self) -> Result<(), Error> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Command::Release {
-            done: Reply::Async(tx),
-        })?;
+        let (done, rx) = Reply::future();
+        self.send(Command::Release { done })?;
         rx.await.map_err(|_| Error::Shutdown)
+    }
+
+    /// Releases the lock (as [`Lock::release`]) and ends its callbacks:
+    /// every event up to the release is delivered, then no callback of this
+    /// lock runs again once `close` returns, and its event streams end. A
+    /// callback of this lock running on the callback thread is waited for,
+    /// unless `close` is called from a callback. Permits in flight stay safe
+    /// to end and report `valid() == false`. Closing twice is harmless.
+    pub fn close(&self) -> Result<(), Error> {
+        let released = match self.release() {
+            Err(Error::Shutdown) => Ok(()),
+            r => r,
+        };
+        self.callbacks.close();
+        released
+    }
+
+    /// Whether [`Lock::close`] was called (callbacks are off).
+    pub fn is_closed(&self) -> bool {
+        self.callbacks.is_closed()
     }
 
     /// The current state.
@@ -229,9 +419,28 @@ impl Lock {
         self.gate.time_left()
     }
 
-    /// Units of work in flight (permits not yet dropped).
+    /// Units of work in flight (permits not yet ended).
     pub fn in_flight(&self) -> u64 {
         self.gate.in_flight()
+    }
+
+    /// Counters, the last keepalive's round trip, the slack and the permits
+    /// in flight.
+    pub fn stats(&self) -> LockStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.gate.counters;
+        let rtt = c.last_rtt_ns.load(Relaxed);
+        LockStats {
+            acquisitions: c.acquisitions.load(Relaxed),
+            drains: c.drains.load(Relaxed),
+            resumes: c.resumes.load(Relaxed),
+            fences_deadline: c.fences_deadline.load(Relaxed),
+            fences_lease_lost: c.fences_lease_lost.load(Relaxed),
+            fences_lock_lost: c.fences_lock_lost.load(Relaxed),
+            last_keepalive_rtt: (rtt > 0).then(|| Duration::from_nanos(rtt)),
+            slack: self.gate.time_left(),
+            in_flight: self.gate.in_flight(),
+        }
     }
 
     /// Permission to start one unit of work: granted only while `Holding`
@@ -239,60 +448,148 @@ impl Lock {
     /// flight until dropped.
     #[inline]
     pub fn permit(&self) -> Result<Permit<'_>, Refused> {
-        let s = self.gate.enter()?;
         Ok(Permit {
-            gate: &self.gate,
-            token: s.token,
-            deadline: s.deadline,
+            owned: self.permit_owned()?,
+            _lock: PhantomData,
         })
     }
 
-    /// [`Lock::permit`] for work that outlives the borrow (another thread,
-    /// a binding). Does not allocate.
+    /// [`Lock::permit`] for work that outlives the borrow (another thread, a
+    /// binding). As cheap: no allocation, no reference count; it stays safe
+    /// to end after the lock is closed or dropped (the permits in flight
+    /// keep the lock's state).
     #[inline]
     pub fn permit_owned(&self) -> Result<OwnedPermit, Refused> {
         let s = self.gate.enter()?;
         Ok(OwnedPermit {
-            gate: self.gate.clone(),
+            gate: NonNull::from(&*self.gate),
             token: s.token,
             deadline: s.deadline,
         })
     }
 
+    /// Called with every event of the lock, in order (beside the `on_*`
+    /// callbacks of its kind).
+    pub fn on_event(&self, f: impl Fn(&LockEvent) + Send + Sync + 'static) {
+        self.callbacks.on_event(f);
+    }
+
+    /// The lock's events from now on, for callers that pull (async code,
+    /// bindings); the stream ends when the lock is closed or dropped.
+    pub fn events(&self) -> EventStream {
+        self.callbacks.stream()
+    }
+
     /// Called once per fenced token with the number of permits then in
-    /// flight: stop the work now.
+    /// flight: stop the work now. The lease is revoked (letting the next
+    /// holder in) only after this returned and the last permit ended.
     pub fn on_fence(&self, f: impl Fn(Token, u64) + Send + Sync + 'static) {
-        set(&self.gate.callbacks.on_fence, Arc::new(f));
+        self.callbacks.on_fence(f);
     }
 
     /// Called on every state change.
     pub fn on_state_change(&self, f: impl Fn(StateChange) + Send + Sync + 'static) {
-        set(&self.gate.callbacks.on_state_change, Arc::new(f));
+        self.callbacks.on_state_change(f);
     }
 
     /// Called on every acquisition (first and after a fence) with its token.
     pub fn on_acquired(&self, f: impl Fn(Token) + Send + Sync + 'static) {
-        set(&self.gate.callbacks.on_acquired, Arc::new(f));
+        self.callbacks.on_acquired(f);
     }
 
     /// Called once the lock has left `Holding` (drain or fence) and no permit
     /// is in flight any more.
     pub fn on_drained(&self, f: impl Fn() + Send + Sync + 'static) {
-        set(&self.gate.callbacks.on_drained, Arc::new(f));
+        self.callbacks.on_drained(f);
+    }
+
+    fn write_command(
+        &self,
+        token: Token,
+        key: &[u8],
+        value: Option<&[u8]>,
+        reply: Reply<Result<(), Error>>,
+    ) -> Result<Command, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        if key.is_empty() {
+            return Err(Error::InvalidArgument("guarded write: empty key".into()));
+        }
+        let own = format!("{}/", self.name);
+        if key.starts_with(own.as_bytes()) {
+            return Err(Error::InvalidArgument(format!(
+                "guarded write: the key is inside the lock's own key prefix `{own}`"
+            )));
+        }
+        Ok(Command::Write(Write {
+            token,
+            key: key.to_vec(),
+            value: value.map(<[u8]>::to_vec),
+            reply,
+        }))
+    }
+
+    fn write_blocking(&self, token: Token, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
+        let (reply, rx) = Reply::blocking();
+        self.send(self.write_command(token, key, value, reply)?)?;
+        rx.recv().map_err(|_| Error::Shutdown)?
+    }
+
+    async fn write_future(
+        &self,
+        token: Token,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), Error> {
+        let (reply, rx) = Reply::future();
+        self.send(self.write_command(token, key, value, reply)?)?;
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Puts `key` = `value` in the lock service only while `token` is the
+    /// token this handle holds and the service agrees (etcd: one transaction
+    /// comparing the lock key's `create_revision`). [`Error::Fenced`] if the
+    /// token is stale or not this handle's; [`Error::InvalidArgument`] for
+    /// an empty key or one inside the lock's own prefix (`<name>/…`);
+    /// [`Error::Backend`]: the outcome is unknown, the write may have
+    /// committed. Blocks, at most about a TTL.
+    pub fn guarded_put(&self, token: Token, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.write_blocking(token, key, Some(value))
+    }
+
+    /// Deletes `key` under the rules of [`Lock::guarded_put`].
+    pub fn guarded_delete(&self, token: Token, key: &[u8]) -> Result<(), Error> {
+        self.write_blocking(token, key, None)
+    }
+
+    /// [`Lock::guarded_put`] for async code.
+    pub async fn guarded_put_async(
+        &self,
+        token: Token,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), Error> {
+        self.write_future(token, key, Some(value)).await
+    }
+
+    /// [`Lock::guarded_delete`] for async code.
+    pub async fn guarded_delete_async(&self, token: Token, key: &[u8]) -> Result<(), Error> {
+        self.write_future(token, key, None).await
     }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if !crate::forked() {
-            // SAFETY: dropped once, here; never used again.
-            unsafe { ManuallyDrop::drop(&mut self.commands) }
+        if crate::forked() {
+            return;
         }
+        // SAFETY: dropped once, here; never used again. Closing the channel
+        // releases the lock (without waiting for the revoke).
+        unsafe { ManuallyDrop::drop(&mut self.commands) }
+        self.callbacks.close();
+        self.gate.orphan();
     }
-}
-
-fn set<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>, f: Arc<T>) {
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
 }
 
 impl std::fmt::Debug for Lock {
@@ -310,60 +607,105 @@ impl std::fmt::Debug for Lock {
 /// ends the unit of work.
 #[must_use = "the permit ends when dropped"]
 pub struct Permit<'a> {
-    gate: &'a Gate,
-    token: Token,
-    deadline: Instant,
+    owned: OwnedPermit,
+    _lock: PhantomData<&'a Lock>,
 }
 
-/// A [`Permit`] that owns a reference to its lock's state.
+impl Permit<'_> {
+    /// The token to send with every write this unit of work makes.
+    pub fn token(&self) -> Token {
+        self.owned.token
+    }
+
+    /// The deadline when the permit was granted (keepalives may extend the
+    /// lock's; [`Self::valid`] reads the current one).
+    pub fn deadline(&self) -> Instant {
+        self.owned.deadline
+    }
+
+    /// Whether the work may still commit: the lock still holds this token
+    /// and its deadline has not passed (read from the clock).
+    pub fn valid(&self) -> bool {
+        self.owned.valid()
+    }
+
+    /// Ends the unit of work (same as dropping it).
+    pub fn end(self) {}
+}
+
+impl std::fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permit")
+            .field("token", &self.owned.token)
+            .field("deadline", &self.owned.deadline)
+            .finish()
+    }
+}
+
+/// A [`Permit`] without a borrow: safe to keep past its lock's close or
+/// drop (it then reports `valid() == false`). The lock's state lives until
+/// the last permit in flight ends.
 #[must_use = "the permit ends when dropped"]
 pub struct OwnedPermit {
-    gate: Arc<Gate>,
+    /// Kept alive by the in-flight count (see `Gate::orphan`).
+    gate: NonNull<Gate>,
     token: Token,
     deadline: Instant,
 }
 
-macro_rules! permit_methods {
-    ($t:ty) => {
-        impl $t {
-            /// The token to send with every write this unit of work makes.
-            pub fn token(&self) -> Token {
-                self.token
-            }
+// SAFETY: the gate is all atomics and mutexes (Sync), and it lives while
+// this permit is counted in flight, whichever thread ends it.
+unsafe impl Send for OwnedPermit {}
+// SAFETY: as above; every method takes `&self` on atomics.
+unsafe impl Sync for OwnedPermit {}
 
-            /// The deadline when the permit was granted (keepalives may
-            /// extend the lock's; [`Self::valid`] reads the current one).
-            pub fn deadline(&self) -> Instant {
-                self.deadline
-            }
+impl OwnedPermit {
+    fn gate(&self) -> &Gate {
+        // SAFETY: counted in flight until dropped, which keeps the gate.
+        unsafe { self.gate.as_ref() }
+    }
 
-            /// Whether the work may still commit: the lock still holds this
-            /// token and its deadline has not passed (read from the clock).
-            pub fn valid(&self) -> bool {
-                self.gate.valid(self.token)
-            }
+    /// The token to send with every write this unit of work makes.
+    pub fn token(&self) -> Token {
+        self.token
+    }
 
-            /// Ends the unit of work (same as dropping it).
-            pub fn end(self) {}
+    /// The deadline when the permit was granted.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Whether the work may still commit (see [`Permit::valid`]).
+    pub fn valid(&self) -> bool {
+        self.gate().valid(self.token)
+    }
+
+    /// Time left before the lock's current deadline while this token still
+    /// holds; zero once it does not.
+    pub fn remaining(&self) -> Duration {
+        if self.valid() {
+            self.gate().time_left().unwrap_or_default()
+        } else {
+            Duration::ZERO
         }
+    }
 
-        impl std::fmt::Debug for $t {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($t))
-                    .field("token", &self.token)
-                    .field("deadline", &self.deadline)
-                    .finish()
-            }
-        }
-
-        impl Drop for $t {
-            #[inline]
-            fn drop(&mut self) {
-                self.gate.exit();
-            }
-        }
-    };
+    /// Ends the unit of work (same as dropping it).
+    pub fn end(self) {}
 }
 
-permit_methods!(Permit<'_>);
-permit_methods!(OwnedPermit);
+impl std::fmt::Debug for OwnedPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedPermit")
+            .field("token", &self.token)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl Drop for OwnedPermit {
+    #[inline]
+    fn drop(&mut self) {
+        self.gate().exit();
+    }
+}

@@ -1,23 +1,26 @@
-//! The driver: owns I/O, timers and callbacks around the sans-IO machine.
+//! The driver: performs the machine's actions (docs/design.md §3). It owns
+//! I/O, timers and the hand-off to the callback thread; it decides nothing
+//! about leases, deadlines, tokens or ordering: those are [`Holder`]'s.
 //!
 //! One background thread per process runs a current-thread tokio runtime,
 //! created on first use. Each lock has one task there that owns its
 //! [`Holder`]; backend calls run as tasks of their own and report back by
-//! channel, so a hung request never delays the deadline timer. Callbacks run
-//! on one separate thread, so a slow callback delays no keepalive or fence.
+//! channel, so a hung request never delays the deadline timer.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
+use tracing::Instrument;
 
 use crate::backend::{Backend, BackendError, LockGone};
+use crate::callbacks::Callbacks;
 use crate::clock::Instant;
-use crate::gate::{Gate, Job, Notice};
-use crate::machine::{AcquireError, Action, Event, Holder, LeaseId, State, Token};
+use crate::events::LockEvent;
+use crate::gate::Gate;
+use crate::machine::{AcquireError, Action, Event, Holder, LeaseId, Reason, State, Token};
 use crate::{Error, Options};
 
 /// The driver runtime's handle, creating the runtime thread on first use.
@@ -41,16 +44,24 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
     })
 }
 
-/// Runs `fut` on the driver and blocks the calling thread for its output;
-/// [`Error::Shutdown`] if the driver dropped it.
-pub(crate) fn block_on<T: Send + 'static>(
+/// Runs `fut` on the driver; the receiver gets its output ([`Error::Shutdown`]
+/// if the driver dropped it). The blocking and async forms of every call
+/// share this.
+pub(crate) fn on_driver<T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
-) -> Result<T, Error> {
-    let (tx, rx) = std_mpsc::sync_channel(1);
+) -> oneshot::Receiver<T> {
+    let (tx, rx) = oneshot::channel();
     runtime().spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx.recv().map_err(|_| Error::Shutdown)
+    rx
+}
+
+/// Runs `fut` on the driver and blocks the calling thread for its output.
+pub(crate) fn block_on<T: Send + 'static>(
+    fut: impl Future<Output = T> + Send + 'static,
+) -> Result<T, Error> {
+    on_driver(fut).blocking_recv().map_err(|_| Error::Shutdown)
 }
 
 /// Blocks SIGPIPE on the driver thread (and the threads it starts), where
@@ -69,35 +80,6 @@ fn block_sigpipe() {
     }
 }
 
-/// Queues a callback call on the callback thread.
-pub(crate) fn dispatch(job: Option<Job>) {
-    static TX: OnceLock<std_mpsc::Sender<Job>> = OnceLock::new();
-    // A forked child has no callback thread and must not start one.
-    let Some(job) = job.filter(|_| !crate::forked()) else {
-        return;
-    };
-    let tx = TX.get_or_init(|| {
-        let (tx, rx) = std_mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("dlock-callbacks".into())
-            .spawn(move || {
-                for job in rx {
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(job)) {
-                        let msg = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_default();
-                        tracing::error!(panic = %msg, "a dlock callback panicked; the lock goes on");
-                    }
-                }
-            })
-            .expect("dlock: cannot spawn the callback thread");
-        tx
-    });
-    let _ = tx.send(job);
-}
-
 /// Where a caller waits for the outcome: a blocked thread or a future.
 pub(crate) enum Reply<T> {
     Blocking(std_mpsc::SyncSender<T>),
@@ -111,6 +93,26 @@ impl<T> Reply<T> {
             Reply::Async(tx) => drop(tx.send(r)),
         }
     }
+
+    /// A reply channel for a blocking caller.
+    pub(crate) fn blocking() -> (Reply<T>, std_mpsc::Receiver<T>) {
+        let (tx, rx) = std_mpsc::sync_channel(1);
+        (Reply::Blocking(tx), rx)
+    }
+
+    /// A reply channel for an async caller.
+    pub(crate) fn future() -> (Reply<T>, oneshot::Receiver<T>) {
+        let (tx, rx) = oneshot::channel();
+        (Reply::Async(tx), rx)
+    }
+}
+
+/// A guarded write asked of the lock's task.
+pub(crate) struct Write {
+    pub(crate) token: Token,
+    pub(crate) key: Vec<u8>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) reply: Reply<Result<(), Error>>,
 }
 
 /// What a lock handle asks of its task.
@@ -123,28 +125,40 @@ pub(crate) enum Command {
     Release {
         done: Reply<()>,
     },
+    Write(Write),
 }
+
+/// A backend call's outcome, with the error text when it failed.
+type Outcome = (Event, Option<String>);
 
 /// Starts the task of one lock.
 pub(crate) fn spawn_lock(
     gate: Arc<Gate>,
+    callbacks: Arc<Callbacks>,
     backend: Arc<dyn Backend>,
     name: Arc<str>,
     opts: Options,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let span = tracing::info_span!("dlock_lock", name = %name, token = tracing::field::Empty);
     let task = LockTask {
         machine: Holder::new(opts.clone()),
         opts,
         gate,
+        callbacks,
         backend,
         name,
+        events_tx,
         waiters: Vec::new(),
         releases: Vec::new(),
         lock_calls: Vec::new(),
         published: (State::Idle, None, None),
+        armed: false,
+        last_error: None,
+        span: span.clone(),
     };
-    runtime().spawn(task.run(rx));
+    runtime().spawn(task.run(rx, events).instrument(span));
     tx
 }
 
@@ -152,25 +166,42 @@ struct LockTask {
     machine: Holder,
     opts: Options,
     gate: Arc<Gate>,
+    callbacks: Arc<Callbacks>,
     backend: Arc<dyn Backend>,
     name: Arc<str>,
+    events_tx: mpsc::UnboundedSender<Outcome>,
     waiters: Vec<Reply<Result<Token, Error>>>,
     releases: Vec<Reply<()>>,
     lock_calls: Vec<(LeaseId, AbortHandle)>,
     published: (State, Option<Token>, Option<Instant>),
+    /// The gate's drain watch is armed.
+    armed: bool,
+    /// The last backend failure of an acquisition, for its error.
+    last_error: Option<String>,
+    span: tracing::Span,
 }
 
 impl LockTask {
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let (events_tx, mut events) = mpsc::unbounded_channel::<Event>();
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut events: mpsc::UnboundedReceiver<Outcome>,
+    ) {
         let clock = self.gate.clock.clone();
         let mut open = true;
         loop {
-            self.step(&events_tx);
-            if !open && self.machine.state() == State::Released {
+            self.step();
+            let timer = self.machine.poll_timeout();
+            // Dropped and released: done once nothing is left to do (a held
+            // revoke, a drain to report).
+            if !open
+                && self.machine.state() == State::Released
+                && timer.is_none()
+                && !self.machine.watching_permits()
+            {
                 return;
             }
-            let timer = self.machine.poll_timeout();
+            let gate = self.gate.clone();
             tokio::select! {
                 biased;
                 cmd = commands.recv(), if open => {
@@ -189,9 +220,23 @@ impl LockTask {
                             self.releases.push(done);
                             self.machine.handle(now, Event::Release);
                         }
+                        Some(Command::Write(w)) => self.write(now, w),
                     }
                 }
-                Some(ev) = events.recv() => self.machine.handle(clock.now(), ev),
+                Some((ev, error)) = events.recv() => {
+                    if error.is_some() {
+                        self.last_error = error;
+                    }
+                    self.machine.handle(clock.now(), ev);
+                }
+                _ = gate.drained.notified(), if self.armed => {
+                    // A wake-up left over from an earlier watch finds this
+                    // one still armed.
+                    if !self.gate.watching() {
+                        self.armed = false;
+                        self.machine.handle(clock.now(), Event::PermitsEnded);
+                    }
+                }
                 _ = async { clock.sleep_until(timer.unwrap()).await }, if timer.is_some() => {
                     self.machine.handle(clock.now(), Event::Timer);
                 }
@@ -199,8 +244,29 @@ impl LockTask {
         }
     }
 
-    /// Publishes the machine's state, then performs its actions in order.
-    fn step(&mut self, events: &mpsc::UnboundedSender<Event>) {
+    /// Publishes the machine's state, performs its actions in order, and
+    /// arms the drain watch the machine asks for.
+    fn step(&mut self) {
+        loop {
+            self.perform();
+            let want = self.machine.watching_permits();
+            if want && !self.armed {
+                if self.gate.watch_drain() {
+                    // None in flight now: tell the machine at once.
+                    let now = self.gate.clock.now();
+                    self.machine.handle(now, Event::PermitsEnded);
+                    continue;
+                }
+                self.armed = true;
+            } else if !want && self.armed {
+                self.gate.unwatch_drain();
+                self.armed = false;
+            }
+            return;
+        }
+    }
+
+    fn perform(&mut self) {
         let m = &self.machine;
         let now_published = (m.state(), m.token(), m.deadline());
         if now_published != self.published {
@@ -208,55 +274,75 @@ impl LockTask {
                 .publish(now_published.0, now_published.1, now_published.2);
             self.published = now_published;
         }
-        let mut drain = false;
-        // A fence's revoke waits until on_fence has returned: the lock can
-        // pass to another holder through our revoke only after the holder
-        // was told (else only by the server's expiry, a margin later).
-        let (mut fencing, mut revokes) = (false, Vec::new());
+        let at = self.gate.clock.now();
         while let Some(action) = self.machine.poll_action() {
             match action {
                 Action::Grant { req, ttl } => {
                     let b = self.backend.clone();
-                    self.call(events, async move {
+                    self.call(async move {
                         match b.grant(ttl).await {
-                            Ok(g) => Event::LeaseGranted {
-                                req,
-                                lease: g.lease,
-                                ttl: g.ttl,
-                            },
+                            Ok(g) => (
+                                Event::LeaseGranted {
+                                    req,
+                                    lease: g.lease,
+                                    ttl: g.ttl,
+                                },
+                                None,
+                            ),
                             Err(e) => {
                                 tracing::debug!(error = %e, "lease grant failed");
-                                Event::GrantFailed { req }
+                                (Event::GrantFailed { req }, Some(e.to_string()))
                             }
                         }
                     });
                 }
                 Action::Keepalive { req, lease } => {
-                    let b = self.backend.clone();
-                    self.call(events, async move {
+                    let (b, clock) = (self.backend.clone(), self.gate.clock.clone());
+                    let gate = self.gate.clone();
+                    self.call(async move {
+                        let sent = clock.now();
                         match b.keepalive(lease).await {
-                            Ok(ttl) => Event::KeepaliveConfirmed { req, ttl },
-                            Err(BackendError::LeaseNotFound) => Event::LeaseLost { lease },
+                            Ok(ttl) => {
+                                let rtt = clock.now().saturating_since(sent);
+                                let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+                                gate.counters
+                                    .last_rtt_ns
+                                    .store(ns.max(1), std::sync::atomic::Ordering::Relaxed);
+                                (Event::KeepaliveConfirmed { req, ttl }, None)
+                            }
+                            Err(BackendError::LeaseNotFound) => (Event::LeaseLost { lease }, None),
                             Err(e) => {
                                 tracing::debug!(error = %e, "keepalive failed");
-                                Event::KeepaliveFailed { req }
+                                (Event::KeepaliveFailed { req }, None)
                             }
                         }
                     });
                 }
                 Action::Lock { req, lease, wait } => {
-                    let (b, name, tx) = (self.backend.clone(), self.name.clone(), events.clone());
-                    let task = runtime().spawn(async move {
-                        let ev = match b.lock(&name, lease, wait).await {
-                            Ok(token) => Event::Locked { req, lease, token },
-                            Err(BackendError::LeaseNotFound) => Event::LeaseLost { lease },
-                            Err(e) => Event::LockFailed {
-                                req,
-                                busy: e == BackendError::Busy,
-                            },
-                        };
-                        let _ = tx.send(ev);
-                    });
+                    let (b, name, tx) = (
+                        self.backend.clone(),
+                        self.name.clone(),
+                        self.events_tx.clone(),
+                    );
+                    let task = runtime().spawn(
+                        async move {
+                            let out = match b.lock(&name, lease, wait).await {
+                                Ok(token) => (Event::Locked { req, lease, token }, None),
+                                Err(BackendError::LeaseNotFound) => {
+                                    (Event::LeaseLost { lease }, None)
+                                }
+                                Err(e) => (
+                                    Event::LockFailed {
+                                        req,
+                                        busy: e == BackendError::Busy,
+                                    },
+                                    Some(e.to_string()),
+                                ),
+                            };
+                            let _ = tx.send(out);
+                        }
+                        .instrument(self.span.clone()),
+                    );
                     self.track(lease, task.abort_handle());
                 }
                 Action::Revoke { lease } => {
@@ -266,113 +352,181 @@ impl LockTask {
                         }
                         *l != lease
                     });
-                    revokes.push(self.revoke(lease));
+                    let revoke = self.revoke(lease);
+                    runtime().spawn(revoke.instrument(self.span.clone()));
                 }
                 Action::Transition(change) => {
                     tracing::debug!(lock = %self.name, %change, "state change");
-                    if change.from == State::Holding {
-                        drain |= matches!(change.to, State::Draining | State::Fenced);
-                    }
-                    if change.to == State::Holding {
-                        drain = false;
-                        self.gate.stop_drain();
-                    }
-                    self.notify(Notice::StateChange(change));
+                    self.count(change);
+                    self.deliver(LockEvent::State { change, at }, None);
                 }
                 Action::Fence { token } => {
-                    fencing = true;
                     let in_flight = self.gate.in_flight();
                     tracing::warn!(lock = %self.name, %token, in_flight, "fenced");
-                    self.notify(Notice::Fence { token, in_flight });
+                    // The machine holds the lease's revoke until on_fence
+                    // has returned: say so from the callback thread.
+                    let tx = self.events_tx.clone();
+                    let delivered = Box::new(move || {
+                        let _ = tx.send((Event::FenceDelivered { token }, None));
+                    });
+                    self.deliver(
+                        LockEvent::Fence {
+                            token,
+                            in_flight,
+                            at,
+                        },
+                        Some(delivered),
+                    );
                 }
                 Action::Acquired { token } => {
+                    self.span.record("token", token.get());
+                    self.last_error = None;
                     if let Some(lease) = self.machine.lease() {
-                        self.watch_lock(events, lease, token);
+                        self.watch_lock(lease, token);
                     }
-                    self.notify(Notice::Acquired(token));
+                    self.deliver(LockEvent::Acquired { token, at }, None);
                     for w in self.waiters.drain(..) {
                         w.send(Ok(token));
                     }
                 }
                 Action::AcquireFailed { error } => {
-                    let e = match error {
-                        AcquireError::Timeout => Error::Timeout,
-                        AcquireError::WouldBlock => Error::WouldBlock,
-                        AcquireError::AlreadyHeld => Error::AlreadyHeld,
-                        AcquireError::Released => Error::Released,
-                        AcquireError::Backend => {
-                            Error::Backend("the lock service did not answer".into())
-                        }
-                    };
+                    let e = self.error_of(error);
                     for w in self.waiters.drain(..) {
                         w.send(Err(e.clone()));
                     }
                 }
-            }
-        }
-        if fencing && !revokes.is_empty() {
-            // Queued behind the Fence notice on the callback thread.
-            dispatch(Some(Box::new(move || {
-                for revoke in revokes {
-                    runtime().spawn(revoke);
+                Action::AcquireRefused { error } => {
+                    let e = self.error_of(error);
+                    if let Some(w) = self.waiters.pop() {
+                        w.send(Err(e));
+                    }
                 }
-            })));
-        } else {
-            for revoke in revokes {
-                runtime().spawn(revoke);
+                Action::Drained => self.deliver(LockEvent::Drained { at }, None),
             }
         }
         finish_releases(std::mem::take(&mut self.releases));
-        if drain {
-            self.gate.start_drain();
+    }
+
+    fn error_of(&mut self, error: AcquireError) -> Error {
+        match error {
+            AcquireError::Timeout => Error::Timeout,
+            AcquireError::WouldBlock => Error::WouldBlock,
+            AcquireError::AlreadyHeld => Error::AlreadyHeld,
+            AcquireError::Released => Error::Released,
+            AcquireError::Backend => Error::Backend(match self.last_error.take() {
+                Some(e) => format!("the lock service failed: {e}"),
+                None => "the lock service did not answer in time".into(),
+            }),
         }
     }
 
+    /// The counters of `Lock::stats()`.
+    fn count(&self, change: crate::machine::StateChange) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.gate.counters;
+        let counter = match (change.to, change.reason) {
+            (State::Holding, Reason::Acquired | Reason::Reacquired) => &c.acquisitions,
+            (State::Holding, Reason::Resumed) => &c.resumes,
+            (State::Draining, _) => &c.drains,
+            (State::Fenced, Reason::Deadline) => &c.fences_deadline,
+            (State::Fenced, Reason::LockLost) => &c.fences_lock_lost,
+            (State::Fenced, _) => &c.fences_lease_lost,
+            _ => return,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    fn deliver(&self, event: LockEvent, then: Option<crate::callbacks::Job>) {
+        self.callbacks.deliver(event, then);
+    }
+
+    /// A guarded write: the machine says whether `token` is the one held
+    /// (and under which lease); the service then decides atomically.
+    fn write(&mut self, now: Instant, w: Write) {
+        let Some(lease) = self.machine.write_lease(now, w.token) else {
+            w.reply.send(Err(Error::Fenced(w.token.get())));
+            return;
+        };
+        let (b, name, ttl) = (self.backend.clone(), self.name.clone(), self.opts.ttl);
+        runtime().spawn(
+            async move {
+                let write = b.guarded_write(&name, lease, w.token, &w.key, w.value.as_deref());
+                let r = match tokio::time::timeout(ttl, write).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(BackendError::Fenced)) => Err(Error::Fenced(w.token.get())),
+                    Ok(Err(e)) => Err(Error::Backend(format!(
+                        "guarded write: {e} (the outcome is unknown: it may have committed)"
+                    ))),
+                    Err(_) => Err(Error::Backend(
+                        "guarded write: no answer within the TTL (the outcome is unknown: it may have committed)"
+                            .into(),
+                    )),
+                };
+                w.reply.send(r);
+            }
+            .instrument(self.span.clone()),
+        );
+    }
+
     /// Revokes `lease`; `release()` calls waiting now return once it is
-    /// revoked, or after a keepalive timeout. The revoke itself goes on
-    /// until the lease would have expired anyway.
+    /// revoked, or after a keepalive timeout. A revoke the service does not
+    /// answer is tried again every retry interval until it answers: a lease
+    /// we know is ours and dead must never outlive an outage (etcd restores
+    /// leases with a fresh TTL when it comes back).
     fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
-        let (b, done) = (self.backend.clone(), std::mem::take(&mut self.releases));
-        let (wait_for, ttl) = (self.opts.keepalive_timeout, self.opts.ttl);
+        let (b, mut done) = (self.backend.clone(), std::mem::take(&mut self.releases));
+        let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
         async move {
-            let revoke = b.revoke(lease);
-            tokio::pin!(revoke);
-            let first = tokio::time::timeout(wait_for, &mut revoke).await;
-            finish_releases(done);
-            if first.is_err() {
-                let _ = tokio::time::timeout(ttl, revoke).await;
+            loop {
+                let r = tokio::time::timeout(wait_for, b.revoke(lease)).await;
+                finish_releases(std::mem::take(&mut done));
+                match r {
+                    Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => return,
+                    Ok(Err(e)) => tracing::debug!(lease, error = %e, "revoke failed; trying again"),
+                    Err(_) => tracing::debug!(lease, "revoke unanswered; trying again"),
+                }
+                tokio::time::sleep(retry).await;
             }
         }
     }
 
     /// Runs one backend call as its own task, bounded by the TTL (after
     /// which no reply could matter), and feeds its outcome back.
-    fn call(
-        &self,
-        events: &mpsc::UnboundedSender<Event>,
-        call: impl Future<Output = Event> + Send + 'static,
-    ) {
-        let (tx, ttl) = (events.clone(), self.opts.ttl);
-        runtime().spawn(async move {
-            if let Ok(ev) = tokio::time::timeout(ttl, call).await {
-                let _ = tx.send(ev);
+    fn call(&self, call: impl Future<Output = Outcome> + Send + 'static) {
+        let (tx, ttl) = (self.events_tx.clone(), self.opts.ttl);
+        runtime().spawn(
+            async move {
+                if let Ok(out) = tokio::time::timeout(ttl, call).await {
+                    let _ = tx.send(out);
+                }
             }
-        });
+            .instrument(self.span.clone()),
+        );
     }
 
     /// Watches the lock key while it is held under `lease`: if it vanishes
     /// (an operator deleted it), the machine fences at once. Aborted with
     /// the lease's other calls when the lease is revoked.
-    fn watch_lock(&mut self, events: &mpsc::UnboundedSender<Event>, lease: LeaseId, token: Token) {
-        let (b, name, tx) = (self.backend.clone(), self.name.clone(), events.clone());
-        let task = runtime().spawn(async move {
-            let gone = b.watch_lock(&name, lease, token).await;
-            tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
-            let _ = tx.send(match gone {
-                LockGone::KeyDeleted => Event::LockLost { lease },
-                LockGone::LeaseLost => Event::LeaseLost { lease },
-            });
-        });
+    fn watch_lock(&mut self, lease: LeaseId, token: Token) {
+        let (b, name, tx) = (
+            self.backend.clone(),
+            self.name.clone(),
+            self.events_tx.clone(),
+        );
+        let task = runtime().spawn(
+            async move {
+                let gone = b.watch_lock(&name, lease, token).await;
+                tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
+                let _ = tx.send((
+                    match gone {
+                        LockGone::KeyDeleted => Event::LockLost { lease },
+                        LockGone::LeaseLost => Event::LeaseLost { lease },
+                    },
+                    None,
+                ));
+            }
+            .instrument(self.span.clone()),
+        );
         self.track(lease, task.abort_handle());
     }
 
@@ -381,10 +535,6 @@ impl LockTask {
     fn track(&mut self, lease: LeaseId, task: AbortHandle) {
         self.lock_calls.retain(|(_, h)| !h.is_finished());
         self.lock_calls.push((lease, task));
-    }
-
-    fn notify(&self, n: Notice) {
-        dispatch(self.gate.callbacks.job(n));
     }
 }
 

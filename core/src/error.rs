@@ -1,4 +1,4 @@
-//! The one error vocabulary, shared by every binding.
+//! The one error vocabulary, shared by every binding (docs/design.md §8).
 
 /// Why a dlock call failed. [`Error::code`] gives the stable name that the C,
 /// Python and Node faces use too.
@@ -16,7 +16,8 @@ pub enum Error {
     /// An argument is not acceptable (an empty lock name, say).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// The lock was not acquired within the timeout.
+    /// The wait for one's turn ran out: someone else held the lock all
+    /// along. (An unreachable service is [`Error::Backend`].)
     #[error("timed out waiting for the lock")]
     Timeout,
     /// `try_acquire`: another holder has the lock.
@@ -28,10 +29,12 @@ pub enum Error {
     /// The lock was released while the call waited.
     #[error("the lock was released")]
     Released,
-    /// A guarded write was refused: the token is no longer the lock's.
-    #[error("fenced: token {0} no longer holds the lock")]
+    /// A guarded write was refused: the token is not (or no longer) the one
+    /// this handle holds.
+    #[error("fenced: token {0} does not hold the lock")]
     Fenced(u64),
-    /// The lock service failed or could not be reached.
+    /// The lock service failed or could not be reached. For a guarded write
+    /// the outcome is unknown: the write may have committed.
     #[error("backend error: {0}")]
     Backend(String),
     /// The driver thread is gone (the process is shutting down).
@@ -43,7 +46,24 @@ pub enum Error {
 }
 
 impl Error {
-    /// Stable snake_case name of the error kind.
+    /// The error's entry in the code table ([`crate::Code`]).
+    pub const fn status(&self) -> crate::Code {
+        use crate::Code;
+        match self {
+            Error::InvalidOption { .. } => Code::InvalidOption,
+            Error::InvalidArgument(_) => Code::InvalidArgument,
+            Error::Timeout => Code::Timeout,
+            Error::WouldBlock => Code::WouldBlock,
+            Error::AlreadyHeld => Code::AlreadyHeld,
+            Error::Released => Code::Released,
+            Error::Fenced(_) => Code::Fenced,
+            Error::Backend(_) => Code::Backend,
+            Error::Shutdown => Code::Shutdown,
+            Error::Forked => Code::Forked,
+        }
+    }
+
+    /// Stable snake_case name of the error kind (the code table's word).
     pub const fn code(&self) -> &'static str {
         match self {
             Error::InvalidOption { .. } => "invalid_option",

@@ -255,42 +255,29 @@ fn parse_ms(name: &str, v: &str) -> Result<Duration, Error> {
 
 impl Client {
     /// A client of the etcd cluster in `config`. Blocks while it connects
-    /// (and authenticates) to the first endpoint that answers.
+    /// (and authenticates) to the first endpoint that answers; see
+    /// [`Client::connect`].
     pub fn etcd(config: EtcdConfig, options: Options) -> Result<Client, Error> {
-        options.validate()?;
-        config.validate()?;
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        let backend = EtcdBackend::new(&config, &options)?;
-        let b = backend.clone();
-        crate::driver::block_on(async move { b.connect_first().await })??;
-        Client::new(backend, options)
+        Client::connect(crate::ClientConfig::etcd(config).with_options(options))
     }
 
     /// etcd when `DLOCK_ENDPOINTS` is set (see [`EtcdConfig::from_env`]),
-    /// else the process-wide embedded service.
+    /// else the process-wide embedded service; see [`Client::connect`].
     pub fn from_env(options: Options) -> Result<Client, Error> {
-        match EtcdConfig::from_env()? {
-            Some(config) => Client::etcd(config, options),
-            None => Client::new(crate::MemoryService::shared().link(), options),
-        }
+        Client::connect(crate::ClientConfig::from_env().with_options(options))
     }
 }
 
-impl crate::Lock {
-    /// Puts `key` = `value` only while this lock's key still exists with
-    /// `token` as its fencing token (one etcd transaction). Fails with
-    /// [`Error::Fenced`] otherwise.
-    pub fn guarded_put(&self, token: crate::Token, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.guarded_write(token, key, Some(value))
-    }
-
-    /// Deletes `key` only while this lock's key still exists with `token`
-    /// as its fencing token. Fails with [`Error::Fenced`] otherwise.
-    pub fn guarded_delete(&self, token: crate::Token, key: &[u8]) -> Result<(), Error> {
-        self.guarded_write(token, key, None)
-    }
+/// Connects an etcd backend on the driver (its connections belong to the
+/// driver's runtime, not the caller's).
+pub(crate) async fn connect(config: EtcdConfig, options: &Options) -> Result<EtcdBackend, Error> {
+    config.validate()?;
+    let backend = EtcdBackend::new(&config, options)?;
+    let b = backend.clone();
+    crate::driver::on_driver(async move { b.connect_first().await })
+        .await
+        .map_err(|_| Error::Shutdown)??;
+    Ok(backend)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The resource side of fencing (DESIGN.md section 4).
+//! The resource side of fencing (docs/design.md §12).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,6 +14,13 @@ pub struct Stale {
     pub token: Token,
     /// The highest token seen for that lock name.
     pub highest: Token,
+}
+
+impl Stale {
+    /// The refusal's entry in the code table (`stale`).
+    pub const fn status(&self) -> crate::Code {
+        crate::Code::Stale
+    }
 }
 
 /// A checker a resource server embeds: a write is accepted only if its token

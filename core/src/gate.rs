@@ -1,60 +1,29 @@
-//! The permit fast path: a snapshot of the machine's state, published by the
-//! driver through a seqlock and read by `permit()` with atomics only. No lock
-//! the keepalive path holds, no allocation.
+//! The permit fast path (docs/design.md §2.6): a snapshot of the machine's
+//! state, published by the driver through a seqlock and read by `permit()`
+//! with atomics only, and the count of permits in flight. No lock the
+//! keepalive path holds, no allocation.
+//!
+//! The in-flight word also carries two flags, so that every decision about
+//! it is one atomic step:
+//! - `WATCH`: the driver waits for the count to reach zero (a drain or a
+//!   fence, decided by the machine). The permit that ends last clears it and
+//!   wakes the driver *before* it gives up its own count.
+//! - `GONE`: the lock handle was dropped. Permits keep the gate's memory
+//!   alive ([`Gate::kept`]): the last one to end frees it, so a permit of a
+//!   freed handle (C, Python, Node) stays safe to end.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Notify;
+
 use crate::clock::{Clock, Instant};
-use crate::machine::{Refused, State, StateChange, Token, decide};
+use crate::machine::{Refused, State, Token, decide};
 
-type FenceFn = dyn Fn(Token, u64) + Send + Sync;
-type StateFn = dyn Fn(StateChange) + Send + Sync;
-type TokenFn = dyn Fn(Token) + Send + Sync;
-type DrainedFn = dyn Fn() + Send + Sync;
-
-/// The application's callbacks. Each is cloned out of its mutex before it is
-/// called, so a callback may register another or call back into the lock.
-#[derive(Default)]
-pub(crate) struct Callbacks {
-    pub(crate) on_fence: Mutex<Option<Arc<FenceFn>>>,
-    pub(crate) on_state_change: Mutex<Option<Arc<StateFn>>>,
-    pub(crate) on_acquired: Mutex<Option<Arc<TokenFn>>>,
-    pub(crate) on_drained: Mutex<Option<Arc<DrainedFn>>>,
-}
-
-fn get<T: ?Sized>(slot: &Mutex<Option<Arc<T>>>) -> Option<Arc<T>> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// One event for the application, delivered on the callback thread.
-#[derive(Copy, Clone, Debug)]
-pub(crate) enum Notice {
-    StateChange(StateChange),
-    Fence { token: Token, in_flight: u64 },
-    Acquired(Token),
-    Drained,
-}
-
-/// A callback call, ready to run on the callback thread.
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
-
-impl Callbacks {
-    /// The call of the registered callback for `n`, if one is registered.
-    pub(crate) fn job(&self, n: Notice) -> Option<Job> {
-        match n {
-            Notice::StateChange(c) => {
-                get(&self.on_state_change).map(|f| Box::new(move || f(c)) as Job)
-            }
-            Notice::Fence { token, in_flight } => {
-                get(&self.on_fence).map(|f| Box::new(move || f(token, in_flight)) as Job)
-            }
-            Notice::Acquired(t) => get(&self.on_acquired).map(|f| Box::new(move || f(t)) as Job),
-            Notice::Drained => get(&self.on_drained).map(|f| Box::new(move || f()) as Job),
-        }
-    }
-}
+const WATCH: u64 = 1 << 62;
+const GONE: u64 = 1 << 63;
+const COUNT: u64 = WATCH - 1;
 
 /// A consistent reading of the published state.
 #[derive(Copy, Clone, Debug)]
@@ -64,18 +33,33 @@ pub(crate) struct Snapshot {
     pub(crate) deadline: Instant,
 }
 
+/// Counters read by `Lock::stats()`; written by the driver only.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) acquisitions: AtomicU64,
+    pub(crate) drains: AtomicU64,
+    pub(crate) resumes: AtomicU64,
+    pub(crate) fences_deadline: AtomicU64,
+    pub(crate) fences_lease_lost: AtomicU64,
+    pub(crate) fences_lock_lost: AtomicU64,
+    /// Last confirmed keepalive's round trip in ns; 0: none yet.
+    pub(crate) last_rtt_ns: AtomicU64,
+}
+
 /// Shared between a lock's handle, its permits and its driver task.
 pub(crate) struct Gate {
     seq: AtomicU64,
     state: AtomicU8,
     token: AtomicU64,
     deadline: AtomicU64,
-    in_flight: AtomicU64,
-    /// Set when the lock leaves `Holding`; cleared by the first party that
-    /// sees no permit in flight, which then fires `on_drained`.
-    drain_pending: AtomicBool,
+    /// Permits in flight, plus the `WATCH` and `GONE` flags.
+    flight: AtomicU64,
+    /// Wakes the driver when the last permit of a watched drain ends.
+    pub(crate) drained: Notify,
+    /// The reference the permits in flight share once the handle is gone.
+    kept: Mutex<Option<Arc<Gate>>>,
     pub(crate) clock: Clock,
-    pub(crate) callbacks: Callbacks,
+    pub(crate) counters: Counters,
 }
 
 impl Gate {
@@ -85,10 +69,11 @@ impl Gate {
             state: AtomicU8::new(State::Idle as u8),
             token: AtomicU64::new(0),
             deadline: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
-            drain_pending: AtomicBool::new(false),
+            flight: AtomicU64::new(0),
+            drained: Notify::new(),
+            kept: Mutex::new(None),
             clock,
-            callbacks: Callbacks::default(),
+            counters: Counters::default(),
         }
     }
 
@@ -156,7 +141,7 @@ impl Gate {
         if crate::forked() {
             return Err(Refused::NotHeld);
         }
-        self.in_flight.fetch_add(1, SeqCst);
+        self.flight.fetch_add(1, SeqCst);
         let snap = self.read();
         match decide(snap.state, snap.deadline, self.clock.now()) {
             Ok(()) => Ok(snap),
@@ -167,19 +152,106 @@ impl Gate {
         }
     }
 
-    /// Ends one unit of work.
+    /// Ends one unit of work. The only accesses to the gate after the count
+    /// drops are none: the drain wake-up happens while this permit still
+    /// counts, and the last permit of a gone handle frees the gate.
     #[inline]
     pub(crate) fn exit(&self) {
-        if self.in_flight.fetch_sub(1, SeqCst) == 1 && self.drain_pending.load(SeqCst) {
-            self.drained_now();
+        let mut cur = self.flight.load(Relaxed);
+        loop {
+            if cur & (COUNT | WATCH) == WATCH | 1 {
+                self.exit_watched(cur);
+                return;
+            }
+            match self
+                .flight
+                .compare_exchange_weak(cur, cur - 1, SeqCst, Relaxed)
+            {
+                Ok(prev) => {
+                    if prev & (COUNT | GONE) == GONE | 1 {
+                        self.free_kept();
+                    }
+                    return;
+                }
+                Err(now) => cur = now,
+            }
         }
     }
 
-    pub(crate) fn in_flight(&self) -> u64 {
-        self.in_flight.load(SeqCst)
+    #[cold]
+    #[inline(never)]
+    fn exit_watched(&self, mut cur: u64) {
+        loop {
+            if cur & (COUNT | WATCH) != WATCH | 1 {
+                return self.exit();
+            }
+            match self
+                .flight
+                .compare_exchange(cur, cur & !WATCH, SeqCst, Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        // Still counted: the gate lives while the driver is woken.
+        self.drained.notify_one();
+        self.exit();
     }
 
-    /// Whether a permit with `token` may still commit its work.
+    #[cold]
+    #[inline(never)]
+    fn free_kept(&self) {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(kept);
+    }
+
+    /// The lock handle is gone: the permits in flight (if any) keep the
+    /// gate until the last one ends.
+    pub(crate) fn orphan(self: &Arc<Self>) {
+        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.clone());
+        let prev = self.flight.fetch_or(GONE, SeqCst);
+        if prev & COUNT == 0 {
+            self.free_kept();
+        }
+    }
+
+    /// Asks to be woken (through [`Gate::drained`]) once no permit is in
+    /// flight; `true` if none is now (nothing armed).
+    pub(crate) fn watch_drain(&self) -> bool {
+        let mut cur = self.flight.load(SeqCst);
+        loop {
+            if cur & COUNT == 0 {
+                return true;
+            }
+            match self
+                .flight
+                .compare_exchange(cur, cur | WATCH, SeqCst, SeqCst)
+            {
+                Ok(_) => return false,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Stops a watch (the machine no longer waits for it).
+    pub(crate) fn unwatch_drain(&self) {
+        self.flight.fetch_and(!WATCH, SeqCst);
+    }
+
+    /// Whether a watch is armed: after a wake-up, `false` means the last
+    /// permit ended (a wake-up left over from an earlier watch finds the
+    /// current one still armed).
+    pub(crate) fn watching(&self) -> bool {
+        self.flight.load(SeqCst) & WATCH != 0
+    }
+
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.flight.load(SeqCst) & COUNT
+    }
+
+    /// Whether a permit with `token` may still commit its work: the lock
+    /// still holds that very token (not a later one of a reacquisition) and
+    /// its deadline has not passed.
     pub(crate) fn valid(&self, token: Token) -> bool {
         let s = self.read();
         !crate::forked()
@@ -194,26 +266,74 @@ impl Gate {
         matches!(s.state, State::Holding | State::Draining)
             .then(|| s.deadline.saturating_since(self.clock.now()))
     }
+}
 
-    /// The lock left `Holding`: fire `on_drained` once no permit is in flight.
-    pub(crate) fn start_drain(&self) {
-        self.drain_pending.store(true, SeqCst);
-        if self.in_flight.load(SeqCst) == 0 {
-            self.drained_now();
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    fn gate() -> (ManualClock, Arc<Gate>) {
+        let clock = ManualClock::new(Instant::from_nanos(1_000_000_000));
+        let gate = Arc::new(Gate::new(clock.clock()));
+        (clock, gate)
     }
 
-    pub(crate) fn stop_drain(&self) {
-        self.drain_pending.store(false, SeqCst);
+    #[test]
+    fn a_permit_of_an_old_token_is_invalid_once_a_new_token_holds() {
+        let (clock, g) = gate();
+        let far = clock.now() + Duration::from_secs(10);
+        g.publish(State::Holding, Some(Token(1)), Some(far));
+        let old = g.enter().unwrap();
+        assert!(g.valid(old.token));
+        g.publish(State::Fenced, None, None);
+        assert!(!g.valid(old.token));
+        // Reacquired: Holding again, a later deadline, token 2.
+        g.publish(State::Holding, Some(Token(2)), Some(far));
+        assert!(!g.valid(old.token), "token 1 must stay dead under token 2");
+        assert!(g.valid(Token(2)));
+        g.exit();
     }
 
-    fn drained_now(&self) {
-        if self
-            .drain_pending
-            .compare_exchange(true, false, SeqCst, SeqCst)
-            .is_ok()
-        {
-            crate::driver::dispatch(self.callbacks.job(Notice::Drained));
-        }
+    #[test]
+    fn the_last_permit_of_a_watched_drain_clears_the_watch() {
+        let (clock, g) = gate();
+        let far = clock.now() + Duration::from_secs(10);
+        g.publish(State::Holding, Some(Token(1)), Some(far));
+        g.enter().unwrap();
+        g.enter().unwrap();
+        g.publish(State::Draining, Some(Token(1)), Some(far));
+        assert!(!g.watch_drain(), "two in flight: armed");
+        assert!(g.watching());
+        g.exit();
+        assert!(g.watching(), "one still in flight");
+        assert_eq!(g.enter().unwrap_err(), Refused::Draining);
+        assert!(g.watching(), "a refused permit is no end of the drain");
+        g.exit();
+        assert!(!g.watching(), "the last one cleared it");
+        assert_eq!(g.in_flight(), 0);
+        assert!(g.watch_drain(), "none in flight: nothing to arm");
+    }
+
+    #[test]
+    fn permits_keep_an_orphaned_gate_until_the_last_ends() {
+        let (clock, g) = gate();
+        let far = clock.now() + Duration::from_secs(10);
+        g.publish(State::Holding, Some(Token(1)), Some(far));
+        g.enter().unwrap();
+        let weak = Arc::downgrade(&g);
+        g.orphan();
+        let raw = Arc::as_ptr(&g);
+        drop(g);
+        assert!(weak.upgrade().is_some(), "kept for the permit in flight");
+        // SAFETY: kept alive by the permit in flight.
+        unsafe { &*raw }.exit();
+        assert!(weak.upgrade().is_none(), "freed by the last permit");
+
+        let (_, g) = gate();
+        let weak = Arc::downgrade(&g);
+        g.orphan();
+        drop(g);
+        assert!(weak.upgrade().is_none(), "no permit: freed at once");
     }
 }

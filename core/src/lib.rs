@@ -27,15 +27,20 @@
 //! ```
 //!
 //! The core is sans-IO ([`machine::Holder`]); a driver thread runs the
-//! keepalives and timers; callbacks run on a thread of their own.
+//! keepalives and timers; callbacks run on a thread of their own. Every
+//! face (C, Python, Node) converts types and calls this crate: the design
+//! is `docs/design.md` in the repository.
 #![warn(missing_docs)]
 
 pub mod backend;
+mod callbacks;
 mod client;
 pub mod clock;
+pub mod codes;
 mod driver;
 mod error;
 mod etcd;
+mod events;
 mod fence;
 mod fork;
 mod gate;
@@ -44,12 +49,16 @@ pub mod memory;
 mod options;
 
 pub use backend::Backend;
-pub use client::{Client, Lock, MAX_NAME_LEN, OwnedPermit, Permit};
+pub use client::{
+    BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_NAME_LEN, OwnedPermit, Permit,
+};
 pub use clock::{Clock, Instant, ManualClock};
+pub use codes::Code;
 pub use error::Error;
 pub use etcd::EtcdConfig;
+pub use events::{EventStream, LockEvent};
 pub use fence::{FenceGate, Stale};
 pub use fork::forked;
 pub use machine::{Reason, Refused, State, StateChange, Token};
 pub use memory::{MemoryBackend, MemoryService};
-pub use options::Options;
+pub use options::{MAX_TTL, Options};

@@ -1,4 +1,4 @@
-//! The holder state machine (DESIGN.md section 2), sans-IO.
+//! The holder state machine (docs/design.md §2), sans-IO.
 //!
 //! [`Holder`] takes `(now, Event)` and queues [`Action`]s; it never reads a
 //! clock, sleeps or talks to a server. The driver feeds it replies and timer
@@ -16,7 +16,16 @@
 //! | release / timer fired | [`Event::Release`] / [`Event::Timer`] |
 //! | arm the timer | [`Holder::poll_timeout`] |
 //! | call on_fence / revoke | [`Action::Fence`] / [`Action::Revoke`] |
+//! | on_fence returned | [`Event::FenceDelivered`] |
+//! | the last permit in flight ended | [`Event::PermitsEnded`], asked for by [`Holder::watching_permits`] |
+//! | call on_drained | [`Action::Drained`] |
 //! | reacquire | [`Action::Transition`] to `Reacquiring`, then [`Action::Grant`] |
+//!
+//! Ordering rules (docs/design.md §2.9) live here, so the machine's tests
+//! cover them: a fenced lease is revoked only once `on_fence` has returned
+//! *and* the last permit in flight has ended, or once the server's expiry of
+//! that lease has passed anyway; `drained` is reported once per drain or
+//! fence, when no permit is in flight.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -92,6 +101,31 @@ impl State {
         }
     }
 
+    /// Every state, in C order (`State::ALL[i] as u8 == i`).
+    pub const ALL: [State; 7] = [
+        State::Idle,
+        State::Acquiring,
+        State::Holding,
+        State::Draining,
+        State::Fenced,
+        State::Reacquiring,
+        State::Released,
+    ];
+
+    /// The name as a static C string, for the C face.
+    pub fn as_cstr(self) -> &'static std::ffi::CStr {
+        const NAMES: [&std::ffi::CStr; 7] = [
+            c"Idle",
+            c"Acquiring",
+            c"Holding",
+            c"Draining",
+            c"Fenced",
+            c"Reacquiring",
+            c"Released",
+        ];
+        NAMES[self as usize]
+    }
+
     pub(crate) const fn from_u8(v: u8) -> State {
         match v {
             1 => State::Acquiring,
@@ -147,6 +181,53 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in C order (`LK_REASON_*` value = index).
+    pub const ALL: [Reason; 14] = [
+        Reason::Acquire,
+        Reason::Acquired,
+        Reason::KeepaliveTimeout,
+        Reason::KeepaliveFailed,
+        Reason::Resumed,
+        Reason::Deadline,
+        Reason::LeaseLost,
+        Reason::Reacquire,
+        Reason::Reacquired,
+        Reason::Release,
+        Reason::AcquireTimeout,
+        Reason::WouldBlock,
+        Reason::AcquireFailed,
+        Reason::LockLost,
+    ];
+
+    /// The index in [`Reason::ALL`] (the C number).
+    pub fn index(self) -> usize {
+        Reason::ALL
+            .iter()
+            .position(|r| *r == self)
+            .expect("every reason is in ALL")
+    }
+
+    /// The name as a static C string, for the C face.
+    pub fn as_cstr(self) -> &'static std::ffi::CStr {
+        const NAMES: [&std::ffi::CStr; 14] = [
+            c"acquire",
+            c"acquired",
+            c"keepalive_timeout",
+            c"keepalive_failed",
+            c"resumed",
+            c"deadline",
+            c"lease_lost",
+            c"reacquire",
+            c"reacquired",
+            c"release",
+            c"acquire_timeout",
+            c"would_block",
+            c"acquire_failed",
+            c"lock_lost",
+        ];
+        NAMES[self.index()]
+    }
+
     /// The snake_case name used in traces and every binding.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -218,6 +299,17 @@ impl Refused {
             Refused::NotHeld => "not_held",
         }
     }
+
+    /// The refusal's entry in the code table.
+    pub const fn status(self) -> crate::codes::Code {
+        use crate::codes::Code;
+        match self {
+            Refused::Draining => Code::Draining,
+            Refused::Fenced => Code::Fenced,
+            Refused::Released => Code::Released,
+            Refused::NotHeld => Code::NotHeld,
+        }
+    }
 }
 
 /// The permit rule, shared by the machine and the published snapshot that
@@ -238,15 +330,17 @@ pub(crate) fn decide(state: State, deadline: Instant, now: Instant) -> Result<()
 /// Why an acquisition ended without the lock.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum AcquireError {
-    /// Not acquired within the timeout.
+    /// The wait for one's turn (a lock request queued at the service) ran
+    /// out.
     Timeout,
     /// `try_acquire`: held by someone else.
     WouldBlock,
-    /// Already holding it.
+    /// Already holding it, or another acquire of this handle is in progress.
     AlreadyHeld,
     /// Released while acquiring.
     Released,
-    /// `try_acquire`: the backend failed.
+    /// The service failed or did not answer (`try_acquire`, or a timeout
+    /// that ran out before any lock request was queued).
     Backend,
 }
 
@@ -316,6 +410,14 @@ pub enum Event {
     },
     /// The application releases the lock.
     Release,
+    /// `on_fence` of `token` has returned (the driver ran it).
+    FenceDelivered {
+        /// The fenced token.
+        token: Token,
+    },
+    /// No permit is in flight any more, as asked by
+    /// [`Holder::watching_permits`].
+    PermitsEnded,
     /// The timer from [`Holder::poll_timeout`] fired (or any wake-up).
     Timer,
 }
@@ -368,6 +470,27 @@ pub enum Action {
         /// Why.
         error: AcquireError,
     },
+    /// Fail only the acquire call just made (the others go on).
+    AcquireRefused {
+        /// Why.
+        error: AcquireError,
+    },
+    /// Call `on_drained`: the lock left `Holding` and no permit is in
+    /// flight.
+    Drained,
+}
+
+/// A fenced lease whose revoke waits (docs/design.md §2.9).
+#[derive(Copy, Clone, Debug)]
+struct HeldRevoke {
+    lease: LeaseId,
+    token: Token,
+    /// `on_fence` returned.
+    delivered: bool,
+    /// No permit of the token is in flight.
+    ended: bool,
+    /// The server's expiry of the lease has surely passed by then.
+    expired_by: Instant,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -401,6 +524,15 @@ pub struct Holder {
     last_token: Option<Token>,
     wait: bool,
     give_up_at: Option<Instant>,
+    /// Send time of the last request that may have renewed the lease.
+    last_renewal: Option<Instant>,
+    /// The TTL granted for the current lease.
+    granted_ttl: Duration,
+    /// Left `Holding`: waiting for the last permit in flight to end.
+    watching: bool,
+    /// No permit in flight since the lock left `Holding`.
+    quiet: bool,
+    held: Vec<HeldRevoke>,
     actions: VecDeque<Action>,
 }
 
@@ -425,8 +557,29 @@ impl Holder {
             last_token: None,
             wait: false,
             give_up_at: None,
+            last_renewal: None,
+            granted_ttl: Duration::ZERO,
+            watching: false,
+            quiet: false,
+            held: Vec::new(),
             actions: VecDeque::new(),
         }
+    }
+
+    /// Whether the driver must report [`Event::PermitsEnded`] once no
+    /// permit is in flight (drain detection is the machine's).
+    pub fn watching_permits(&self) -> bool {
+        self.watching || self.held.iter().any(|h| !h.ended)
+    }
+
+    /// The lease a guarded write of `token` is made under, if `token` is the
+    /// one held now and its deadline has not passed: a write with any other
+    /// token (stale, or not this holder's) is refused before any request.
+    pub fn write_lease(&self, now: Instant, token: Token) -> Option<LeaseId> {
+        let holding = matches!(self.state, State::Holding | State::Draining);
+        (holding && self.token == Some(token) && self.deadline.is_some_and(|d| now < d))
+            .then_some(self.lease)
+            .flatten()
     }
 
     /// The current state.
@@ -491,6 +644,9 @@ impl Holder {
             consider(self.next_keepalive);
         }
         consider(self.acquire_retry_at);
+        for h in &self.held {
+            consider(Some(h.expired_by));
+        }
         at
     }
 
@@ -537,6 +693,23 @@ impl Holder {
                 }
             }
             Event::Release => self.on_release(),
+            Event::FenceDelivered { token } => {
+                for h in self.held.iter_mut().filter(|h| h.token == token) {
+                    h.delivered = true;
+                }
+                self.release_held(now);
+            }
+            Event::PermitsEnded => {
+                if self.watching {
+                    self.watching = false;
+                    self.quiet = true;
+                    self.actions.push_back(Action::Drained);
+                }
+                for h in &mut self.held {
+                    h.ended = true;
+                }
+                self.release_held(now);
+            }
             Event::Timer => {}
         }
         self.poll_timers(now);
@@ -551,6 +724,16 @@ impl Holder {
     fn transition(&mut self, to: State, reason: Reason) {
         let from = self.state;
         self.state = to;
+        if from == State::Holding && matches!(to, State::Draining | State::Fenced) {
+            // A drain or a fence: no new permits; wait for the last one.
+            self.watching = true;
+            self.quiet = false;
+        }
+        if to == State::Holding {
+            // A drain begun goes on through a release: on_drained still
+            // tells when the last permit ended.
+            self.watching = false;
+        }
         self.actions
             .push_back(Action::Transition(StateChange { from, to, reason }));
     }
@@ -564,6 +747,47 @@ impl Holder {
         if let Some(lease) = self.lease.take() {
             self.actions.push_back(Action::Revoke { lease });
         }
+        self.forget_session();
+    }
+
+    /// A fenced token's lease: revoked once `on_fence` returned and no
+    /// permit is in flight, or once the server's expiry has passed anyway.
+    fn hold_revoke(&mut self, now: Instant, token: Token) {
+        if let Some(lease) = self.lease.take() {
+            let renewed = self.last_renewal.unwrap_or(now);
+            self.held.push(HeldRevoke {
+                lease,
+                token,
+                delivered: false,
+                // `quiet` speaks of the drain now under way only.
+                ended: self.state != State::Holding && self.quiet,
+                expired_by: renewed + self.granted_ttl,
+            });
+        }
+        self.forget_session();
+    }
+
+    /// Revokes a lease a stray reply names, unless it is the current one or
+    /// a fenced one whose revoke is held back.
+    fn revoke_stray(&mut self, lease: LeaseId) {
+        if self.lease != Some(lease) && !self.held.iter().any(|h| h.lease == lease) {
+            self.actions.push_back(Action::Revoke { lease });
+        }
+    }
+
+    fn release_held(&mut self, now: Instant) {
+        let actions = &mut self.actions;
+        self.held.retain(|h| {
+            let go = (h.delivered && h.ended) || now >= h.expired_by;
+            if go {
+                actions.push_back(Action::Revoke { lease: h.lease });
+            }
+            !go
+        });
+    }
+
+    fn forget_session(&mut self) {
+        self.last_renewal = None;
         self.grant = None;
         self.lock_req = None;
         self.keepalives.clear();
@@ -592,14 +816,14 @@ impl Holder {
                 self.transition(State::Acquiring, Reason::Acquire);
                 self.start_session(now);
             }
-            State::Acquiring => {
-                self.wait |= wait;
-                self.give_up_at = self.give_up_at.zip(until).map(|(a, b)| a.max(b));
+            // One acquire at a time per handle: the one in progress goes on.
+            State::Acquiring | State::Holding | State::Draining => {
+                self.actions.push_back(Action::AcquireRefused {
+                    error: AcquireError::AlreadyHeld,
+                })
             }
+            // The lock wants itself back anyway: wait for the reacquisition.
             State::Reacquiring => {}
-            State::Holding | State::Draining => self.actions.push_back(Action::AcquireFailed {
-                error: AcquireError::AlreadyHeld,
-            }),
         }
     }
 
@@ -607,9 +831,7 @@ impl Holder {
         let Some(p) = self.grant.filter(|p| p.req == req && self.acquiring()) else {
             // A grant we gave up on: its lease would only block us (a
             // duplicate reply for the current lease must not revoke it).
-            if self.lease != Some(lease) {
-                self.actions.push_back(Action::Revoke { lease });
-            }
+            self.revoke_stray(lease);
             return;
         };
         self.grant = None;
@@ -619,6 +841,8 @@ impl Holder {
             return;
         }
         self.lease = Some(lease);
+        self.granted_ttl = ttl;
+        self.last_renewal = Some(p.sent_at);
         self.deadline = Some(p.sent_at + ttl - self.opts.margin);
         self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
         self.send_lock(lease);
@@ -636,9 +860,7 @@ impl Holder {
 
     fn on_locked(&mut self, now: Instant, req: ReqId, lease: LeaseId, token: Token) {
         if self.lock_req.is_none_or(|(r, _)| r != req) || !self.acquiring() {
-            if self.lease != Some(lease) {
-                self.actions.push_back(Action::Revoke { lease });
-            }
+            self.revoke_stray(lease);
             return;
         }
         self.lock_req = None;
@@ -720,7 +942,7 @@ impl Holder {
         match self.state {
             State::Holding | State::Draining => {
                 let token = self.token.take().expect("holding without a token");
-                self.end_session();
+                self.hold_revoke(now, token);
                 self.transition(State::Fenced, reason);
                 self.actions.push_back(Action::Fence { token });
                 if self.opts.reacquire {
@@ -755,16 +977,27 @@ impl Holder {
     fn send_keepalive(&mut self, now: Instant) {
         let Some(lease) = self.lease else { return };
         let req = self.req();
+        self.last_renewal = Some(now);
         self.keepalives.push_back(Pending { req, sent_at: now });
         self.actions.push_back(Action::Keepalive { req, lease });
     }
 
     fn poll_timers(&mut self, now: Instant) {
+        if self.held.iter().any(|h| now >= h.expired_by) {
+            self.release_held(now);
+        }
         if self.deadline.is_some_and(|d| now >= d) {
             self.lease_gone(now, Reason::Deadline);
         }
         if self.state == State::Acquiring && self.give_up_at.is_some_and(|t| now >= t) {
-            self.fail_acquire(AcquireError::Timeout, Reason::AcquireTimeout);
+            // `timeout` only for a wait in the queue; a service that never
+            // let the request be queued is a backend failure.
+            let error = if self.lock_req.is_some() {
+                AcquireError::Timeout
+            } else {
+                AcquireError::Backend
+            };
+            self.fail_acquire(error, Reason::AcquireTimeout);
         }
         let timeout = self.opts.keepalive_timeout;
         let before = self.keepalives.len();

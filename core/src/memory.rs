@@ -8,7 +8,7 @@
 //! contend for real and one of them can be cut off alone. Applications use it
 //! to test their own fence handling.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -33,14 +33,21 @@ struct Service {
 struct ServiceState {
     revision: u64,
     next_lease: LeaseId,
-    next_ticket: u64,
     leases: HashMap<LeaseId, LeaseRec>,
-    holders: HashMap<String, (LeaseId, Token)>,
-    /// Waiting acquirers per name, first come first served.
-    queues: HashMap<String, VecDeque<(u64, LeaseId)>>,
+    /// Lock keys `<name>/<lease hex>` of holders and waiters, with their
+    /// lease and create revision: etcd's lock protocol, so names nest as
+    /// they do there (the holder of `a/b` blocks `a`).
+    keys: BTreeMap<String, (LeaseId, u64)>,
     frozen: bool,
+    /// The whole service is down (see [`MemoryService::outage`]).
+    down: bool,
     /// The keys of guarded writes.
     kv: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+/// The lock key of `name` under `lease`, as etcd's concurrency Mutex names it.
+fn lock_key(name: &str, lease: LeaseId) -> String {
+    format!("{name}/{lease:x}")
 }
 
 struct LeaseRec {
@@ -51,7 +58,7 @@ struct LeaseRec {
 impl ServiceState {
     /// Server-side expiry: drops every lease whose TTL ran out, with its locks.
     fn expire(&mut self, now: Instant) -> bool {
-        if self.frozen {
+        if self.frozen || self.down {
             return false;
         }
         let dead: Vec<LeaseId> = self
@@ -68,15 +75,30 @@ impl ServiceState {
 
     fn remove_lease(&mut self, lease: LeaseId) -> bool {
         let found = self.leases.remove(&lease).is_some();
-        self.holders.retain(|_, (l, _)| *l != lease);
-        for q in self.queues.values_mut() {
-            q.retain(|(_, l)| *l != lease);
-        }
+        self.keys.retain(|_, (l, _)| *l != lease);
         found
     }
 
+    /// The create revision of the key that holds `name`: the oldest key
+    /// under `name/` (etcd: the lowest create revision with that prefix).
+    fn owner(&self, name: &str) -> Option<(&str, u64)> {
+        let prefix = format!("{name}/");
+        self.keys
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .min_by_key(|(_, (_, rev))| *rev)
+            .map(|(k, (_, rev))| (k.as_str(), *rev))
+    }
+
+    /// The holder of the lock `name` itself (not of a name nested in it).
+    fn holder_of(&self, name: &str) -> Option<(String, Token)> {
+        let (key, rev) = self.owner(name)?;
+        let rest = &key[name.len() + 1..];
+        (!rest.contains('/')).then(|| (key.to_string(), Token(rev)))
+    }
+
     fn next_expiry(&self) -> Option<Instant> {
-        if self.frozen {
+        if self.frozen || self.down {
             return None;
         }
         self.leases.values().map(|l| l.expires_at).min()
@@ -138,7 +160,34 @@ impl MemoryService {
     pub fn holder(&self, name: &str) -> Option<Token> {
         let mut st = self.lock();
         st.expire(self.0.clock.now());
-        st.holders.get(name).map(|(_, t)| *t)
+        st.holder_of(name).map(|(_, t)| t)
+    }
+
+    /// The whole service goes down (`true`) or comes back, as an etcd
+    /// cluster that lost its quorum would: while down, every request fails
+    /// at once and no lease expires; on the way back every lease gets a
+    /// fresh TTL, as etcd's new leader gives it.
+    pub fn outage(&self, down: bool) {
+        let now = self.0.clock.now();
+        let mut st = self.lock();
+        if st.down && !down {
+            for l in st.leases.values_mut() {
+                l.expires_at = now + l.ttl;
+            }
+        }
+        st.down = down;
+        drop(st);
+        self.0.changed.notify_waiters();
+    }
+
+    fn check_up(&self) -> Result<(), BackendError> {
+        if self.lock().down {
+            Err(BackendError::Unavailable(
+                "the embedded service is down (outage)".into(),
+            ))
+        } else {
+            Ok(())
+        }
     }
 
     /// Revokes a lease on the server, as an operator would.
@@ -152,7 +201,13 @@ impl MemoryService {
     /// operator running `etcdctl del` would: the holder's watch fences it at
     /// once. Returns whether the lock was held.
     pub fn delete_lock_key(&self, name: &str) -> bool {
-        let found = self.lock().holders.remove(name).is_some();
+        let found = {
+            let mut st = self.lock();
+            match st.holder_of(name) {
+                Some((key, _)) => st.keys.remove(&key).is_some(),
+                None => false,
+            }
+        };
         self.0.changed.notify_waiters();
         found
     }
@@ -163,18 +218,20 @@ impl MemoryService {
         self.lock().kv.get(key).cloned()
     }
 
-    /// Commits a write only while `token` holds `name` (the rule of an etcd
+    /// Commits a write only while the lock key of `name` under `lease`
+    /// exists with `token` as its create revision (the rule of an etcd
     /// transaction comparing the lock key's `create_revision`).
     fn guarded_write(
         &self,
         name: &str,
+        lease: LeaseId,
         token: Token,
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), BackendError> {
         let mut st = self.lock();
         st.expire(self.0.clock.now());
-        if st.holders.get(name).is_none_or(|(_, t)| *t != token) {
+        if st.keys.get(&lock_key(name, lease)) != Some(&(lease, token.0)) {
             return Err(BackendError::Fenced);
         }
         st.revision += 1;
@@ -194,7 +251,7 @@ impl MemoryService {
             changed.as_mut().enable();
             let (lease_alive, held) = {
                 let st = self.lock();
-                let held = st.holders.get(name) == Some(&(lease, token));
+                let held = st.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
                 (st.leases.contains_key(&lease), held)
             };
             if !lease_alive {
@@ -234,29 +291,11 @@ impl MemoryService {
         Ok(rec.ttl)
     }
 
+    /// etcd's lock protocol: put the key `<name>/<lease>` (once), then
+    /// hold when it is the oldest key under `<name>/`. Without `wait`, a key
+    /// that does not hold at once is deleted again.
     async fn acquire(&self, name: &str, lease: LeaseId, wait: bool) -> Result<Token, BackendError> {
-        let ticket = {
-            let mut st = self.lock();
-            st.expire(self.0.clock.now());
-            if !st.leases.contains_key(&lease) {
-                return Err(BackendError::LeaseNotFound);
-            }
-            let queued = st.queues.get(name).is_some_and(|q| !q.is_empty());
-            if !st.holders.contains_key(name) && !queued {
-                return Ok(take(&mut st, name, lease));
-            }
-            if !wait {
-                return Err(BackendError::Busy);
-            }
-            st.next_ticket += 1;
-            let ticket = st.next_ticket;
-            st.queues
-                .entry(name.to_string())
-                .or_default()
-                .push_back((ticket, lease));
-            ticket
-        };
-        let _leave = LeaveQueue(self, name, ticket);
+        let key = lock_key(name, lease);
         loop {
             let changed = self.0.changed.notified();
             tokio::pin!(changed);
@@ -266,13 +305,31 @@ impl MemoryService {
                 if st.expire(self.0.clock.now()) {
                     self.0.changed.notify_waiters();
                 }
+                if st.down {
+                    return Err(BackendError::Unavailable(
+                        "the embedded service is down (outage)".into(),
+                    ));
+                }
                 if !st.leases.contains_key(&lease) {
                     return Err(BackendError::LeaseNotFound);
                 }
-                let first = st.queues.get(name).and_then(|q| q.front()).map(|e| e.0);
-                if !st.holders.contains_key(name) && first == Some(ticket) {
-                    st.queues.get_mut(name).map(|q| q.pop_front());
-                    return Ok(take(&mut st, name, lease));
+                let mine = match st.keys.get(&key) {
+                    Some((_, rev)) => *rev,
+                    None => {
+                        st.revision += 1;
+                        let rev = st.revision;
+                        st.keys.insert(key.clone(), (lease, rev));
+                        rev
+                    }
+                };
+                if st.owner(name).is_some_and(|(_, rev)| rev == mine) {
+                    return Ok(Token(mine));
+                }
+                if !wait {
+                    st.keys.remove(&key);
+                    drop(st);
+                    self.0.changed.notify_waiters();
+                    return Err(BackendError::Busy);
                 }
                 st.next_expiry()
             };
@@ -295,30 +352,15 @@ impl MemoryService {
     }
 }
 
-impl Default for MemoryService {
-    fn default() -> Self {
-        MemoryService::new()
+impl std::fmt::Debug for MemoryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryService").finish_non_exhaustive()
     }
 }
 
-fn take(st: &mut ServiceState, name: &str, lease: LeaseId) -> Token {
-    st.revision += 1;
-    let token = Token(st.revision);
-    st.holders.insert(name.to_string(), (lease, token));
-    token
-}
-
-/// Takes a waiter out of its queue when its acquisition ends or is dropped.
-struct LeaveQueue<'a>(&'a MemoryService, &'a str, u64);
-
-impl Drop for LeaveQueue<'_> {
-    fn drop(&mut self) {
-        let mut st = self.0.lock();
-        if let Some(q) = st.queues.get_mut(self.1) {
-            q.retain(|(t, _)| *t != self.2);
-        }
-        drop(st);
-        self.0.0.changed.notify_waiters();
+impl Default for MemoryService {
+    fn default() -> Self {
+        MemoryService::new()
     }
 }
 
@@ -413,6 +455,7 @@ impl Backend for MemoryBackend {
     fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(async move {
             self.cross().await;
+            self.service.check_up()?;
             let g = self.service.grant(ttl);
             // Link before service: the only place both are held.
             let mut leases = self.link.leases.lock().unwrap();
@@ -429,6 +472,7 @@ impl Backend for MemoryBackend {
             if let Some(e) = f.fail {
                 return Err(BackendError::Unavailable(e));
             }
+            self.service.check_up()?;
             let reply = self.service.keepalive(lease);
             if f.drop_replies {
                 std::future::pending::<()>().await;
@@ -448,6 +492,7 @@ impl Backend for MemoryBackend {
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         Box::pin(async move {
             self.cross().await;
+            self.service.check_up()?;
             self.service.acquire(name, lease, wait).await
         })
     }
@@ -455,6 +500,7 @@ impl Backend for MemoryBackend {
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
             self.cross().await;
+            self.service.check_up()?;
             self.service.revoke(lease)
         })
     }
@@ -476,13 +522,15 @@ impl Backend for MemoryBackend {
     fn guarded_write<'a>(
         &'a self,
         name: &'a str,
+        lease: LeaseId,
         token: Token,
         key: &'a [u8],
         value: Option<&'a [u8]>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
             self.cross().await;
-            self.service.guarded_write(name, token, key, value)
+            self.service.check_up()?;
+            self.service.guarded_write(name, lease, token, key, value)
         })
     }
 }

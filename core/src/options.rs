@@ -1,8 +1,12 @@
-//! Settings of a holder, with the rules of DESIGN.md section 6.
+//! Settings of a holder, with the rules of docs/design.md §6.
 
 use std::time::Duration;
 
 use crate::Error;
+
+/// The longest TTL a lock service grants: etcd's maximum lease TTL
+/// (9,000,000,000 s). A longer one is refused up front, on every backend.
+pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
 /// How a holder keeps its session alive and when it gives up.
 ///
@@ -41,7 +45,7 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Checks the rules of DESIGN.md section 6; the error names the setting,
+    /// Checks the rules of docs/design.md §6; the error names the setting,
     /// the rule and the value.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |setting: &'static str, rule: String| Err(Error::InvalidOption { setting, rule });
@@ -68,6 +72,16 @@ impl Options {
                 format!(
                     "must be >= 2s and > keepalive_interval + margin ({:?}), got {:?}",
                     self.keepalive_interval.saturating_add(self.margin),
+                    self.ttl
+                ),
+            );
+        }
+        if self.ttl > MAX_TTL {
+            return bad(
+                "ttl",
+                format!(
+                    "must be at most {} s (etcd's largest lease), got {:?}",
+                    MAX_TTL.as_secs(),
                     self.ttl
                 ),
             );
@@ -142,6 +156,19 @@ mod tests {
             }),
             "retry_interval"
         );
+        assert_eq!(
+            setting_of(Options {
+                ttl: MAX_TTL + ms(1000),
+                ..d()
+            }),
+            "ttl"
+        );
+        Options {
+            ttl: MAX_TTL,
+            ..d()
+        }
+        .validate()
+        .unwrap();
         let msg = Options {
             ttl: ms(6000),
             ..d()

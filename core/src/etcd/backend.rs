@@ -62,8 +62,6 @@ struct Inner {
     keepalive_timeout: Duration,
     retry_interval: Duration,
     leases: Mutex<HashMap<LeaseId, Arc<LeaseRec>>>,
-    /// Lock keys by token, for guarded writes.
-    held: Mutex<HashMap<u64, Held>>,
 }
 
 struct LeaseRec {
@@ -97,12 +95,6 @@ impl Watch {
             _ = self.abandoned.changed() => Err(BackendError::Unavailable(ABANDONED.into())),
         }
     }
-}
-
-struct Held {
-    name: String,
-    key: Vec<u8>,
-    lease: LeaseId,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -182,7 +174,6 @@ impl EtcdBackend {
             keepalive_timeout: options.keepalive_timeout,
             retry_interval: options.retry_interval,
             leases: Mutex::new(HashMap::new()),
-            held: Mutex::new(HashMap::new()),
         })))
     }
 
@@ -498,15 +489,6 @@ impl EtcdBackend {
         loop {
             let (mine, owner) = self.try_acquire(name, lease).await?;
             if owner == mine {
-                let key = lock_key(name, lease).into_bytes();
-                lock(&self.0.held).insert(
-                    mine as u64,
-                    Held {
-                        name: name.to_string(),
-                        key,
-                        lease,
-                    },
-                );
                 return Ok(Token(mine as u64));
             }
             if !wait {
@@ -628,14 +610,14 @@ impl EtcdBackend {
     async fn write(
         &self,
         name: &str,
+        lease: LeaseId,
         token: Token,
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), BackendError> {
-        let lock_key = match lock(&self.0.held).get(&token.0) {
-            Some(h) if h.name == name => h.key.clone(),
-            _ => return Err(BackendError::Fenced),
-        };
+        // The service decides: the lock key must still exist with the token
+        // as its create revision.
+        let lock_key = lock_key(name, lease).into_bytes();
         let op = || match value {
             Some(v) => TxnOp::put(key, v, None),
             None => TxnOp::delete(key, None),
@@ -713,7 +695,6 @@ impl Backend for EtcdBackend {
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {
         Box::pin(async move {
             lock(&self.0.leases).remove(&lease);
-            lock(&self.0.held).retain(|_, h| h.lease != lease);
             self.unary(self.0.request_timeout, |mut c| async move {
                 c.lease_revoke(lease).await
             })
@@ -734,11 +715,12 @@ impl Backend for EtcdBackend {
     fn guarded_write<'a>(
         &'a self,
         name: &'a str,
+        lease: LeaseId,
         token: Token,
         key: &'a [u8],
         value: Option<&'a [u8]>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(self.write(name, token, key, value))
+        Box::pin(self.write(name, lease, token, key, value))
     }
 }
 

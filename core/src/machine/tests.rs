@@ -1,4 +1,4 @@
-//! Tests of the holder state machine against DESIGN.md section 2.
+//! Tests of the holder state machine against docs/design.md §2–§11.
 //!
 //! Unit tests drive every transition on hand-made instants (no sleeping, no
 //! real clock). The property tests run random operation sequences against a
@@ -230,10 +230,10 @@ fn draining_with(o: Options) -> Sim {
 }
 
 /// The actions of a fence of [`TOKEN`] under [`LEASE`] followed by
-/// reacquisition (with the grant's request id taken from `actions`).
+/// reacquisition (with the grant's request id taken from `actions`). The
+/// fenced lease's revoke is held back (see the ordering tests).
 fn fence_and_reacquire(from: State, reason: Reason, actions: &[Action]) -> Vec<Action> {
     vec![
-        Action::Revoke { lease: LEASE },
         tr(from, State::Fenced, reason),
         Action::Fence { token: TOKEN },
         tr(State::Fenced, State::Reacquiring, Reason::Reacquire),
@@ -418,10 +418,11 @@ fn acquire_timeout_while_grant_retries() {
         .collect();
     // Sent at 1000, times out at 1500, retried at 1750, 2500.
     assert_eq!(grants, vec![at(1750), at(2500)]);
+    // No lock request was ever queued: a backend failure, not a timeout.
     assert_eq!(
         a.last().map(|(_, a)| a.clone()),
         Some(Action::AcquireFailed {
-            error: AcquireError::Timeout
+            error: AcquireError::Backend
         })
     );
     assert_eq!(s.m.state(), State::Idle);
@@ -562,7 +563,7 @@ fn acquire_while_holding_or_draining_is_already_held() {
     );
     assert_eq!(
         a,
-        vec![Action::AcquireFailed {
+        vec![Action::AcquireRefused {
             error: AcquireError::AlreadyHeld
         }]
     );
@@ -580,7 +581,7 @@ fn acquire_while_holding_or_draining_is_already_held() {
     );
     assert_eq!(
         a,
-        vec![Action::AcquireFailed {
+        vec![Action::AcquireRefused {
             error: AcquireError::AlreadyHeld
         }]
     );
@@ -588,15 +589,18 @@ fn acquire_while_holding_or_draining_is_already_held() {
 }
 
 #[test]
-fn second_acquire_while_acquiring_joins_the_first() {
+fn second_acquire_while_acquiring_is_already_held() {
+    // One acquire at a time per handle, whatever the backend's speed: the
+    // second caller is refused at once, the first goes on unchanged.
     let mut s = Sim::new(opts());
-    s.ev(
+    let a = s.ev(
         1000,
         Event::Acquire {
             wait: false,
             until: Some(at(2000)),
         },
     );
+    let g = grant_req(&a);
     let a = s.ev(
         1100,
         Event::Acquire {
@@ -604,13 +608,28 @@ fn second_acquire_while_acquiring_joins_the_first() {
             until: None,
         },
     );
-    assert!(a.is_empty(), "{a:?}");
+    assert_eq!(
+        a,
+        vec![Action::AcquireRefused {
+            error: AcquireError::AlreadyHeld
+        }]
+    );
     assert_eq!(s.m.state(), State::Acquiring);
-    // No give-up instant any more: one of the callers waits forever.
-    let a = s.run_to(10_000);
+    let a = s.ev(
+        1200,
+        Event::LeaseGranted {
+            req: g,
+            lease: LEASE,
+            ttl: ms(4000),
+        },
+    );
+    // Still the first caller's try: no wait.
     assert!(
-        !a.iter()
-            .any(|(_, a)| matches!(a, Action::AcquireFailed { .. })),
+        a.contains(&Action::Lock {
+            req: lock_req(&a),
+            lease: LEASE,
+            wait: false
+        }),
         "{a:?}"
     );
 }
@@ -1082,12 +1101,20 @@ fn deadline_fences_once_and_reacquires() {
     // fence, never a permit.
     let a = s.run_to(64_000);
     assert_eq!(fences(&a), 0);
+    // The fenced lease is revoked once it has run out anyway (last retry
+    // sent at 3750 + TTL): nobody said on_fence returned.
+    let (revokes, grants): (Vec<_>, Vec<_>) = a
+        .iter()
+        .partition(|(_, a)| matches!(a, Action::Revoke { .. }));
+    assert_eq!(revokes, vec![&(at(7750), Action::Revoke { lease: LEASE })]);
     assert!(
-        a.iter().all(|(_, a)| matches!(a, Action::Grant { .. })),
+        grants
+            .iter()
+            .all(|(_, a)| matches!(a, Action::Grant { .. })),
         "{a:?}"
     );
     // Sent at 4000, timed out at 4500, retried at 4750: one per 750 ms.
-    assert_eq!(a.len(), 80);
+    assert_eq!(grants.len(), 80);
     assert_eq!(s.m.state(), State::Reacquiring);
     assert_eq!(s.m.permit(at(64_000)), Err(Refused::Fenced));
 }
@@ -1116,7 +1143,11 @@ fn late_timer_fences_from_holding() {
     assert_eq!(s.m.permit(at(4000)), Err(Refused::Fenced));
     assert_eq!(s.m.permit(at(9000)), Err(Refused::Fenced));
     let a = s.ev(9000, Event::Timer);
-    assert_eq!(a, fence_and_reacquire(State::Holding, Reason::Deadline, &a));
+    // So late that the lease has run out anyway (grant sent at 1000 + TTL
+    // 4000): its revoke is not held back.
+    let mut want = fence_and_reacquire(State::Holding, Reason::Deadline, &a);
+    want.push(Action::Revoke { lease: LEASE });
+    assert_eq!(a, want);
 }
 
 #[test]
@@ -1376,7 +1407,6 @@ fn reply_after_deadline_does_not_revive_the_token() {
     assert_eq!(
         a,
         vec![
-            Action::Revoke { lease: LEASE },
             tr(State::Draining, State::Fenced, Reason::Deadline),
             Action::Fence { token: TOKEN },
         ]
@@ -1426,7 +1456,6 @@ fn no_reacquire_leaves_it_fenced() {
                 at(2500),
                 tr(State::Holding, State::Draining, Reason::KeepaliveTimeout)
             ),
-            (at(4000), Action::Revoke { lease: LEASE }),
             (
                 at(4000),
                 tr(State::Draining, State::Fenced, Reason::Deadline)
@@ -1434,8 +1463,13 @@ fn no_reacquire_leaves_it_fenced() {
             (at(4000), Action::Fence { token: TOKEN }),
         ]
     );
+    // Only the held revoke is left, at the lease's own expiry.
+    assert_eq!(s.m.poll_timeout(), Some(at(7750)));
+    assert_eq!(
+        s.run_to(60_000),
+        vec![(at(7750), Action::Revoke { lease: LEASE })]
+    );
     assert_eq!(s.m.poll_timeout(), None);
-    assert!(s.run_to(60_000).is_empty());
     assert_eq!(s.m.state(), State::Fenced);
     assert_eq!(s.m.permit(at(60_000)), Err(Refused::Fenced));
     // The application may acquire again, with a higher token.
@@ -1684,7 +1718,195 @@ fn release_while_reacquiring_emits_no_second_fence() {
             },
         ]
     );
-    assert!(s.run_to(60_000).is_empty());
+    // The fenced lease's revoke still waits for on_fence and the permits,
+    // or for the lease's own expiry: last keepalive sent at 3000 + TTL.
+    let a = s.run_to(60_000);
+    assert_eq!(a, vec![(at(7750), Action::Revoke { lease: LEASE })]);
+}
+
+// ---------------------------------------------------------------- ordering
+
+fn revokes(actions: &[Action]) -> Vec<LeaseId> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Revoke { lease } => Some(*lease),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_fenced_lease_is_revoked_once_on_fence_returned_and_the_last_permit_ended() {
+    // Either order of the two reports; the revoke follows the second one,
+    // never the first.
+    for fence_first in [true, false] {
+        let mut s = draining();
+        assert!(s.m.watching_permits(), "a drain watches the permits");
+        s.run_to(4000);
+        assert_eq!(s.m.state(), State::Reacquiring);
+        assert!(s.m.watching_permits());
+        let (first, second) = if fence_first {
+            (Event::FenceDelivered { token: TOKEN }, Event::PermitsEnded)
+        } else {
+            (Event::PermitsEnded, Event::FenceDelivered { token: TOKEN })
+        };
+        let a = s.ev(4100, first);
+        assert!(revokes(&a).is_empty(), "revoked after one report: {a:?}");
+        let a = s.ev(4200, second);
+        assert_eq!(revokes(&a), vec![LEASE], "fence_first={fence_first}");
+        assert!(!s.m.watching_permits());
+        // Once only.
+        assert!(revokes(&s.ev(4300, Event::PermitsEnded)).is_empty());
+        assert!(
+            !s.run_to(60_000)
+                .iter()
+                .any(|(_, a)| matches!(a, Action::Revoke { lease: LEASE }))
+        );
+    }
+}
+
+#[test]
+fn a_drain_that_ended_before_the_fence_needs_only_on_fence() {
+    let mut s = draining();
+    let a = s.ev(2200, Event::PermitsEnded);
+    assert_eq!(a, vec![Action::Drained]);
+    s.run_to(4000);
+    let a = s.ev(4010, Event::FenceDelivered { token: TOKEN });
+    assert_eq!(revokes(&a), vec![LEASE]);
+}
+
+#[test]
+fn a_fence_straight_from_holding_waits_for_the_permits_again() {
+    // A drain that ended long ago says nothing about permits taken since.
+    let mut s = draining();
+    s.ev(2200, Event::PermitsEnded);
+    let k = keepalives(&s.run_to(2350));
+    s.ev(
+        2400,
+        Event::KeepaliveConfirmed {
+            req: k[0].1,
+            ttl: ms(4000),
+        },
+    );
+    assert_eq!(s.m.state(), State::Holding);
+    assert!(!s.m.watching_permits());
+    let a = s.ev(2500, Event::LeaseLost { lease: LEASE });
+    assert_eq!(s.m.state(), State::Reacquiring);
+    assert!(revokes(&a).is_empty());
+    let a = s.ev(2600, Event::FenceDelivered { token: TOKEN });
+    assert!(revokes(&a).is_empty(), "permits may still run: {a:?}");
+    let a = s.ev(2700, Event::PermitsEnded);
+    assert_eq!(a, vec![Action::Drained, Action::Revoke { lease: LEASE }]);
+}
+
+#[test]
+fn drained_is_reported_once_per_drain_and_never_while_holding() {
+    let mut s = holding();
+    assert!(!s.m.watching_permits());
+    assert!(
+        s.ev(1500, Event::PermitsEnded).is_empty(),
+        "holding: no drain"
+    );
+    let mut s = draining();
+    assert_eq!(s.ev(2200, Event::PermitsEnded), vec![Action::Drained]);
+    assert!(!s.m.watching_permits());
+    assert!(s.ev(2300, Event::PermitsEnded).is_empty(), "once per drain");
+    // A release is no drain of its own.
+    let mut s = holding();
+    let a = s.ev(2400, Event::Release);
+    assert!(!a.contains(&Action::Drained), "{a:?}");
+    assert!(!s.m.watching_permits());
+    // A drain begun goes on through a release.
+    let mut s = draining();
+    s.ev(2200, Event::Release);
+    assert!(s.m.watching_permits());
+    assert_eq!(s.ev(2300, Event::PermitsEnded), vec![Action::Drained]);
+}
+
+#[test]
+fn a_resumed_drain_stops_watching() {
+    let mut s = draining();
+    let k = keepalives(&s.run_to(2350));
+    s.ev(
+        2400,
+        Event::KeepaliveConfirmed {
+            req: k[0].1,
+            ttl: ms(4000),
+        },
+    );
+    assert_eq!(s.m.state(), State::Holding);
+    assert!(!s.m.watching_permits());
+    assert!(s.ev(2500, Event::PermitsEnded).is_empty());
+}
+
+#[test]
+fn a_lock_first_taken_with_try_acquire_reacquires_by_waiting() {
+    let mut s = Sim::new(opts());
+    let a = s.ev(
+        1000,
+        Event::Acquire {
+            wait: false,
+            until: Some(at(2000)),
+        },
+    );
+    let g = grant_req(&a);
+    let a = s.ev(
+        1100,
+        Event::LeaseGranted {
+            req: g,
+            lease: LEASE,
+            ttl: ms(4000),
+        },
+    );
+    assert!(a.contains(&Action::Lock {
+        req: lock_req(&a),
+        lease: LEASE,
+        wait: false
+    }));
+    let l = lock_req(&a);
+    s.ev(
+        1200,
+        Event::Locked {
+            req: l,
+            lease: LEASE,
+            token: TOKEN,
+        },
+    );
+    let a = s.ev(1300, Event::LeaseLost { lease: LEASE });
+    assert_eq!(s.m.state(), State::Reacquiring);
+    let g = grant_req(&a);
+    let a = s.ev(
+        1400,
+        Event::LeaseGranted {
+            req: g,
+            lease: LEASE + 1,
+            ttl: ms(4000),
+        },
+    );
+    assert!(
+        a.contains(&Action::Lock {
+            req: lock_req(&a),
+            lease: LEASE + 1,
+            wait: true
+        }),
+        "a reacquire waits its turn: {a:?}"
+    );
+    // And is not given up: no timeout applies to it.
+    let l = lock_req(&a);
+    let a = s.ev(30_000, Event::LockFailed { req: l, busy: true });
+    assert!(!a.iter().any(|a| matches!(a, Action::AcquireFailed { .. })));
+    assert_eq!(s.m.state(), State::Reacquiring);
+}
+
+#[test]
+fn a_guarded_write_needs_the_token_held_now() {
+    let mut s = holding();
+    assert_eq!(s.m.write_lease(at(1500), TOKEN), Some(LEASE));
+    assert_eq!(s.m.write_lease(at(1500), Token(TOKEN.0 - 1)), None);
+    assert_eq!(s.m.write_lease(at(4000), TOKEN), None, "past the deadline");
+    s.ev(1600, Event::LeaseLost { lease: LEASE });
+    assert_eq!(s.m.write_lease(at(1600), TOKEN), None, "fenced");
 }
 
 // ---------------------------------------------------------------- permit
@@ -1883,6 +2105,10 @@ mod props {
             until_ms: Option<u64>,
         },
         Release,
+        /// The driver says `on_fence` of the latest fenced token returned.
+        FenceDelivered,
+        /// The driver says no permit is in flight.
+        PermitsEnded,
     }
 
     #[derive(Copy, Clone, Debug)]
@@ -1905,12 +2131,20 @@ mod props {
         /// time + ttl.
         expiry: Instant,
         revoked: bool,
+        /// Send time of the latest grant or keepalive of this lease.
+        last_sent: Instant,
     }
 
     #[derive(Default)]
     struct TokenRecord {
         fences: u32,
         released: bool,
+        lease: Option<LeaseId>,
+        /// The driver said on_fence returned.
+        delivered: bool,
+        /// The driver said no permit was in flight, after the lock left
+        /// Holding for this token's drain or fence.
+        ended: bool,
     }
 
     struct World {
@@ -1927,6 +2161,11 @@ mod props {
         state: State,
         last_acquired: Option<Token>,
         tokens: BTreeMap<Token, TokenRecord>,
+        /// Tokens fenced, latest last.
+        fenced: Vec<Token>,
+        /// The driver said no permit was in flight since the lock last left
+        /// Holding.
+        quiet: bool,
     }
 
     type R = Result<(), TestCaseError>;
@@ -1945,6 +2184,8 @@ mod props {
                 state: State::Idle,
                 last_acquired: None,
                 tokens: BTreeMap::new(),
+                fenced: Vec::new(),
+                quiet: false,
             }
         }
 
@@ -1964,7 +2205,7 @@ mod props {
             Some(l.ttl)
         }
 
-        fn new_lease(&mut self, ttl: Duration, p: Instant) -> LeaseId {
+        fn new_lease(&mut self, ttl: Duration, p: Instant, sent: Instant) -> LeaseId {
             let id = self.next_lease;
             self.next_lease += 1;
             self.leases.insert(
@@ -1973,6 +2214,7 @@ mod props {
                     ttl,
                     expiry: p + ttl,
                     revoked: ttl.is_zero(),
+                    last_sent: sent,
                 },
             );
             id
@@ -2029,14 +2271,40 @@ mod props {
                     Action::Transition(c) => {
                         prop_assert_eq!(c.from, self.state, "transition {}", c);
                         self.state = c.to;
+                        if c.from == State::Holding {
+                            self.quiet = false;
+                        }
                     }
                     Action::Grant { req, ttl } => self.push(req, Kind::Grant { ttl }),
                     Action::Lock { req, lease, .. } => self.push(req, Kind::Lock { lease }),
                     Action::Keepalive { req, lease } => {
                         prop_assert!(self.leases.contains_key(&lease));
+                        self.leases.get_mut(&lease).expect("known").last_sent = self.now;
                         self.push(req, Kind::Keepalive { lease })
                     }
                     Action::Revoke { lease } => {
+                        // A fenced token's lease goes only once on_fence
+                        // returned and no permit is in flight, or once the
+                        // lease has run out anyway (send time + TTL).
+                        let now = self.now;
+                        let bound = self
+                            .leases
+                            .get(&lease)
+                            .map(|l| l.last_sent + l.ttl)
+                            .unwrap_or(now);
+                        for (t, rec) in &self.tokens {
+                            if rec.lease == Some(lease) && rec.fences == 1 && !rec.released {
+                                prop_assert!(
+                                    (rec.delivered && rec.ended) || now >= bound,
+                                    "lease of fenced {} revoked at {:?} before on_fence returned ({}) and permits ended ({}), bound {:?}",
+                                    t,
+                                    now,
+                                    rec.delivered,
+                                    rec.ended,
+                                    bound
+                                );
+                            }
+                        }
                         if let Some(l) = self.leases.get_mut(&lease) {
                             l.revoked = true;
                         }
@@ -2063,6 +2331,8 @@ mod props {
                         prop_assert!(!rec.released, "fence of released {}", token);
                         prop_assert_eq!(rec.fences, 0, "second fence of {}", token);
                         rec.fences += 1;
+                        rec.ended = self.quiet;
+                        self.fenced.push(token);
                     }
                     Action::Acquired { token } => {
                         prop_assert!(
@@ -2072,9 +2342,22 @@ mod props {
                             self.last_acquired
                         );
                         self.last_acquired = Some(token);
-                        self.tokens.insert(token, TokenRecord::default());
+                        self.tokens.insert(
+                            token,
+                            TokenRecord {
+                                lease: self.m.lease(),
+                                ..TokenRecord::default()
+                            },
+                        );
                     }
-                    Action::AcquireFailed { .. } => {}
+                    Action::AcquireFailed { .. } | Action::AcquireRefused { .. } => {}
+                    Action::Drained => {
+                        prop_assert!(
+                            !matches!(self.state, State::Holding | State::Idle),
+                            "drained in {:?}",
+                            self.state
+                        );
+                    }
                 }
                 prev = Some(a);
             }
@@ -2218,7 +2501,7 @@ mod props {
                             (_, 0) => Duration::ZERO,
                             (_, k) => ttl * u32::from(k) / 2,
                         };
-                        let lease = self.new_lease(ttl, p);
+                        let lease = self.new_lease(ttl, p, r.sent);
                         self.handle(Event::LeaseGranted { req, lease, ttl })
                     }
                     _ => self.handle(Event::GrantFailed { req }),
@@ -2279,7 +2562,7 @@ mod props {
             match r.kind {
                 Kind::Grant { ttl } => {
                     // An orphan lease the holder never hears of.
-                    self.new_lease(ttl, r.sent);
+                    self.new_lease(ttl, r.sent, r.sent);
                 }
                 Kind::Lock { lease } => {
                     if self.alive(lease, r.sent) {
@@ -2323,6 +2606,25 @@ mod props {
                     self.handle(Event::Acquire { wait, until })
                 }
                 Op::Release => self.handle(Event::Release),
+                Op::FenceDelivered => match self.fenced.last().copied() {
+                    Some(token) => {
+                        self.tokens.get_mut(&token).expect("fenced").delivered = true;
+                        self.handle(Event::FenceDelivered { token })
+                    }
+                    None => self.check(),
+                },
+                Op::PermitsEnded => {
+                    if !self.m.watching_permits() {
+                        return self.check();
+                    }
+                    for t in &self.fenced {
+                        self.tokens.get_mut(t).expect("fenced").ended = true;
+                    }
+                    if self.m.state() != State::Holding {
+                        self.quiet = true;
+                    }
+                    self.handle(Event::PermitsEnded)
+                }
             }
         }
     }
@@ -2388,6 +2690,8 @@ mod props {
             6 => (proptest::bool::weighted(0.7), proptest::option::of(0u64..10_000))
                 .prop_map(|(wait, until_ms)| Op::Acquire { wait, until_ms }),
             1 => Just(Op::Release),
+            3 => Just(Op::FenceDelivered),
+            3 => Just(Op::PermitsEnded),
         ]
     }
 
