@@ -4,11 +4,16 @@ use std::ffi::{c_char, c_uint};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use dlock_core::{Client, EtcdConfig, MemoryBackend, MemoryService, Options};
+use dlock_core::{
+    BackendConfig, Client, ClientConfig, EtcdConfig, MemoryBackend, MemoryService, Options,
+};
 
 use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};
 
-/// The version of `struct lk_client_options` this header describes.
+/// The version of `struct lk_client_options` this header describes. A
+/// library accepts every version from 1 up to its own (fields are only
+/// ever added at the end), so a program built against this header keeps
+/// working with later libraries.
 pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 1;
 /// Default lease TTL (ms).
 pub const LK_DEFAULT_TTL_MS: u64 = 15_000;
@@ -105,32 +110,67 @@ fn defaults() -> lk_client_options {
     }
 }
 
-/// Fills `opts` with the defaults of `version` (`LK_CLIENT_OPTIONS_VERSION`).
+/// The size of the options struct of each version (index = version): a
+/// struct of an earlier version is a prefix of the current one.
+const VERSION_SIZES: [usize; 2] = [0, size_of::<lk_client_options>()];
+const _: () = assert!(VERSION_SIZES.len() == LK_CLIENT_OPTIONS_VERSION as usize + 1);
+
+fn version_size(version: c_uint, what: &str) -> Result<usize, Fail> {
+    match usize::try_from(version).ok().filter(|v| *v >= 1) {
+        Some(v) if v < VERSION_SIZES.len() => Ok(VERSION_SIZES[v]),
+        _ => Err(Fail::invalid(format!(
+            "{what} version {version}: this library knows 1 to {LK_CLIENT_OPTIONS_VERSION}; start from LK_CLIENT_OPTIONS_INIT"
+        ))),
+    }
+}
+
+/// Fills `opts` with the defaults of `version` (1 up to
+/// `LK_CLIENT_OPTIONS_VERSION`): only the fields that version has are
+/// written.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_options_init(
     opts: *mut lk_client_options,
     version: c_uint,
 ) -> crate::lk_status {
     ffi!({
-        let opts = unsafe { out(opts, "opts") }?;
-        if version != LK_CLIENT_OPTIONS_VERSION {
-            return Err(Fail::invalid(format!(
-                "unknown options version {version}; this library knows {LK_CLIENT_OPTIONS_VERSION}"
-            )));
+        if opts.is_null() {
+            return Err(Fail::null("opts"));
         }
-        *opts = defaults();
+        let size = version_size(version, "options")?;
+        let mut d = defaults();
+        d.version = version;
+        // SAFETY: the caller's struct has at least the fields of `version`
+        // (header rules); a prefix of the current layout.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&d as *const lk_client_options).cast::<u8>(),
+                opts.cast::<u8>(),
+                size,
+            )
+        };
         Ok(())
     })
 }
 
-fn check_version(o: &lk_client_options) -> Result<(), Fail> {
-    if o.version != LK_CLIENT_OPTIONS_VERSION {
-        return Err(Fail::invalid(format!(
-            "lk_client_options.version is {}, expected {LK_CLIENT_OPTIONS_VERSION}: start from LK_CLIENT_OPTIONS_INIT",
-            o.version
-        )));
-    }
-    Ok(())
+/// The caller's options as the current struct: the fields of its version
+/// copied over the defaults of the fields added since.
+///
+/// # Safety
+/// `o` points to an options struct of the version it states.
+unsafe fn read_options(o: *const lk_client_options) -> Result<lk_client_options, Fail> {
+    // SAFETY: `version` is the first field of every version.
+    let version = unsafe { (*o).version };
+    let size = version_size(version, "lk_client_options")?;
+    let mut full = defaults();
+    // SAFETY: `size` bytes are readable (the struct of that version).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            o.cast::<u8>(),
+            (&mut full as *mut lk_client_options).cast::<u8>(),
+            size,
+        )
+    };
+    Ok(full)
 }
 
 fn timing(o: &lk_client_options) -> Options {
@@ -152,14 +192,12 @@ fn path(p: Option<&str>) -> Option<PathBuf> {
 /// Locks outlive their client: freeing the client frees only this handle.
 pub struct lk_client {
     pub(crate) client: Client,
-    /// The link to the embedded service, whose fault switches `lk_link_*`
-    /// flip; `None` for etcd and `lk_client_from_env`.
-    link: Option<MemoryBackend>,
 }
 
 /// A client of etcd (`opts->endpoints` set) or of the embedded service
 /// (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
-/// embedded with the defaults. Connecting to etcd blocks.
+/// embedded with the defaults. Connecting to etcd blocks. `opts->version`
+/// may be any version from 1 to `LK_CLIENT_OPTIONS_VERSION`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_new(
     opts: *const lk_client_options,
@@ -167,59 +205,44 @@ pub unsafe extern "C" fn lk_client_new(
 ) -> crate::lk_status {
     ffi!({
         let dest = unsafe { out(client_out, "client_out") }?;
-        let defaults;
-        let o = match unsafe { opts.as_ref() } {
-            Some(o) => o,
-            None => {
-                defaults = self::defaults();
-                &defaults
-            }
+        let o = match opts.is_null() {
+            true => defaults(),
+            false => unsafe { read_options(opts) }?,
         };
-        check_version(o)?;
-        let options = timing(o);
-        let made = match unsafe { opt_text(o.endpoints, "endpoints") }? {
-            None => {
-                let service = match unsafe { o.memory.as_ref() } {
-                    Some(m) => m.service.clone(),
-                    None => MemoryService::shared(),
-                };
-                let link = service.link();
-                lk_client {
-                    client: Client::new(link.clone(), options)?,
-                    link: Some(link),
-                }
-            }
+        let backend = match unsafe { opt_text(o.endpoints, "endpoints") }? {
+            None => BackendConfig::Embedded(match unsafe { o.memory.as_ref() } {
+                Some(m) => m.service.clone(),
+                None => MemoryService::shared(),
+            }),
             Some(endpoints) => {
-                let ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                let cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                let key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                let user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                let password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
                 let mut config = EtcdConfig::parse(endpoints)?;
-                config.ca_file = ca_file;
-                config.cert_file = cert_file;
-                config.key_file = key_file;
-                config.user = user;
-                config.password = password;
+                config.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+                config.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+                config.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+                config.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+                config.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
                 config.allow_plaintext_password = o.allow_plaintext_password;
                 config.connect_timeout = ms(o.connect_timeout_ms);
                 config.request_timeout = ms(o.request_timeout_ms);
-                lk_client {
-                    client: Client::etcd(config, options)?,
-                    link: None,
-                }
+                BackendConfig::Etcd(config)
             }
         };
-        boxed(dest, made);
+        let mut config = ClientConfig::embedded().with_options(timing(&o));
+        config.backend = backend;
+        boxed(
+            dest,
+            lk_client {
+                client: Client::connect(config)?,
+            },
+        );
         Ok(())
     })
 }
 
 /// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
 /// other `DLOCK_*` variables for TLS and auth), else the process-wide
-/// embedded service. Only the timing fields of `opts` are used (NULL:
-/// defaults). Fault switches (`lk_link_*`) and `lk_client_memory` do not
-/// apply to this client (`LK_INVALID_ARGUMENT`).
+/// embedded service (whose fault switches `lk_link_*` then apply). Only the
+/// timing fields of `opts` are used (NULL: defaults).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_from_env(
     opts: *const lk_client_options,
@@ -227,15 +250,12 @@ pub unsafe extern "C" fn lk_client_from_env(
 ) -> crate::lk_status {
     ffi!({
         let dest = unsafe { out(client_out, "client_out") }?;
-        let options = match unsafe { opts.as_ref() } {
-            Some(o) => {
-                check_version(o)?;
-                timing(o)
-            }
-            None => Options::default(),
+        let o = match opts.is_null() {
+            true => defaults(),
+            false => unsafe { read_options(opts) }?,
         };
-        let client = Client::from_env(options)?;
-        boxed(dest, lk_client { client, link: None });
+        let client = Client::connect(ClientConfig::from_env().with_options(timing(&o)))?;
+        boxed(dest, lk_client { client });
         Ok(())
     })
 }
@@ -293,8 +313,7 @@ pub unsafe extern "C" fn lk_memory_named(
 }
 
 /// The embedded service an embedded client is linked to (a new handle to
-/// free); `LK_INVALID_ARGUMENT` for an etcd client and for any client of
-/// `lk_client_from_env`.
+/// free); `LK_INVALID_ARGUMENT` for an etcd client.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_memory(
     client: *const lk_client,
@@ -421,11 +440,10 @@ pub unsafe extern "C" fn lk_memory_get(
 }
 
 fn link(client: &lk_client) -> Result<&MemoryBackend, Fail> {
-    client.link.as_ref().ok_or_else(|| {
-        Fail::invalid(
-            "fault switches need an embedded client made by lk_client_new with endpoints NULL",
-        )
-    })
+    client
+        .client
+        .link()
+        .ok_or_else(|| Fail::invalid("fault switches need a client of the embedded service"))
 }
 
 /// Cuts this client's link to its embedded service: requests wait until

@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use dlock_core::{Error, Reason, Refused, State};
+use dlock_core::{Code, Error, Reason, Refused, State};
 
 pub mod client;
 pub mod lock;
@@ -83,36 +83,38 @@ impl Fail {
     }
 }
 
+/// The C status of a core code: the same number (checked by
+/// `codes_are_the_cores`).
+pub(crate) fn status_of(c: Code) -> lk_status {
+    match c {
+        Code::Ok => LK_OK,
+        Code::Draining => LK_DRAINING,
+        Code::Fenced => LK_FENCED,
+        Code::Released => LK_RELEASED,
+        Code::NotHeld => LK_NOT_HELD,
+        Code::Timeout => LK_TIMEOUT,
+        Code::WouldBlock => LK_WOULD_BLOCK,
+        Code::AlreadyHeld => LK_ALREADY_HELD,
+        Code::InvalidOption => LK_INVALID_OPTION,
+        Code::InvalidArgument => LK_INVALID_ARGUMENT,
+        Code::NullParameter => LK_NULL_PARAMETER,
+        Code::Backend => LK_BACKEND,
+        Code::Shutdown => LK_SHUTDOWN,
+        Code::Forked => LK_FORKED,
+        Code::Stale => LK_STALE,
+        Code::Panic => LK_PANIC,
+    }
+}
+
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
-        let status = match e {
-            Error::InvalidOption { .. } => LK_INVALID_OPTION,
-            Error::InvalidArgument(_) => LK_INVALID_ARGUMENT,
-            Error::Timeout => LK_TIMEOUT,
-            Error::WouldBlock => LK_WOULD_BLOCK,
-            Error::AlreadyHeld => LK_ALREADY_HELD,
-            Error::Released => LK_RELEASED,
-            Error::Fenced(_) => LK_FENCED,
-            Error::Shutdown => LK_SHUTDOWN,
-            Error::Forked => LK_FORKED,
-            _ => LK_BACKEND,
-        };
-        Fail::new(status, e.to_string())
+        Fail::new(status_of(e.status()), e.to_string())
     }
 }
 
 impl From<Refused> for Fail {
     fn from(r: Refused) -> Fail {
-        Fail(refused_status(r))
-    }
-}
-
-pub(crate) fn refused_status(r: Refused) -> lk_status {
-    match r {
-        Refused::Draining => LK_DRAINING,
-        Refused::Fenced => LK_FENCED,
-        Refused::Released => LK_RELEASED,
-        Refused::NotHeld => LK_NOT_HELD,
+        Fail(status_of(r.status()))
     }
 }
 
@@ -270,29 +272,7 @@ pub extern "C" fn lk_status_name(status: c_int) -> *const c_char {
 }
 
 fn status_name(status: c_int) -> &'static CStr {
-    const NAMES: [&CStr; 16] = [
-        c"ok",
-        c"draining",
-        c"fenced",
-        c"released",
-        c"not_held",
-        c"timeout",
-        c"would_block",
-        c"already_held",
-        c"invalid_option",
-        c"invalid_argument",
-        c"null_parameter",
-        c"backend",
-        c"shutdown",
-        c"forked",
-        c"stale",
-        c"panic",
-    ];
-    usize::try_from(status)
-        .ok()
-        .and_then(|i| NAMES.get(i))
-        .copied()
-        .unwrap_or(c"unknown")
+    Code::from_value(status).map_or(c"unknown", Code::as_cstr)
 }
 
 /// The message of the last call on this thread that failed (empty if none
@@ -352,18 +332,6 @@ pub(crate) const fn state_of(s: State) -> lk_state {
     }
 }
 
-/// The core's states in C order (`LK_STATE_*` value = index).
-#[cfg(test)]
-const STATES: [State; 7] = [
-    State::Idle,
-    State::Acquiring,
-    State::Holding,
-    State::Draining,
-    State::Fenced,
-    State::Reacquiring,
-    State::Released,
-];
-
 /// Name of a state as in traces and every binding (`"Holding"`, …);
 /// `"unknown"` for any other value. Static.
 #[unsafe(no_mangle)]
@@ -371,22 +339,11 @@ pub extern "C" fn lk_state_name(state: c_int) -> *const c_char {
     ffi!(value {
         usize::try_from(state)
             .ok()
-            .and_then(|i| STATE_NAMES.get(i))
-            .map_or(c"unknown", |n| n)
+            .and_then(|i| State::ALL.get(i))
+            .map_or(c"unknown", |s| s.as_cstr())
             .as_ptr()
     })
 }
-
-/// Indexed by `LK_STATE_*` value.
-const STATE_NAMES: [&CStr; 7] = [
-    c"Idle",
-    c"Acquiring",
-    c"Holding",
-    c"Draining",
-    c"Fenced",
-    c"Reacquiring",
-    c"Released",
-];
 
 /// Why a transition happened (the core's reasons).
 #[repr(C)]
@@ -426,43 +383,6 @@ pub enum lk_reason {
     LK_REASON_OTHER = 255,
 }
 
-/// The core's reasons in C order (`LK_REASON_*` value = index).
-#[cfg(test)]
-const REASONS: [Reason; 14] = [
-    Reason::Acquire,
-    Reason::Acquired,
-    Reason::KeepaliveTimeout,
-    Reason::KeepaliveFailed,
-    Reason::Resumed,
-    Reason::Deadline,
-    Reason::LeaseLost,
-    Reason::Reacquire,
-    Reason::Reacquired,
-    Reason::Release,
-    Reason::AcquireTimeout,
-    Reason::WouldBlock,
-    Reason::AcquireFailed,
-    Reason::LockLost,
-];
-
-/// Indexed by `LK_REASON_*` value.
-const REASON_NAMES: [&CStr; 14] = [
-    c"acquire",
-    c"acquired",
-    c"keepalive_timeout",
-    c"keepalive_failed",
-    c"resumed",
-    c"deadline",
-    c"lease_lost",
-    c"reacquire",
-    c"reacquired",
-    c"release",
-    c"acquire_timeout",
-    c"would_block",
-    c"acquire_failed",
-    c"lock_lost",
-];
-
 pub(crate) fn reason_of(r: Reason) -> lk_reason {
     use lk_reason::*;
     match r {
@@ -491,8 +411,8 @@ pub extern "C" fn lk_reason_name(reason: c_int) -> *const c_char {
     ffi!(value {
         usize::try_from(reason)
             .ok()
-            .and_then(|i| REASON_NAMES.get(i))
-            .map_or(c"unknown", |n| n)
+            .and_then(|i| Reason::ALL.get(i))
+            .map_or(c"unknown", |r| r.as_cstr())
             .as_ptr()
     })
 }
@@ -505,16 +425,20 @@ mod tests {
         status_name(s as c_int).to_str().unwrap()
     }
 
-    /// The C names are the core's words, so every binding says the same.
+    /// The C tables are the core's code table: same numbers, same words.
     #[test]
-    fn names_are_the_cores() {
+    fn codes_are_the_cores() {
+        for c in Code::ALL {
+            assert_eq!(status_of(*c) as c_int, c.value(), "{c}");
+            assert_eq!(name(status_of(*c)), c.as_str());
+        }
         for r in [
             Refused::Draining,
             Refused::Fenced,
             Refused::Released,
             Refused::NotHeld,
         ] {
-            assert_eq!(name(refused_status(r)), r.as_str());
+            assert_eq!(name(Fail::from(r).0), r.as_str());
         }
         let errors = [
             Error::InvalidOption {
@@ -535,17 +459,18 @@ mod tests {
             let code = e.code();
             assert_eq!(name(Fail::from(e).0), code);
         }
-        for (i, s) in STATES.iter().enumerate() {
+        for (i, s) in State::ALL.iter().enumerate() {
             assert_eq!(state_of(*s) as usize, i);
-            assert_eq!(STATE_NAMES[i].to_str().unwrap(), s.as_str());
+            let n = unsafe { CStr::from_ptr(lk_state_name(i as c_int)) };
+            assert_eq!(n.to_str().unwrap(), s.as_str());
         }
-        for (i, r) in REASONS.iter().enumerate() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
             assert_eq!(reason_of(*r) as usize, i);
-            assert_eq!(REASON_NAMES[i].to_str().unwrap(), r.as_str());
+            let n = unsafe { CStr::from_ptr(lk_reason_name(i as c_int)) };
+            assert_eq!(n.to_str().unwrap(), r.as_str());
         }
-        assert_eq!(name(LK_PANIC), "panic");
         assert_eq!(status_name(-1), c"unknown");
-        assert_eq!(status_name(16), c"unknown");
+        assert_eq!(status_name(Code::ALL.len() as c_int), c"unknown");
     }
 
     #[test]

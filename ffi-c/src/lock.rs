@@ -1,13 +1,12 @@
-//! Locks, permits, callbacks and guarded writes.
+//! Locks, permits, callbacks and guarded writes. Each function converts
+//! and calls the core: what freeing a lock means (callbacks after it,
+//! permits in flight) is the core's `Lock::close` / drop.
 
-use std::cell::Cell;
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{CString, c_char, c_uint, c_void};
 use std::mem::{MaybeUninit, align_of, size_of};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dlock_core::{Lock, Permit, Token};
+use dlock_core::{Lock, OwnedPermit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
@@ -16,44 +15,8 @@ use crate::{Fail, arg, boxed, bytes, ffi, key_bytes, lk_reason, lk_state, out, t
 /// One named lock. Freeing it releases the lock.
 pub struct lk_lock {
     lock: Lock,
-    hooks: Arc<Hooks>,
     /// The name as given, for `lk_lock_name`.
     name: CString,
-}
-
-/// Keeps a lock's C callbacks from running once its handle is freed, so the
-/// application may free their `user_data` right after `lk_lock_free`.
-struct Hooks {
-    alive: AtomicBool,
-    /// Held while a callback of this lock runs.
-    running: Mutex<()>,
-}
-
-thread_local! {
-    /// Set while a C callback runs (on dlock's callback thread).
-    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
-}
-
-impl Hooks {
-    fn run(&self, call: impl FnOnce()) {
-        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if self.alive.load(Ordering::SeqCst) {
-            IN_CALLBACK.set(true);
-            call();
-            IN_CALLBACK.set(false);
-        }
-    }
-
-    /// No callback starts after this; one running on another thread is
-    /// waited for. Inside a callback (callbacks run one at a time on one
-    /// thread) or in a forked child (no callback thread) there is nothing to
-    /// wait for.
-    fn close(&self) {
-        self.alive.store(false, Ordering::SeqCst);
-        if !IN_CALLBACK.get() && !dlock_core::forked() {
-            drop(self.running.lock());
-        }
-    }
 }
 
 /// `user_data` crosses to the callback thread; the header makes the
@@ -84,10 +47,6 @@ pub unsafe extern "C" fn lk_lock_new(
                 lock,
                 // From a C string: no NUL inside.
                 name: CString::new(name).unwrap_or_default(),
-                hooks: Arc::new(Hooks {
-                    alive: AtomicBool::new(true),
-                    running: Mutex::new(()),
-                }),
             },
         );
         Ok(())
@@ -104,36 +63,35 @@ pub unsafe extern "C" fn lk_lock_name(lock: *const lk_lock) -> *const c_char {
     })
 }
 
-/// Locks freed while permits were still in flight: their permits borrow
-/// the lock's state, so it is kept (released) until the process exits.
-static KEPT: Mutex<Vec<lk_lock>> = Mutex::new(Vec::new());
-
 /// Frees a lock handle (NULL: nothing), releasing the lock without waiting
-/// for the revoke (`lk_lock_release` first to wait). After it returns, none
-/// of the lock's callbacks runs again: it waits for one of them running now,
-/// so do not call it holding a mutex that callback takes. May be called from
-/// a callback, even the lock's own. In a forked child it frees memory only:
-/// the parent's lease is left alone.
-///
-/// End every permit before freeing its lock. If some are still in flight,
-/// the lock is released first (waiting as `lk_lock_release` does, so the
-/// permits turn invalid) and its memory is kept until the process exits,
-/// so ending them after `lk_lock_free` returned stays safe; ending one on
-/// another thread while `lk_lock_free` runs does not (it may touch the
-/// lock's state as that is freed).
+/// for the revoke (`lk_lock_close` or `lk_lock_release` first to wait).
+/// After it returns, none of the lock's callbacks runs again: it waits for
+/// the events queued before it and for one of its callbacks running now, so
+/// do not call it holding a mutex that a callback takes. May be called from
+/// a callback, even the lock's own. Permits still in flight stay safe to
+/// end (from any thread, before or after) and are no longer valid; the
+/// lock's state lives until the last one ends. In a forked child it frees
+/// memory only: the parent's lease is left alone.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
     ffi!(value {
         if !lock.is_null() {
             // SAFETY: made by lk_lock_new, freed once.
-            let lock = unsafe { Box::from_raw(lock) };
-            lock.hooks.close();
-            if lock.lock.in_flight() > 0 {
-                // Err(Forked) in a forked child: the lease is the parent's.
-                let _ = lock.lock.release();
-                KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(*lock);
-            }
+            drop(unsafe { Box::from_raw(lock) });
         }
+    })
+}
+
+/// Releases the lock (waiting for the revoke as `lk_lock_release` does) and
+/// ends its callbacks: the events up to the release are delivered, then,
+/// once it returns, none of the lock's callbacks runs again. The handle
+/// stays valid (free it with `lk_lock_free`); permits in flight stay safe
+/// to end and are no longer valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_close(lock: *const lk_lock) -> lk_status {
+    ffi!({
+        unsafe { arg(lock, "lock") }?.lock.close()?;
+        Ok(())
     })
 }
 
@@ -257,6 +215,74 @@ pub unsafe extern "C" fn lk_lock_in_flight(lock: *const lk_lock, count_out: *mut
     })
 }
 
+/// The version of `struct lk_lock_stats` this header describes.
+pub const LK_LOCK_STATS_VERSION: c_uint = 1;
+
+/// What `lk_lock_stats` reports. Set `version` (`LK_LOCK_STATS_INIT`)
+/// before the call: later releases add fields at the end and fill only
+/// those of the version asked for.
+#[repr(C)]
+pub struct lk_lock_stats {
+    /// `LK_LOCK_STATS_VERSION` (or any earlier version).
+    pub version: c_uint,
+    /// Acquisitions, first and after fences.
+    pub acquisitions: u64,
+    /// Drains begun (a failed keepalive while holding).
+    pub drains: u64,
+    /// Drains that ended with a confirmed keepalive.
+    pub resumes: u64,
+    /// Fences at the deadline.
+    pub fences_deadline: u64,
+    /// Fences on a lease-lost reply.
+    pub fences_lease_lost: u64,
+    /// Fences on a deleted lock key.
+    pub fences_lock_lost: u64,
+    /// Round trip of the last confirmed keepalive (µs); 0: none yet.
+    pub last_keepalive_rtt_us: u64,
+    /// Deadline − now (ms) while Holding or Draining; -1 otherwise.
+    pub slack_ms: i64,
+    /// Permits in flight.
+    pub in_flight: u64,
+}
+
+/// Fills `*stats` (whose `version` the caller set) with the lock's counters,
+/// the last keepalive's round trip, the slack and the permits in flight.
+/// Cheap (atomics and one clock read). `LK_INVALID_ARGUMENT` for a version
+/// this library does not know.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_lock_stats(
+    lock: *const lk_lock,
+    stats: *mut lk_lock_stats,
+) -> lk_status {
+    ffi!({
+        let lock = unsafe { arg(lock, "lock") }?;
+        let dest = unsafe { out(stats, "stats") }?;
+        if !(1..=LK_LOCK_STATS_VERSION).contains(&dest.version) {
+            return Err(Fail::invalid(format!(
+                "lk_lock_stats.version is {}, this library knows 1 to {LK_LOCK_STATS_VERSION}: start from LK_LOCK_STATS_INIT",
+                dest.version
+            )));
+        }
+        let st = lock.lock.stats();
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        *dest = lk_lock_stats {
+            version: dest.version,
+            acquisitions: st.acquisitions,
+            drains: st.drains,
+            resumes: st.resumes,
+            fences_deadline: st.fences_deadline,
+            fences_lease_lost: st.fences_lease_lost,
+            fences_lock_lost: st.fences_lock_lost,
+            last_keepalive_rtt_us: st.last_keepalive_rtt.map_or(0, us),
+            slack_ms: st
+                .slack
+                .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            in_flight: st.in_flight,
+        };
+        Ok(())
+    })
+}
+
 /// `on_fence(user_data, token, in_flight)`: called once per fenced token,
 /// with the number of permits then in flight. Stop the work now.
 pub type lk_fence_fn =
@@ -280,12 +306,12 @@ pub unsafe extern "C" fn lk_set_on_fence(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        let ud = UserData(user_data);
         lock.lock.on_fence(move |token, in_flight| {
             if let Some(cb) = cb {
                 let ud = ud;
                 // SAFETY: the application's callback, with its own user_data.
-                hooks.run(|| unsafe { cb(ud.0, token.get(), in_flight) });
+                unsafe { cb(ud.0, token.get(), in_flight) };
             }
         });
         Ok(())
@@ -301,14 +327,14 @@ pub unsafe extern "C" fn lk_set_on_state_change(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        let ud = UserData(user_data);
         lock.lock.on_state_change(move |c| {
             if let Some(cb) = cb {
                 let ud = ud;
                 let (from, to) = (crate::state_of(c.from), crate::state_of(c.to));
                 let reason = crate::reason_of(c.reason);
                 // SAFETY: the application's callback, with its own user_data.
-                hooks.run(|| unsafe { cb(ud.0, from, to, reason) });
+                unsafe { cb(ud.0, from, to, reason) };
             }
         });
         Ok(())
@@ -324,12 +350,12 @@ pub unsafe extern "C" fn lk_set_on_acquired(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        let ud = UserData(user_data);
         lock.lock.on_acquired(move |token| {
             if let Some(cb) = cb {
                 let ud = ud;
                 // SAFETY: the application's callback, with its own user_data.
-                hooks.run(|| unsafe { cb(ud.0, token.get()) });
+                unsafe { cb(ud.0, token.get()) };
             }
         });
         Ok(())
@@ -345,12 +371,12 @@ pub unsafe extern "C" fn lk_set_on_drained(
 ) -> lk_status {
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
-        let (hooks, ud) = (lock.hooks.clone(), UserData(user_data));
+        let ud = UserData(user_data);
         lock.lock.on_drained(move || {
             if let Some(cb) = cb {
                 let ud = ud;
                 // SAFETY: the application's callback, with its own user_data.
-                hooks.run(|| unsafe { cb(ud.0) });
+                unsafe { cb(ud.0) };
             }
         });
         Ok(())
@@ -373,9 +399,9 @@ pub struct lk_permit {
 struct Slot {
     /// `LIVE` while the permit is open; anything else: empty.
     live: u64,
-    /// Borrows the lock's state: `lk_lock_free` keeps that state alive
-    /// while any permit is in flight.
-    permit: MaybeUninit<Permit<'static>>,
+    /// The core's permit: no allocation, no reference count, safe to end
+    /// after its lock is freed.
+    permit: MaybeUninit<OwnedPermit>,
 }
 
 /// "lkpermit": a zeroed or uninitialised struct is not mistaken for a live one.
@@ -390,7 +416,7 @@ fn slot(p: &lk_permit) -> &Slot {
     unsafe { &*(p as *const lk_permit as *const Slot) }
 }
 
-fn live(p: &lk_permit) -> Option<&Permit<'static>> {
+fn live(p: &lk_permit) -> Option<&OwnedPermit> {
     let s = slot(p);
     // SAFETY: written by lk_permit together with LIVE.
     (s.live == LIVE).then(|| unsafe { s.permit.assume_init_ref() })
@@ -410,13 +436,7 @@ pub unsafe extern "C" fn lk_permit(lock: *const lk_lock, permit_out: *mut lk_per
         if permit_out.is_null() {
             return Err(Fail::null("permit_out"));
         }
-        let permit = lock.lock.permit()?;
-        // SAFETY: the permit borrows the state behind `lock`, which
-        // `lk_lock_free` never frees while a permit is in flight (KEPT; an
-        // end racing the free is excluded by the header's rules). A
-        // reference count (`permit_owned`) would cost two atomic operations
-        // on the hot path.
-        let permit = unsafe { std::mem::transmute::<Permit<'_>, Permit<'static>>(permit) };
+        let permit = lock.lock.permit_owned()?;
         // SAFETY: valid, writable storage of the right size (header rules).
         unsafe {
             permit_out.cast::<Slot>().write(Slot {
