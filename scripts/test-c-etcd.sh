@@ -37,6 +37,7 @@ cleanup() {
 trap cleanup EXIT
 label=c-etcd
 . scripts/checks.sh
+. scripts/c-flags.sh
 
 . scripts/lib.sh
 need_debs gcc=gcc valgrind=valgrind etcdctl=etcd-client >>"$log" 2>&1 ||
@@ -52,9 +53,6 @@ ctl_tls() {
 step "cargo build --release -p dlock-ffi" cargo build --release --locked -p dlock-ffi
 [[ -f target/release/libdlock.so ]] || summary
 
-STRICT=(-std=c11 -Wall -Wextra -Werror -pedantic)
-LINK=(-Ltarget/release -ldlock -lpthread "-Wl,-rpath,$root/target/release")
-SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 compile() {
   gcc "${STRICT[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd-asan" "${LINK[@]}" &&
     gcc "${STRICT[@]}" -O1 -g -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd" "${LINK[@]}" &&
@@ -84,15 +82,13 @@ run_etcd_test() {
   ((n == 2)) || { echo "expected 2 written keys, saw $n"; return 1; }
 }
 
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+san_env_on
 [[ -x $work/etcd-asan ]] && step "etcd.c under -fsanitize=address,undefined" run_etcd_test "$work/etcd-asan"
-unset ASAN_OPTIONS UBSAN_OPTIONS
+san_env_off
 # ffi-c/tests/c/tls.supp: two false positives inside TLS record encryption
 # (ring's AES-GCM assembly), nothing else.
 [[ -x $work/etcd ]] && step "etcd.c under valgrind" run_etcd_test \
-  valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-  --suppressions=ffi-c/tests/c/tls.supp "$work/etcd"
+  "${VALGRIND[@]}" --suppressions=ffi-c/tests/c/tls.supp "$work/etcd"
 
 # The worker on etcd: units committed with guarded puts; an operator deletes
 # its lock key; it fences at once (lock_lost), stops cleanly, and etcd keeps

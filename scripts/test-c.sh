@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The C face's checks: release libraries, header drift (cbindgen 0.29.4),
-# the C tests compiled strictly (gcc -std=c11 -Wall -Wextra -Werror
-# -pedantic) and the header as C++, one run under -fsanitize=address,undefined
-# and one under valgrind, the install + pkg-config build of examples/c and the
+# the C tests compiled strictly and the header as C++, one run under
+# -fsanitize=address,undefined and one under valgrind (every flag: in
+# scripts/c-flags.sh), the install + pkg-config build of examples/c and the
 # worker's story. Installs what it needs (Debian). Prints `c: N passed, N
 # failed`; fails on any failure.
 # Usage: scripts/test-c.sh [LOGFILE]   (every step's output is appended to it)
@@ -15,10 +15,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 label=c
 . scripts/checks.sh
+. scripts/c-flags.sh
 
 # --- tools (a fresh Debian machine has none of them) -----------------------
 . scripts/lib.sh
-need_debs gcc=gcc g++=g++ make=make pkg-config=pkg-config valgrind=valgrind /usr/include/cjson/cJSON.h=libcjson-dev >>"$log" 2>&1 ||
+need_debs gcc=gcc g++=g++ make=make pkg-config=pkg-config valgrind=valgrind >>"$log" 2>&1 ||
   { echo "c: cannot install its tools" >&2; exit 1; }
 
 CBINDGEN_VERSION=0.29.4
@@ -34,9 +35,9 @@ if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; the
 fi
 
 # --- build --------------------------------------------------------------------
-step "cargo build --release -p dlock-ffi (libdlock.so, libdlock.a)" \
-  cargo build --release --locked -p dlock-ffi
-[[ -f target/release/libdlock.so && -f target/release/libdlock.a ]] || summary
+step "cargo build --release -p dlock-ffi -p dlock-scenarios (libdlock.so, libdlock.a, libdlock_scenarios.so)" \
+  cargo build --release --locked -p dlock-ffi -p dlock-scenarios
+[[ -f target/release/libdlock.so && -f target/release/libdlock.a && -f target/release/libdlock_scenarios.so ]] || summary
 
 step "include/dlock.h matches a fresh cbindgen $CBINDGEN_VERSION generation" bash -c '
   cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output "$1/dlock.h" ffi-c 2>/dev/null &&
@@ -44,15 +45,15 @@ step "include/dlock.h matches a fresh cbindgen $CBINDGEN_VERSION generation" bas
     { echo "include/dlock.h is stale: run cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output include/dlock.h ffi-c"; exit 1; }' _ "$work"
 
 tests=(api callbacks threads fork scenarios)
-STRICT=(-std=c11 -Wall -Wextra -Werror -pedantic)
-LINK=(-Ltarget/release -ldlock -lcjson -lpthread "-Wl,-rpath,$root/target/release")
-SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 mkdir -p "$work/asan" "$work/plain"
 
 compile_all() {
+  local links
   for t in "${tests[@]}"; do
-    gcc "${STRICT[@]}" -O1 -g "${SAN[@]}" -Iinclude "ffi-c/tests/c/$t.c" -o "$work/asan/$t" "${LINK[@]}" &&
-      gcc "${STRICT[@]}" -O1 -g -Iinclude "ffi-c/tests/c/$t.c" -o "$work/plain/$t" "${LINK[@]}" ||
+    links=("${LINK[@]}")
+    [[ $t = scenarios ]] && links+=("${LINK_RUNNER[@]}")
+    gcc "${STRICT[@]}" -O1 -g "${SAN[@]}" -Iinclude "ffi-c/tests/c/$t.c" -o "$work/asan/$t" "${links[@]}" &&
+      gcc "${STRICT[@]}" -O1 -g -Iinclude "ffi-c/tests/c/$t.c" -o "$work/plain/$t" "${links[@]}" ||
       return 1
     echo "compiled $t.c (sanitized and plain)"
   done
@@ -60,25 +61,26 @@ compile_all() {
 }
 step "compile the C tests: gcc ${STRICT[*]}" compile_all
 
-step "header as C++: g++ -std=c++17 -Wall -Wextra -Werror -pedantic" bash -c '
-  g++ -std=c++17 -Wall -Wextra -Werror -pedantic -x c++ -fsyntax-only include/dlock.h &&
-    g++ -std=c++17 -Wall -Wextra -Werror -pedantic -Iinclude ffi-c/tests/c/header.cpp \
-      -o "$1/header" -Ltarget/release -ldlock "-Wl,-rpath,$2/target/release" && "$1/header"' _ "$work" "$root"
+header_as_cxx() {
+  g++ "${STRICT_CXX[@]}" -x c++ -fsyntax-only include/dlock.h &&
+    g++ "${STRICT_CXX[@]}" -x c++ -fsyntax-only -Iinclude ffi-c/tests/c/scenario_runner.h &&
+    g++ "${STRICT_CXX[@]}" -Iinclude ffi-c/tests/c/header.cpp -o "$work/header" "${LINK[@]}" &&
+    "$work/header"
+}
+step "header as C++: g++ ${STRICT_CXX[*]}" header_as_cxx
 
 args_of() { [[ $1 = scenarios ]] && echo "$root/scenarios"; }
 
 # --- sanitizer run ----------------------------------------------------------
-export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=1
-export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+san_env_on
 for t in "${tests[@]}"; do
   [[ -x $work/asan/$t ]] || continue
   # shellcheck disable=SC2046
   step "$t under -fsanitize=address,undefined" "$work/asan/$t" $(args_of "$t")
 done
-unset ASAN_OPTIONS UBSAN_OPTIONS
+san_env_off
 
 # --- valgrind run -----------------------------------------------------------
-VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite)
 for t in "${tests[@]}"; do
   [[ -x $work/plain/$t ]] || continue
   # shellcheck disable=SC2046

@@ -1,136 +1,32 @@
-/* Plays every file in scenarios/ through the C API and compares the callback
- * trace with the file's, exactly as core/tests/scenarios.rs does: same steps,
- * same trace strings, same `@lo..hi` windows, same 10 s wait limit.
+/* Plays every file in scenarios/ through the C API: the C face of the shared
+ * scenario runner (scenario_runner.h, libdlock_scenarios.so), which parses
+ * the files, times the steps, waits on the trace, judges every `expect` and
+ * compares the trace, exactly as for core/tests/scenarios.rs. This file is
+ * only the step dispatch over dlock.h.
  *
- * Usage: scenarios DIR   (DLOCK_SCENARIO=part plays only matching files)
- *
- * DLOCK_SCENARIO_SLACK_MS=n widens the upper end of every window by n ms.
- * Only the valgrind run sets it: valgrind runs code 20-50x slower, and its
- * purpose there is memory checking; order, tokens and every step stay exact. */
+ * Usage: scenarios DIR   (DLOCK_SCENARIO=part plays only matching files;
+ * DLOCK_SCENARIO_SLACK_MS=n widens every window's upper end by n ms, which
+ * only the valgrind run sets: order, tokens and every step stay exact). */
 #define _GNU_SOURCE
-#include <cjson/cJSON.h>
-#include <dirent.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
 #include "check.h"
+#include "scenario_runner.h"
 
 #define WAIT_LIMIT_MS 10000
-#define MAX_EVENTS 256
 #define MAX_HOLDERS 8
 #define MAX_PERMITS 16
 #define MAX_THREADS 16
-#define EVENT_LEN 200
-#define ERR_LEN 8192
-
-struct event {
-  uint64_t at;
-  char text[EVENT_LEN];
-};
-
-/* The trace: callback events with their time since the scenario started. */
-struct trace {
-  uint64_t start;
-  pthread_mutex_t mu;
-  pthread_cond_t grew;
-  struct event ev[MAX_EVENTS];
-  int n;
-};
-
-static uint64_t slack_ms;
-
-static uint64_t ms_since(uint64_t start) { return (boot_ns() - start) / 1000000u; }
-
-static void trace_push(struct trace *t, const char *fmt, ...) {
-  uint64_t at = ms_since(t->start);
-  pthread_mutex_lock(&t->mu);
-  if (t->n < MAX_EVENTS) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(t->ev[t->n].text, EVENT_LEN, fmt, ap);
-    va_end(ap);
-    t->ev[t->n].at = at;
-    t->n++;
-  }
-  pthread_cond_broadcast(&t->grew);
-  pthread_mutex_unlock(&t->mu);
-}
-
-static struct timespec wait_deadline(void) {
-  struct timespec d;
-  clock_gettime(CLOCK_MONOTONIC, &d);
-  d.tv_sec += WAIT_LIMIT_MS / 1000;
-  return d;
-}
-
-static int find_from(struct trace *t, const char *event, int from) {
-  for (int i = from; i < t->n; i++)
-    if (strcmp(t->ev[i].text, event) == 0) return i;
-  return -1;
-}
-
-/* Waits until `event` appears at or after index `from`; its index or -1. */
-static int trace_wait_for(struct trace *t, const char *event, int from) {
-  struct timespec d = wait_deadline();
-  pthread_mutex_lock(&t->mu);
-  int i;
-  while ((i = find_from(t, event, from)) < 0) {
-    if (pthread_cond_timedwait(&t->grew, &t->mu, &d) == ETIMEDOUT) {
-      i = find_from(t, event, from);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&t->mu);
-  return i;
-}
-
-/* Waits until the trace has `n` events (or the limit passes); its length. */
-static int trace_wait_len(struct trace *t, int n) {
-  struct timespec d = wait_deadline();
-  pthread_mutex_lock(&t->mu);
-  while (t->n < n)
-    if (pthread_cond_timedwait(&t->grew, &t->mu, &d) == ETIMEDOUT) break;
-  int len = t->n;
-  pthread_mutex_unlock(&t->mu);
-  return len;
-}
+#define LINE_LEN 200
 
 struct holder {
   char name[32];
-  struct trace *trace;
+  const struct lks_sink *sink;
   struct lk_client *client;
-  struct lk_lock *lock;
+  struct lk_lock *lock; /* NULL once closed */
 };
-
-static void on_state(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
-  struct holder *h = ud;
-  trace_push(h->trace, "%s state %s->%s %s", h->name, lk_state_name((int)from),
-             lk_state_name((int)to), lk_reason_name((int)why));
-}
-
-static void on_acquired(void *ud, uint64_t token) {
-  struct holder *h = ud;
-  trace_push(h->trace, "%s acquired token=%" PRIu64, h->name, token);
-}
-
-static void on_fence(void *ud, uint64_t token, uint64_t in_flight) {
-  struct holder *h = ud;
-  trace_push(h->trace, "%s fence token=%" PRIu64 " in_flight=%" PRIu64, h->name, token,
-             in_flight);
-}
-
-static void on_drained(void *ud) {
-  struct holder *h = ud;
-  trace_push(h->trace, "%s drained", h->name);
-}
-
-static void *acquire_thread(void *arg) {
-  struct holder *h = arg;
-  lk_lock_acquire(h->lock, WAIT_LIMIT_MS, NULL);
-  return NULL;
-}
 
 struct labelled {
   char label[32];
@@ -138,286 +34,258 @@ struct labelled {
   int used;
 };
 
-struct play {
-  const char *path;
-  struct trace trace;
+struct acquirer {
+  pthread_t thread;
+  struct holder *holder;
+  int joined;
+};
+
+/* The face's state for the scenario being played. */
+struct face {
   struct lk_memory *service;
   struct holder holders[MAX_HOLDERS];
   int n_holders;
   struct labelled permits[MAX_PERMITS];
-  pthread_t threads[MAX_THREADS];
+  struct acquirer threads[MAX_THREADS];
   int n_threads;
-  char err[ERR_LEN];
+  char err[512];
 };
 
-static int fail(struct play *p, int step, const cJSON *s, const char *fmt, ...) {
-  char *json = cJSON_PrintUnformatted(s);
-  int k = snprintf(p->err, ERR_LEN, "step %d %s: ", step, json ? json : "?");
-  cJSON_free(json);
+static void trace(const struct holder *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void trace(const struct holder *h, const char *fmt, ...) {
+  char line[LINE_LEN];
+  int k = snprintf(line, sizeof line, "%s ", h->name);
   va_list ap;
   va_start(ap, fmt);
-  if (k > 0 && k < ERR_LEN) vsnprintf(p->err + k, (size_t)(ERR_LEN - k), fmt, ap);
+  if (k > 0 && (size_t)k < sizeof line) vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
   va_end(ap);
+  lks_trace(h->sink, line);
+}
+
+static void on_state(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
+  trace(ud, "state %s->%s %s", lk_state_name((int)from), lk_state_name((int)to),
+        lk_reason_name((int)why));
+}
+
+static void on_acquired(void *ud, uint64_t token) { trace(ud, "acquired token=%" PRIu64, token); }
+
+static void on_fence(void *ud, uint64_t token, uint64_t in_flight) {
+  trace(ud, "fence token=%" PRIu64 " in_flight=%" PRIu64, token, in_flight);
+}
+
+static void on_drained(void *ud) { trace(ud, "drained"); }
+
+static void *acquire_thread(void *arg) {
+  struct holder *h = arg;
+  lk_lock_acquire(h->lock, WAIT_LIMIT_MS, NULL);
+  return NULL;
+}
+
+/* Joins the pending acquires of `h` (NULL: of every holder). */
+static void join_acquires(struct face *f, const struct holder *h) {
+  for (int i = 0; i < f->n_threads; i++) {
+    if (f->threads[i].joined || (h && f->threads[i].holder != h)) continue;
+    pthread_join(f->threads[i].thread, NULL);
+    f->threads[i].joined = 1;
+  }
+}
+
+static int failed(struct face *f, struct lks_observed *out, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int failed(struct face *f, struct lks_observed *out, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->err, sizeof f->err, fmt, ap);
+  va_end(ap);
+  out->error = f->err;
   return -1;
 }
 
-static const char *str(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-/* A number field (-1 when absent). */
-static int64_t num(const cJSON *o, const char *key) {
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-  return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
-}
-
-static struct holder *holder_of(struct play *p, const cJSON *step) {
-  const char *name = str(step, "holder");
-  for (int i = 0; name && i < p->n_holders; i++)
-    if (strcmp(p->holders[i].name, name) == 0) return &p->holders[i];
+static struct holder *holder_of(struct face *f, const char *name) {
+  for (int i = 0; name && i < f->n_holders; i++)
+    if (strcmp(f->holders[i].name, name) == 0) return &f->holders[i];
   return NULL;
 }
 
-static struct labelled *permit_of(struct play *p, const char *label) {
+static struct labelled *permit_of(struct face *f, const char *label) {
   for (int i = 0; label && i < MAX_PERMITS; i++)
-    if (p->permits[i].used && strcmp(p->permits[i].label, label) == 0) return &p->permits[i];
+    if (f->permits[i].used && strcmp(f->permits[i].label, label) == 0) return &f->permits[i];
   return NULL;
 }
 
-static void show(struct play *p, char *buf, size_t len) {
-  size_t k = 0;
-  buf[0] = 0;
-  pthread_mutex_lock(&p->trace.mu);
-  for (int i = 0; i < p->trace.n && k < len; i++) {
-    int w = snprintf(buf + k, len - k, "  %5" PRIu64 " ms  %s\n", p->trace.ev[i].at,
-                     p->trace.ev[i].text);
-    if (w < 0) break;
-    k += (size_t)w;
-  }
-  pthread_mutex_unlock(&p->trace.mu);
-}
+static void teardown(void *ctx);
 
-static int run_step(struct play *p, int i, const cJSON *step, int *cursor) {
-  int64_t at = num(step, "at");
-  if (at >= 0) {
-    uint64_t elapsed = ms_since(p->trace.start);
-    if ((uint64_t)at > elapsed) sleep_ms((uint64_t)at - elapsed);
-  }
-  struct holder *h = holder_of(p, step);
-  const cJSON *expect = cJSON_GetObjectItemCaseSensitive(step, "expect");
-  const char *what = str(step, "do");
-  if (!what) return fail(p, i, step, "no `do`");
-  int needs_holder = strcmp(what, "wait") && strcmp(what, "stall_driver") &&
-                     strcmp(what, "end") && strcmp(what, "valid");
-  if (needs_holder && !h) return fail(p, i, step, "no such holder");
-
-  if (!strcmp(what, "acquire")) {
-    if (p->n_threads == MAX_THREADS) return fail(p, i, step, "too many acquires");
-    if (pthread_create(&p->threads[p->n_threads], NULL, acquire_thread, h) != 0)
-      return fail(p, i, step, "pthread_create failed");
-    p->n_threads++;
-  } else if (!strcmp(what, "try_acquire")) {
-    enum lk_status s = lk_lock_try_acquire(h->lock, NULL);
-    const char *got = s == LK_OK ? "ok" : lk_status_name((int)s);
-    if (!str(step, "expect") || strcmp(got, str(step, "expect")))
-      return fail(p, i, step, "try_acquire gave %s", got);
-  } else if (!strcmp(what, "permit")) {
-    struct lk_permit permit = LK_PERMIT_INIT;
-    enum lk_status s = lk_permit(h->lock, &permit);
-    const char *word = s == LK_OK ? "granted" : lk_status_name((int)s);
-    int rc = 0;
-    int64_t want_token = num(step, "token");
-    const char *label = str(step, "as");
-    uint64_t token = 0;
-    if (!str(step, "expect") || strcmp(word, str(step, "expect"))) {
-      rc = fail(p, i, step, "permit gave %s", word);
-    } else if (s == LK_OK && want_token >= 0 &&
-               (lk_permit_token(&permit, &token) != LK_OK || token != (uint64_t)want_token)) {
-      rc = fail(p, i, step, "permit token %" PRIu64, token);
-    } else if (s == LK_OK && label) {
-      for (int k = 0; k < MAX_PERMITS; k++) {
-        if (!p->permits[k].used) {
-          p->permits[k].used = 1;
-          snprintf(p->permits[k].label, sizeof p->permits[k].label, "%s", label);
-          p->permits[k].permit = permit; /* moved: this copy is the one ended */
-          return 0;
-        }
-      }
-      rc = fail(p, i, step, "too many labelled permits");
-    }
-    lk_permit_end(&permit);
-    return rc;
-  } else if (!strcmp(what, "end")) {
-    struct labelled *l = permit_of(p, str(step, "permit"));
-    if (!l) return fail(p, i, step, "no such permit");
-    lk_permit_end(&l->permit);
-    l->used = 0;
-  } else if (!strcmp(what, "valid")) {
-    struct labelled *l = permit_of(p, str(step, "permit"));
-    if (!l) return fail(p, i, step, "no such permit");
-    bool v = lk_permit_valid(&l->permit);
-    if (!cJSON_IsBool(expect) || v != (bool)cJSON_IsTrue(expect))
-      return fail(p, i, step, "valid() was %s", v ? "true" : "false");
-  } else if (!strcmp(what, "state")) {
-    enum lk_state st;
-    if (lk_lock_state(h->lock, &st) != LK_OK) return fail(p, i, step, "%s", lk_last_error());
-    if (!str(step, "expect") || strcmp(lk_state_name((int)st), str(step, "expect")))
-      return fail(p, i, step, "state was %s", lk_state_name((int)st));
-  } else if (!strcmp(what, "token")) {
-    uint64_t token = 0;
-    int held = lk_lock_token(h->lock, &token) == LK_OK;
-    int ok = held ? cJSON_IsNumber(expect) && (uint64_t)expect->valuedouble == token
-                  : !cJSON_IsNumber(expect);
-    if (!ok) {
-      if (held) return fail(p, i, step, "token was Some(%" PRIu64 ")", token);
-      return fail(p, i, step, "token was None");
-    }
-  } else if (!strcmp(what, "release")) {
-    if (lk_lock_release(h->lock) != LK_OK) return fail(p, i, step, "%s", lk_last_error());
-  } else if (!strcmp(what, "wait")) {
-    const char *event = str(step, "event");
-    int found = event ? trace_wait_for(&p->trace, event, *cursor) : -1;
-    if (found < 0)
-      return fail(p, i, step, "no `%s` within 10s", event ? event : "(missing event)");
-    *cursor = found;
-  } else if (!strcmp(what, "stall_driver")) {
-    if (lk_stall_driver((uint64_t)num(step, "ms")) != LK_OK)
-      return fail(p, i, step, "%s", lk_last_error());
-  } else if (!strcmp(what, "fault")) {
-    const char *f = str(step, "fault");
-    enum lk_status s;
-    if (!f) return fail(p, i, step, "no fault");
-    if (!strcmp(f, "partition")) s = lk_link_partition(h->client);
-    else if (!strcmp(f, "heal")) s = lk_link_heal(h->client);
-    else if (!strcmp(f, "drop_replies")) s = lk_link_drop_keepalive_replies(h->client, true);
-    else if (!strcmp(f, "keep_replies")) s = lk_link_drop_keepalive_replies(h->client, false);
-    else if (!strcmp(f, "delay_replies"))
-      s = lk_link_delay_keepalive_replies(h->client, (uint64_t)num(step, "ms"));
-    else if (!strcmp(f, "fail_keepalives")) s = lk_link_fail_keepalives(h->client, "injected failure");
-    else if (!strcmp(f, "stop_failing")) s = lk_link_fail_keepalives(h->client, NULL);
-    else if (!strcmp(f, "lease_lost")) s = lk_link_declare_lease_lost(h->client);
-    else if (!strcmp(f, "freeze_expiry")) s = lk_memory_freeze_expiry(p->service, true);
-    else if (!strcmp(f, "thaw_expiry")) s = lk_memory_freeze_expiry(p->service, false);
-    else return fail(p, i, step, "unknown fault %s", f);
-    if (s != LK_OK) return fail(p, i, step, "%s", lk_last_error());
-  } else {
-    return fail(p, i, step, "unknown step %s", what);
-  }
-  return 0;
-}
-
-/* Compares the trace with the file's; 0 when equal. */
-static int compare(struct play *p, const cJSON *expected) {
-  int n = cJSON_GetArraySize(expected);
-  int len = trace_wait_len(&p->trace, n);
-  static char shown[ERR_LEN / 2];
-  show(p, shown, sizeof shown);
-  if (len != n) {
-    snprintf(p->err, ERR_LEN, "trace has %d events, expected %d:\n%s", len, n, shown);
-    return -1;
-  }
-  for (int i = 0; i < n; i++) {
-    const cJSON *w = cJSON_GetArrayItem(expected, i);
-    if (!cJSON_IsString(w)) {
-      snprintf(p->err, ERR_LEN, "trace entry %d is not a string", i);
-      return -1;
-    }
-    char want[EVENT_LEN];
-    snprintf(want, sizeof want, "%s", w->valuestring);
-    char *window = strstr(want, " @");
-    unsigned long long lo = 0, hi = 0;
-    if (window) {
-      *window = 0;
-      if (sscanf(window + 2, "%llu..%llu", &lo, &hi) != 2) {
-        snprintf(p->err, ERR_LEN, "window is lo..hi: %s", w->valuestring);
-        return -1;
-      }
-    }
-    const struct event *got = &p->trace.ev[i];
-    if (strcmp(want, got->text)) {
-      snprintf(p->err, ERR_LEN, "trace event %d: expected `%s`, got `%s`:\n%s", i, want,
-               got->text, shown);
-      return -1;
-    }
-    if (window && (got->at < lo || got->at > hi + slack_ms)) {
-      snprintf(p->err, ERR_LEN, "`%s` at %" PRIu64 " ms, expected %llu..%llu ms:\n%s", want,
-               got->at, lo, hi, shown);
-      return -1;
-    }
-  }
-  printf("%s: ok\n%s", p->path, shown);
-  return 0;
-}
-
-static int play(struct play *p, const cJSON *doc) {
-  const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc, "settings");
+static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink *sink,
+                 const char **error) {
+  struct face *f = ctx;
+  memset(f, 0, sizeof *f);
+  *error = f->err;
   struct lk_client_options o = LK_CLIENT_OPTIONS_INIT;
-  o.ttl_ms = (uint64_t)num(s, "ttl_ms");
-  o.keepalive_interval_ms = (uint64_t)num(s, "keepalive_interval_ms");
-  o.keepalive_timeout_ms = (uint64_t)num(s, "keepalive_timeout_ms");
-  o.retry_interval_ms = (uint64_t)num(s, "retry_interval_ms");
-  o.margin_ms = (uint64_t)num(s, "margin_ms");
+  o.ttl_ms = s->settings.ttl_ms;
+  o.keepalive_interval_ms = s->settings.keepalive_interval_ms;
+  o.keepalive_timeout_ms = s->settings.keepalive_timeout_ms;
+  o.retry_interval_ms = s->settings.retry_interval_ms;
+  o.margin_ms = s->settings.margin_ms;
   o.reacquire = true;
-  if (lk_memory_new(&p->service) != LK_OK) {
-    snprintf(p->err, ERR_LEN, "lk_memory_new: %s", lk_last_error());
+  if (lk_memory_new(&f->service) != LK_OK) {
+    snprintf(f->err, sizeof f->err, "lk_memory_new: %s", lk_last_error());
     return -1;
   }
-  o.memory = p->service;
-  p->trace.start = boot_ns();
+  o.memory = f->service;
   char name[256];
-  snprintf(name, sizeof name, "scenario/\"%s\"", str(doc, "name") ? str(doc, "name") : "");
-  const cJSON *hs = cJSON_GetObjectItemCaseSensitive(doc, "holders");
-  const cJSON *hn;
-  cJSON_ArrayForEach(hn, hs) {
-    if (!cJSON_IsString(hn) || p->n_holders == MAX_HOLDERS) {
-      snprintf(p->err, ERR_LEN, "bad holders");
-      return -1;
-    }
-    struct holder *h = &p->holders[p->n_holders];
-    snprintf(h->name, sizeof h->name, "%s", hn->valuestring);
-    h->trace = &p->trace;
+  snprintf(name, sizeof name, "scenario/\"%s\"", s->name);
+  if (s->n_holders > MAX_HOLDERS) {
+    snprintf(f->err, sizeof f->err, "more than %d holders", MAX_HOLDERS);
+    return -1;
+  }
+  for (size_t i = 0; i < s->n_holders; i++) {
+    struct holder *h = &f->holders[f->n_holders];
+    snprintf(h->name, sizeof h->name, "%s", s->holders[i]);
+    h->sink = sink;
     if (lk_client_new(&o, &h->client) != LK_OK) {
-      snprintf(p->err, ERR_LEN, "lk_client_new: %s", lk_last_error());
+      snprintf(f->err, sizeof f->err, "lk_client_new: %s", lk_last_error());
       return -1;
     }
-    p->n_holders++;
+    f->n_holders++;
     if (lk_lock_new(h->client, name, &h->lock) != LK_OK ||
         lk_set_on_state_change(h->lock, on_state, h) != LK_OK ||
         lk_set_on_acquired(h->lock, on_acquired, h) != LK_OK ||
         lk_set_on_fence(h->lock, on_fence, h) != LK_OK ||
         lk_set_on_drained(h->lock, on_drained, h) != LK_OK) {
-      snprintf(p->err, ERR_LEN, "lock setup: %s", lk_last_error());
+      snprintf(f->err, sizeof f->err, "lock setup: %s", lk_last_error());
       return -1;
     }
   }
-  int cursor = 0, i = 0;
-  const cJSON *step;
-  cJSON_ArrayForEach(step, cJSON_GetObjectItemCaseSensitive(doc, "steps")) {
-    if (run_step(p, i++, step, &cursor) != 0) return -1;
+  return 0;
+}
+
+static int fault(struct face *f, const struct lks_step *step, struct holder *h,
+                 struct lks_observed *out) {
+  enum lk_status s;
+  switch ((enum lks_fault)step->fault) {
+    case LKS_FAULT_PARTITION: s = lk_link_partition(h->client); break;
+    case LKS_FAULT_HEAL: s = lk_link_heal(h->client); break;
+    case LKS_FAULT_DROP_REPLIES: s = lk_link_drop_keepalive_replies(h->client, true); break;
+    case LKS_FAULT_KEEP_REPLIES: s = lk_link_drop_keepalive_replies(h->client, false); break;
+    case LKS_FAULT_DELAY_REPLIES: s = lk_link_delay_keepalive_replies(h->client, step->ms); break;
+    case LKS_FAULT_FAIL_KEEPALIVES: s = lk_link_fail_keepalives(h->client, "injected failure"); break;
+    case LKS_FAULT_STOP_FAILING: s = lk_link_fail_keepalives(h->client, NULL); break;
+    case LKS_FAULT_LEASE_LOST: s = lk_link_declare_lease_lost(h->client); break;
+    case LKS_FAULT_FREEZE_EXPIRY: s = lk_memory_freeze_expiry(f->service, true); break;
+    case LKS_FAULT_THAW_EXPIRY: s = lk_memory_freeze_expiry(f->service, false); break;
+    default: return failed(f, out, "unknown fault %s", step->fault_name);
   }
-  return compare(p, cJSON_GetObjectItemCaseSensitive(doc, "trace"));
+  return s == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
+}
+
+static int perform(void *ctx, const struct lks_step *step, struct lks_observed *out) {
+  struct face *f = ctx;
+  struct holder *h = holder_of(f, step->holder);
+  if (step->holder && (!h || !h->lock)) return failed(f, out, "no open lock of %s", step->holder);
+  switch ((enum lks_do)step->what) {
+    case LKS_DO_ACQUIRE: {
+      if (f->n_threads == MAX_THREADS) return failed(f, out, "too many acquires");
+      struct acquirer *a = &f->threads[f->n_threads];
+      a->holder = h;
+      if (pthread_create(&a->thread, NULL, acquire_thread, h) != 0)
+        return failed(f, out, "pthread_create failed");
+      f->n_threads++;
+      return 0;
+    }
+    case LKS_DO_TRY_ACQUIRE: {
+      enum lk_status s = lk_lock_try_acquire(h->lock, NULL);
+      out->kind = LKS_SAW_WORD;
+      out->word = s == LK_OK ? "ok" : lk_status_name((int)s);
+      return 0;
+    }
+    case LKS_DO_PERMIT: {
+      struct lk_permit permit = LK_PERMIT_INIT;
+      enum lk_status s = lk_permit(h->lock, &permit);
+      out->kind = LKS_SAW_PERMIT;
+      out->word = s == LK_OK ? "granted" : lk_status_name((int)s);
+      if (s != LK_OK) return 0;
+      out->has_token = lk_permit_token(&permit, &out->token) == LK_OK;
+      if (step->label) {
+        for (int k = 0; k < MAX_PERMITS; k++) {
+          if (!f->permits[k].used) {
+            f->permits[k].used = 1;
+            snprintf(f->permits[k].label, sizeof f->permits[k].label, "%s", step->label);
+            f->permits[k].permit = permit; /* moved: this copy is the one ended */
+            return 0;
+          }
+        }
+        lk_permit_end(&permit);
+        return failed(f, out, "too many labelled permits");
+      }
+      lk_permit_end(&permit);
+      return 0;
+    }
+    case LKS_DO_END: {
+      struct labelled *l = permit_of(f, step->label);
+      if (!l) return failed(f, out, "no such permit");
+      lk_permit_end(&l->permit);
+      l->used = 0;
+      return 0;
+    }
+    case LKS_DO_VALID: {
+      struct labelled *l = permit_of(f, step->label);
+      if (!l) return failed(f, out, "no such permit");
+      out->kind = LKS_SAW_BOOL;
+      out->flag = lk_permit_valid(&l->permit);
+      return 0;
+    }
+    case LKS_DO_STATE: {
+      enum lk_state st;
+      if (lk_lock_state(h->lock, &st) != LK_OK) return failed(f, out, "%s", lk_last_error());
+      out->kind = LKS_SAW_WORD;
+      out->word = lk_state_name((int)st);
+      return 0;
+    }
+    case LKS_DO_TOKEN:
+      out->kind = LKS_SAW_TOKEN;
+      out->has_token = lk_lock_token(h->lock, &out->token) == LK_OK;
+      return 0;
+    case LKS_DO_RELEASE:
+      return lk_lock_release(h->lock) == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
+    case LKS_DO_FAULT:
+      return fault(f, step, h, out);
+    case LKS_DO_STALL_DRIVER:
+      return lk_stall_driver(step->ms) == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
+    case LKS_DO_CLOSE:
+      /* Release first so a pending acquire returns, join it, then free:
+       * after lk_lock_free returns no callback of the lock runs. */
+      lk_lock_release(h->lock);
+      join_acquires(f, h);
+      lk_lock_free(h->lock);
+      h->lock = NULL;
+      return 0;
+    case LKS_DO_EVENTS: /* no pull-style event stream in the C API yet */
+      out->kind = LKS_SAW_UNSUPPORTED;
+      return 0;
+  }
+  return failed(f, out, "unknown step %s", step->do_name);
 }
 
 /* Releases (so a pending acquire returns), joins, frees. */
-static void cleanup(struct play *p) {
-  for (int i = 0; i < p->n_holders; i++)
-    if (p->holders[i].lock) lk_lock_release(p->holders[i].lock);
-  for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
-  for (int i = 0; i < MAX_PERMITS; i++) lk_permit_end(&p->permits[i].permit);
-  for (int i = 0; i < p->n_holders; i++) {
-    lk_lock_free(p->holders[i].lock);
-    lk_client_free(p->holders[i].client);
+static void teardown(void *ctx) {
+  struct face *f = ctx;
+  for (int i = 0; i < f->n_holders; i++)
+    if (f->holders[i].lock) lk_lock_release(f->holders[i].lock);
+  join_acquires(f, NULL);
+  for (int i = 0; i < MAX_PERMITS; i++) lk_permit_end(&f->permits[i].permit);
+  for (int i = 0; i < f->n_holders; i++) {
+    lk_lock_free(f->holders[i].lock);
+    lk_client_free(f->holders[i].client);
   }
-  lk_memory_free(p->service);
-  pthread_mutex_destroy(&p->trace.mu);
-  pthread_cond_destroy(&p->trace.grew);
+  lk_memory_free(f->service);
+  memset(f, 0, sizeof *f);
 }
 
 /* Starts dlock's threads and runs every path once before any scenario's
  * clock starts, so first-use costs (thread creation; valgrind's translation
  * of code it has not run yet) fall outside the time windows. */
-static void warm_up(void) {
+static void warm_up(void *ctx) {
+  (void)ctx;
   struct lk_memory *m = NULL;
   struct lk_client *c = NULL;
   struct lk_lock *l = NULL;
@@ -434,73 +302,17 @@ static void warm_up(void) {
   lk_memory_free(m);
 }
 
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-    buf[n] = 0;
-  } else {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  return buf;
-}
-
-static int is_json(const struct dirent *e) {
-  size_t n = strlen(e->d_name);
-  return n > 5 && strcmp(e->d_name + n - 5, ".json") == 0;
-}
-
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s SCENARIO_DIR\n", argv[0]);
     return 2;
   }
-  struct dirent **files;
-  int n = scandir(argv[1], &files, is_json, alphasort);
+  int n = lks_count_files(argv[1]);
   if (n < 8) {
     fprintf(stderr, "expected the eight scenarios in %s, found %d\n", argv[1], n);
     return 1;
   }
-  const char *only = getenv("DLOCK_SCENARIO");
-  const char *slack = getenv("DLOCK_SCENARIO_SLACK_MS");
-  slack_ms = slack ? strtoull(slack, NULL, 10) : 0;
-  if (slack_ms) printf("windows widened by %" PRIu64 " ms (DLOCK_SCENARIO_SLACK_MS)\n", slack_ms);
-  warm_up();
-  int played = 0, failed = 0;
-  for (int k = 0; k < n; k++) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", argv[1], files[k]->d_name);
-    free(files[k]);
-    if (only && !strstr(path, only)) continue;
-    char *text = read_file(path);
-    cJSON *doc = text ? cJSON_Parse(text) : NULL;
-    free(text);
-    static struct play p;
-    memset(&p, 0, sizeof p);
-    p.path = path;
-    pthread_mutex_init(&p.trace.mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p.trace.grew, &ca);
-    pthread_condattr_destroy(&ca);
-    int rc = doc ? play(&p, doc) : (snprintf(p.err, ERR_LEN, "bad JSON"), -1);
-    if (rc != 0) {
-      fprintf(stderr, "FAILED %s: %s\n", path, p.err);
-      failed++;
-    }
-    played++;
-    cleanup(&p);
-    cJSON_Delete(doc);
-  }
-  free(files);
-  printf("scenarios: %d played, %d failed\n", played, failed);
-  if (!played) fprintf(stderr, "no scenario matches DLOCK_SCENARIO=%s\n", only ? only : "");
-  return failed || !played ? 1 : 0;
+  static struct face f;
+  const struct lks_face face = {&f, warm_up, setup, perform, teardown};
+  return lks_play_dir(argv[1], &face) ? 1 : 0;
 }

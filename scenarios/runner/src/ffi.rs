@@ -1,0 +1,321 @@
+//! The C ABI of the runner (`libdlock_scenarios.so`; header
+//! `ffi-c/tests/c/scenario_runner.h`, prefix `lks_`): a C face is a vtable
+//! of step dispatch over its own API, played by [`lks_play_dir`].
+//!
+//! Every type here mirrors the header; change both together.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::trace::Inner;
+use crate::{Config, Face, Fault, Observed, Scenario, Step, TraceSink, play_dir, scenario_files};
+
+/// `struct lks_sink`: opaque to C; a `TraceSink`'s shared state.
+#[allow(non_camel_case_types)]
+pub type lks_sink = c_void;
+
+#[repr(C)]
+pub struct LksSettings {
+    pub ttl_ms: u64,
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    pub retry_interval_ms: u64,
+    pub margin_ms: u64,
+}
+
+#[repr(C)]
+pub struct LksScenario {
+    pub name: *const c_char,
+    pub about: *const c_char,
+    pub settings: LksSettings,
+    pub holders: *const *const c_char,
+    pub n_holders: usize,
+}
+
+// enum lks_do
+pub const LKS_DO_ACQUIRE: c_int = 0;
+pub const LKS_DO_TRY_ACQUIRE: c_int = 1;
+pub const LKS_DO_PERMIT: c_int = 2;
+pub const LKS_DO_END: c_int = 3;
+pub const LKS_DO_VALID: c_int = 4;
+pub const LKS_DO_STATE: c_int = 5;
+pub const LKS_DO_TOKEN: c_int = 6;
+pub const LKS_DO_RELEASE: c_int = 7;
+pub const LKS_DO_FAULT: c_int = 8;
+pub const LKS_DO_STALL_DRIVER: c_int = 9;
+pub const LKS_DO_CLOSE: c_int = 10;
+pub const LKS_DO_EVENTS: c_int = 11;
+
+fn fault_code(f: Fault) -> c_int {
+    match f {
+        Fault::Partition => 0,
+        Fault::Heal => 1,
+        Fault::DropReplies => 2,
+        Fault::KeepReplies => 3,
+        Fault::DelayReplies => 4,
+        Fault::FailKeepalives => 5,
+        Fault::StopFailing => 6,
+        Fault::LeaseLost => 7,
+        Fault::FreezeExpiry => 8,
+        Fault::ThawExpiry => 9,
+    }
+}
+
+#[repr(C)]
+pub struct LksStep {
+    pub what: c_int,
+    pub do_name: *const c_char,
+    pub holder: *const c_char,
+    pub label: *const c_char,
+    pub fault: c_int,
+    pub fault_name: *const c_char,
+    pub ms: u64,
+}
+
+// enum lks_saw
+pub const LKS_SAW_DONE: c_int = 0;
+pub const LKS_SAW_WORD: c_int = 1;
+pub const LKS_SAW_BOOL: c_int = 2;
+pub const LKS_SAW_TOKEN: c_int = 3;
+pub const LKS_SAW_PERMIT: c_int = 4;
+pub const LKS_SAW_EVENTS: c_int = 5;
+pub const LKS_SAW_UNSUPPORTED: c_int = 6;
+
+#[repr(C)]
+pub struct LksObserved {
+    pub kind: c_int,
+    pub word: *const c_char,
+    pub flag: bool,
+    pub has_token: bool,
+    pub token: u64,
+    pub lines: *const *const c_char,
+    pub n_lines: usize,
+    pub error: *const c_char,
+}
+
+type SetupFn = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    scenario: *const LksScenario,
+    sink: *const lks_sink,
+    error: *mut *const c_char,
+) -> c_int;
+type PerformFn =
+    unsafe extern "C" fn(ctx: *mut c_void, step: *const LksStep, out: *mut LksObserved) -> c_int;
+type CtxFn = unsafe extern "C" fn(ctx: *mut c_void);
+
+/// `struct lks_face`.
+#[repr(C)]
+pub struct LksFace {
+    pub ctx: *mut c_void,
+    pub warm_up: Option<CtxFn>,
+    pub setup: Option<SetupFn>,
+    pub perform: Option<PerformFn>,
+    pub teardown: Option<CtxFn>,
+}
+
+/// # Safety
+/// `s` is NULL or a NUL-terminated string.
+unsafe fn text(s: *const c_char) -> Option<String> {
+    // SAFETY: the caller's promise.
+    (!s.is_null()).then(|| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', "?")).unwrap_or_default()
+}
+
+/// A C face as a [`Face`].
+struct CFace<'a> {
+    face: &'a LksFace,
+    /// The sink handed to C in `setup`: one strong count, taken back after
+    /// `teardown`.
+    sink: Option<*const Inner>,
+}
+
+impl CFace<'_> {
+    fn error(e: *const c_char, what: &str) -> String {
+        // SAFETY: the header says `error` is NULL or a string valid until
+        // the call returns, and it has not returned to C yet.
+        unsafe { text(e) }.unwrap_or_else(|| format!("{what} failed"))
+    }
+}
+
+impl Face for CFace<'_> {
+    fn warm_up(&mut self) {
+        if let Some(f) = self.face.warm_up {
+            // SAFETY: the vtable's contract.
+            unsafe { f(self.face.ctx) }
+        }
+    }
+
+    fn setup(&mut self, scenario: &Scenario, trace: TraceSink) -> Result<(), String> {
+        let setup = self.face.setup.ok_or("the face has no setup")?;
+        let name = cstring(&scenario.name);
+        let about = cstring(&scenario.about);
+        let holders: Vec<CString> = scenario.holders.iter().map(|h| cstring(h)).collect();
+        let ptrs: Vec<*const c_char> = holders.iter().map(|h| h.as_ptr()).collect();
+        let s = &scenario.settings;
+        let c = LksScenario {
+            name: name.as_ptr(),
+            about: about.as_ptr(),
+            settings: LksSettings {
+                ttl_ms: s.ttl_ms,
+                keepalive_interval_ms: s.keepalive_interval_ms,
+                keepalive_timeout_ms: s.keepalive_timeout_ms,
+                retry_interval_ms: s.retry_interval_ms,
+                margin_ms: s.margin_ms,
+            },
+            holders: ptrs.as_ptr(),
+            n_holders: ptrs.len(),
+        };
+        let sink = Arc::into_raw(trace.0);
+        self.sink = Some(sink);
+        let mut error = std::ptr::null();
+        // SAFETY: every pointer lives until the call returns; the sink until
+        // `teardown` returns.
+        let rc = unsafe { setup(self.face.ctx, &c, sink.cast(), &mut error) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Self::error(error, "setup"))
+        }
+    }
+
+    fn perform(&mut self, step: &Step) -> Result<Observed, String> {
+        let perform = self.face.perform.ok_or("the face has no perform")?;
+        let (what, label, fault, ms) = match step {
+            Step::Acquire { .. } => (LKS_DO_ACQUIRE, None, None, 0),
+            Step::TryAcquire { .. } => (LKS_DO_TRY_ACQUIRE, None, None, 0),
+            Step::Permit { label, .. } => (LKS_DO_PERMIT, label.as_deref(), None, 0),
+            Step::End { permit } => (LKS_DO_END, Some(permit.as_str()), None, 0),
+            Step::Valid { permit, .. } => (LKS_DO_VALID, Some(permit.as_str()), None, 0),
+            Step::State { .. } => (LKS_DO_STATE, None, None, 0),
+            Step::Token { .. } => (LKS_DO_TOKEN, None, None, 0),
+            Step::Release { .. } => (LKS_DO_RELEASE, None, None, 0),
+            Step::Fault { fault, ms, .. } => (LKS_DO_FAULT, None, Some(*fault), ms.unwrap_or(0)),
+            Step::StallDriver { ms } => (LKS_DO_STALL_DRIVER, None, None, *ms),
+            Step::Close { .. } => (LKS_DO_CLOSE, None, None, 0),
+            Step::Events { .. } => (LKS_DO_EVENTS, None, None, 0),
+            Step::Wait { .. } => return Err("`wait` is the runner's".into()),
+        };
+        let do_name = cstring(step.name());
+        let holder = step.holder().map(cstring);
+        let label = label.map(cstring);
+        let fault_name = fault.map(|f| cstring(f.as_str()));
+        let opt = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        let c = LksStep {
+            what,
+            do_name: do_name.as_ptr(),
+            holder: opt(&holder),
+            label: opt(&label),
+            fault: fault.map_or(-1, fault_code),
+            fault_name: opt(&fault_name),
+            ms,
+        };
+        let mut out = LksObserved {
+            kind: LKS_SAW_DONE,
+            word: std::ptr::null(),
+            flag: false,
+            has_token: false,
+            token: 0,
+            lines: std::ptr::null(),
+            n_lines: 0,
+            error: std::ptr::null(),
+        };
+        // SAFETY: the step's strings live until the call returns.
+        let rc = unsafe { perform(self.face.ctx, &c, &mut out) };
+        if rc != 0 {
+            return Err(Self::error(out.error, step.name()));
+        }
+        // SAFETY: the header: `word` and `lines` stay valid until the face
+        // is called again; they are copied here, before that.
+        let word = || unsafe { text(out.word) }.unwrap_or_default();
+        let token = out.has_token.then_some(out.token);
+        Ok(match out.kind {
+            LKS_SAW_DONE => Observed::Done,
+            LKS_SAW_WORD => Observed::Word(word()),
+            LKS_SAW_BOOL => Observed::Bool(out.flag),
+            LKS_SAW_TOKEN => Observed::Token(token),
+            LKS_SAW_PERMIT => Observed::Permit {
+                word: word(),
+                token,
+            },
+            LKS_SAW_EVENTS => Observed::Events(
+                (0..out.n_lines)
+                    // SAFETY: `lines` has `n_lines` strings (the header).
+                    .map(|i| unsafe { text(*out.lines.add(i)) }.unwrap_or_default())
+                    .collect(),
+            ),
+            LKS_SAW_UNSUPPORTED => Observed::Unsupported,
+            k => return Err(format!("the face answered kind {k}")),
+        })
+    }
+
+    fn teardown(&mut self) {
+        if let Some(f) = self.face.teardown {
+            // SAFETY: the vtable's contract.
+            unsafe { f(self.face.ctx) }
+        }
+        if let Some(sink) = self.sink.take() {
+            // SAFETY: from `Arc::into_raw` in `setup`; after `teardown` no
+            // callback of the face pushes to it (the header's contract).
+            drop(unsafe { Arc::from_raw(sink) });
+        }
+    }
+}
+
+/// `lks_trace(sink, line)`: appends `"<holder> <event>"` to the trace, time
+/// stamped now. From any thread, between `setup` and the end of `teardown`.
+///
+/// # Safety
+/// `sink` is the one `setup` was given, and `teardown` has not returned;
+/// `line` is NULL (ignored) or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lks_trace(sink: *const lks_sink, line: *const c_char) {
+    if sink.is_null() {
+        return;
+    }
+    // SAFETY: the caller's promise.
+    let Some(line) = (unsafe { text(line) }) else {
+        return;
+    };
+    // SAFETY: a live `Arc<Inner>` (one count held until after `teardown`);
+    // borrowed, not taken.
+    let inner = unsafe { &*sink.cast::<Inner>() };
+    inner.push(line);
+}
+
+/// `lks_play_dir(dir, face)`: plays every scenario of `dir` (honouring
+/// `DLOCK_SCENARIO` and `DLOCK_SCENARIO_SLACK_MS`), prints the reports and
+/// `scenarios: N played, N failed`; the number of failures (at least 1 when
+/// nothing was played or an argument is NULL).
+///
+/// # Safety
+/// `dir` is a NUL-terminated string; `face` points to a filled vtable whose
+/// `ctx` the functions accept.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lks_play_dir(dir: *const c_char, face: *const LksFace) -> c_int {
+    // SAFETY: the caller's promise.
+    let (Some(dir), Some(face)) = (unsafe { text(dir) }, unsafe { face.as_ref() }) else {
+        eprintln!("lks_play_dir: NULL argument");
+        return 1;
+    };
+    let mut c = CFace { face, sink: None };
+    let s = play_dir(Path::new(&dir), &mut c, &Config::from_env());
+    s.failed.try_into().unwrap_or(c_int::MAX)
+}
+
+/// `lks_count_files(dir)`: the number of `*.json` files in `dir`; -1 when it
+/// cannot be read.
+///
+/// # Safety
+/// `dir` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lks_count_files(dir: *const c_char) -> c_int {
+    // SAFETY: the caller's promise.
+    match unsafe { text(dir) }.map(|d| scenario_files(Path::new(&d))) {
+        Some(Ok(f)) => f.len().try_into().unwrap_or(c_int::MAX),
+        _ => -1,
+    }
+}

@@ -1,0 +1,327 @@
+//! The scenario runner of `scenarios/` (see `scenarios/README.md`), shared by
+//! every face of dlock.
+//!
+//! This crate owns everything a runner has in common: loading a scenario
+//! file into typed [`Scenario`] / [`Step`] values, the timing of steps
+//! (`at`), the `wait` steps over the trace, the expectation checks (`expect`,
+//! `token`), the final trace comparison with its `@lo..hi` windows, the
+//! `DLOCK_SCENARIO` filter and `DLOCK_SCENARIO_SLACK_MS`, and the report.
+//!
+//! A face (Rust, C, Python, ...) implements only the step dispatch through its
+//! own API: the [`Face`] trait in Rust, or the C vtable of
+//! `ffi-c/tests/c/scenario_runner.h` (module [`ffi`]). A face performs a step
+//! and returns what it [`Observed`]; the runner decides whether that is what
+//! the file expects.
+//!
+//! The crate does not depend on `dlock`: it knows the scenario format, not
+//! the library under test.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+pub mod ffi;
+mod play;
+mod trace;
+
+pub use play::{Config, Outcome, Summary, play, play_dir, play_file};
+pub use trace::{Event, Expected, TraceSink, check_trace, show};
+
+/// How long a `wait` step, a blocking acquire and the final wait for the
+/// trace may take.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
+
+/// One scenario file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub about: String,
+    pub settings: Settings,
+    /// The holders' names: each is its own client with its own link to one
+    /// fresh memory service, and a lock on the same name.
+    pub holders: Vec<String>,
+    pub steps: Vec<Timed>,
+    /// The trace the callbacks must produce, in order, and no other event.
+    pub trace: Vec<Expected>,
+}
+
+/// The lock options of every holder (reacquire on), in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub ttl_ms: u64,
+    pub keepalive_interval_ms: u64,
+    pub keepalive_timeout_ms: u64,
+    pub retry_interval_ms: u64,
+    pub margin_ms: u64,
+}
+
+/// A step and when it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timed {
+    /// Run this many milliseconds after the scenario started (the runner
+    /// sleeps until then); `None`: at once.
+    pub at: Option<u64>,
+    pub step: Step,
+    /// The step as written (compact JSON), for reports.
+    pub text: String,
+}
+
+/// One `do` of `scenarios/README.md`.
+///
+/// The runner performs [`Step::Wait`] itself; a face is handed every other
+/// step. Fields named `expect` (and the permit's `token`) are for the
+/// runner: a face only reports what it observed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// Start a blocking acquire (10 s timeout) on a thread of its own.
+    Acquire { holder: String },
+    /// `"ok"` or an error code (`"would_block"`): observe [`Observed::Word`].
+    TryAcquire { holder: String, expect: String },
+    /// Take a permit: observe [`Observed::Permit`]. With `label` (`"as"`),
+    /// keep it open under that label, else end it at once.
+    Permit {
+        holder: String,
+        expect: String,
+        #[serde(default)]
+        token: Option<u64>,
+        #[serde(default, rename = "as")]
+        label: Option<String>,
+    },
+    /// End the labelled permit.
+    End { permit: String },
+    /// The labelled permit's `valid()`: observe [`Observed::Bool`].
+    Valid { permit: String, expect: bool },
+    /// The state's name (`"Holding"`, ...): observe [`Observed::Word`].
+    State { holder: String, expect: String },
+    /// The token held: observe [`Observed::Token`] (`null`: none).
+    Token { holder: String, expect: Option<u64> },
+    /// Blocking release.
+    Release { holder: String },
+    /// Wait (up to 10 s) until `event` appears in the trace at or after the
+    /// event the previous `wait` matched. Done by the runner.
+    Wait { event: String },
+    /// Switch a fault on the holder's link (or its service).
+    Fault {
+        holder: String,
+        fault: Fault,
+        #[serde(default)]
+        ms: Option<u64>,
+    },
+    /// Block dlock's driver thread for `ms` without blocking the script.
+    StallDriver { ms: u64 },
+    /// Close the holder's lock handle: it releases, and afterwards none of
+    /// its callbacks runs.
+    Close { holder: String },
+    /// Read the holder's pull-style event stream (lines without the holder
+    /// prefix): observe [`Observed::Events`], or [`Observed::Unsupported`]
+    /// while the face has no such stream.
+    Events { holder: String, expect: Vec<String> },
+}
+
+/// A fault of a `fault` step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    Partition,
+    Heal,
+    DropReplies,
+    KeepReplies,
+    /// Delay keepalive replies by the step's `ms` (0 ends it).
+    DelayReplies,
+    FailKeepalives,
+    StopFailing,
+    LeaseLost,
+    FreezeExpiry,
+    ThawExpiry,
+}
+
+impl Fault {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Partition => "partition",
+            Fault::Heal => "heal",
+            Fault::DropReplies => "drop_replies",
+            Fault::KeepReplies => "keep_replies",
+            Fault::DelayReplies => "delay_replies",
+            Fault::FailKeepalives => "fail_keepalives",
+            Fault::StopFailing => "stop_failing",
+            Fault::LeaseLost => "lease_lost",
+            Fault::FreezeExpiry => "freeze_expiry",
+            Fault::ThawExpiry => "thaw_expiry",
+        }
+    }
+}
+
+impl Step {
+    /// The `do` word.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Acquire { .. } => "acquire",
+            Step::TryAcquire { .. } => "try_acquire",
+            Step::Permit { .. } => "permit",
+            Step::End { .. } => "end",
+            Step::Valid { .. } => "valid",
+            Step::State { .. } => "state",
+            Step::Token { .. } => "token",
+            Step::Release { .. } => "release",
+            Step::Wait { .. } => "wait",
+            Step::Fault { .. } => "fault",
+            Step::StallDriver { .. } => "stall_driver",
+            Step::Close { .. } => "close",
+            Step::Events { .. } => "events",
+        }
+    }
+
+    /// The holder the step acts on, if any.
+    pub fn holder(&self) -> Option<&str> {
+        match self {
+            Step::Acquire { holder }
+            | Step::TryAcquire { holder, .. }
+            | Step::Permit { holder, .. }
+            | Step::State { holder, .. }
+            | Step::Token { holder, .. }
+            | Step::Release { holder }
+            | Step::Fault { holder, .. }
+            | Step::Close { holder }
+            | Step::Events { holder, .. } => Some(holder),
+            _ => None,
+        }
+    }
+}
+
+/// What a face saw when it performed a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// The step was done; nothing to compare (acquire, end, release, fault,
+    /// stall_driver, close).
+    Done,
+    /// A word: try_acquire's `"ok"` or error code, state's name.
+    Word(String),
+    /// valid's answer.
+    Bool(bool),
+    /// token's answer (`None`: no token held).
+    Token(Option<u64>),
+    /// permit's answer: `"granted"` with its token, or the refusal's word.
+    Permit { word: String, token: Option<u64> },
+    /// events' lines, without the holder prefix.
+    Events(Vec<String>),
+    /// The face cannot perform this step yet; the runner notes it and goes on.
+    Unsupported,
+}
+
+/// The face of dlock under test: performs steps through its own API.
+///
+/// The runner calls, for each scenario: [`setup`](Face::setup), then
+/// [`perform`](Face::perform) for every step but `wait` (which the runner
+/// does on the trace), then always [`teardown`](Face::teardown), also after
+/// a failure. [`warm_up`](Face::warm_up) runs once before the first scenario.
+pub trait Face {
+    /// Runs every path once before any scenario's clock starts, so first-use
+    /// costs (thread start, valgrind's translation) fall outside the windows.
+    fn warm_up(&mut self) {}
+
+    /// Creates one memory service, and per holder a client with its own link
+    /// and a lock named `scenario/"<name>"`, with callbacks that push
+    /// `"<holder> <event>"` lines to `trace` (see the README's events).
+    fn setup(&mut self, scenario: &Scenario, trace: TraceSink) -> Result<(), String>;
+
+    /// Performs one step (never [`Step::Wait`]); `Err` for a call that failed
+    /// where the step expects none (a release that errs, an unknown holder).
+    fn perform(&mut self, step: &Step) -> Result<Observed, String>;
+
+    /// Releases (so a pending acquire returns), joins, frees. After it
+    /// returns no callback pushes to the trace any more.
+    fn teardown(&mut self);
+}
+
+/// Loads one scenario file.
+pub fn load(path: &Path) -> Result<Scenario, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
+    parse(&text)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    #[serde(default)]
+    about: String,
+    settings: Settings,
+    holders: Vec<String>,
+    steps: Vec<Value>,
+    trace: Vec<String>,
+}
+
+/// Parses a scenario's JSON and checks what a face would otherwise trip
+/// over: unknown holders, labels never given, a delay without `ms`.
+pub fn parse(text: &str) -> Result<Scenario, String> {
+    let raw: RawScenario = serde_json::from_str(text).map_err(|e| format!("bad JSON: {e}"))?;
+    let mut steps = Vec::with_capacity(raw.steps.len());
+    let mut labels: Vec<String> = Vec::new();
+    for (i, v) in raw.steps.into_iter().enumerate() {
+        let text = v.to_string();
+        let fail = |m: String| format!("step {i} {text}: {m}");
+        let Value::Object(mut fields) = v else {
+            return Err(fail("not an object".into()));
+        };
+        let at = match fields.remove("at") {
+            None => None,
+            Some(a) => Some(
+                a.as_u64()
+                    .ok_or_else(|| fail("`at` must be a number of ms".into()))?,
+            ),
+        };
+        let step: Step =
+            serde_json::from_value(Value::Object(fields)).map_err(|e| fail(e.to_string()))?;
+        if let Some(h) = step.holder() {
+            if !raw.holders.iter().any(|n| n == h) {
+                return Err(fail(format!("no holder `{h}`")));
+            }
+        }
+        match &step {
+            Step::Permit { label: Some(l), .. } => labels.push(l.clone()),
+            Step::End { permit } | Step::Valid { permit, .. } if !labels.contains(permit) => {
+                return Err(fail(format!("no permit labelled `{permit}` before")));
+            }
+            Step::Fault {
+                fault: Fault::DelayReplies,
+                ms: None,
+                ..
+            } => return Err(fail("delay_replies needs `ms`".into())),
+            _ => {}
+        }
+        steps.push(Timed { at, step, text });
+    }
+    let trace = raw
+        .trace
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Expected::parse(t).map_err(|e| format!("trace entry {i}: {e}")))
+        .collect::<Result<_, _>>()?;
+    Ok(Scenario {
+        name: raw.name,
+        about: raw.about,
+        settings: raw.settings,
+        holders: raw.holders,
+        steps,
+        trace,
+    })
+}
+
+/// The scenario files (`*.json`) in `dir`, sorted by name.
+pub fn scenario_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,391 @@
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+
+const SETTINGS: &str = r#""settings": {"ttl_ms": 2000, "keepalive_interval_ms": 500, "keepalive_timeout_ms": 200, "retry_interval_ms": 200, "margin_ms": 500}"#;
+
+fn doc(holders: &str, steps: &str, trace: &str) -> String {
+    format!(
+        r#"{{"name": "t", "about": "a test", {SETTINGS}, "holders": {holders}, "steps": [{steps}], "trace": [{trace}]}}"#
+    )
+}
+
+fn ev(at_ms: u64, line: &str) -> Event {
+    Event {
+        at_ms,
+        line: line.into(),
+    }
+}
+
+fn exp(s: &str) -> Expected {
+    Expected::parse(s).unwrap()
+}
+
+#[test]
+fn parses_every_step() {
+    let steps = r#"
+        {"do": "acquire", "holder": "a"},
+        {"do": "try_acquire", "holder": "b", "expect": "would_block"},
+        {"at": 600, "do": "permit", "holder": "a", "as": "p1", "expect": "granted", "token": 1},
+        {"do": "permit", "holder": "a", "expect": "draining"},
+        {"do": "valid", "permit": "p1", "expect": true},
+        {"do": "end", "permit": "p1"},
+        {"do": "state", "holder": "a", "expect": "Holding"},
+        {"do": "token", "holder": "a", "expect": 2},
+        {"do": "token", "holder": "b", "expect": null},
+        {"do": "release", "holder": "a"},
+        {"do": "wait", "event": "a drained"},
+        {"do": "fault", "holder": "a", "fault": "delay_replies", "ms": 1500},
+        {"do": "fault", "holder": "a", "fault": "thaw_expiry"},
+        {"do": "stall_driver", "ms": 2000},
+        {"do": "close", "holder": "b"},
+        {"do": "events", "holder": "a", "expect": ["drained", "acquired token=1"]}
+    "#;
+    let s = parse(&doc(
+        r#"["a", "b"]"#,
+        steps,
+        r#""a drained @1250..1500", "b drained""#,
+    ))
+    .unwrap();
+    assert_eq!(s.name, "t");
+    assert_eq!(s.about, "a test");
+    assert_eq!(s.settings.ttl_ms, 2000);
+    assert_eq!(s.settings.margin_ms, 500);
+    assert_eq!(s.holders, ["a", "b"]);
+    let st: Vec<_> = s.steps.iter().map(|t| t.step.clone()).collect();
+    let h = |n: &str| n.to_string();
+    assert_eq!(
+        st,
+        vec![
+            Step::Acquire { holder: h("a") },
+            Step::TryAcquire {
+                holder: h("b"),
+                expect: h("would_block")
+            },
+            Step::Permit {
+                holder: h("a"),
+                expect: h("granted"),
+                token: Some(1),
+                label: Some(h("p1"))
+            },
+            Step::Permit {
+                holder: h("a"),
+                expect: h("draining"),
+                token: None,
+                label: None
+            },
+            Step::Valid {
+                permit: h("p1"),
+                expect: true
+            },
+            Step::End { permit: h("p1") },
+            Step::State {
+                holder: h("a"),
+                expect: h("Holding")
+            },
+            Step::Token {
+                holder: h("a"),
+                expect: Some(2)
+            },
+            Step::Token {
+                holder: h("b"),
+                expect: None
+            },
+            Step::Release { holder: h("a") },
+            Step::Wait {
+                event: h("a drained")
+            },
+            Step::Fault {
+                holder: h("a"),
+                fault: Fault::DelayReplies,
+                ms: Some(1500)
+            },
+            Step::Fault {
+                holder: h("a"),
+                fault: Fault::ThawExpiry,
+                ms: None
+            },
+            Step::StallDriver { ms: 2000 },
+            Step::Close { holder: h("b") },
+            Step::Events {
+                holder: h("a"),
+                expect: vec![h("drained"), h("acquired token=1")]
+            },
+        ]
+    );
+    assert_eq!(s.steps[2].at, Some(600));
+    assert_eq!(s.steps[0].at, None);
+    assert!(s.steps[2].text.contains(r#""as":"p1""#));
+    assert_eq!(
+        s.trace,
+        vec![
+            Expected {
+                line: h("a drained"),
+                window: Some((1250, 1500))
+            },
+            Expected {
+                line: h("b drained"),
+                window: None
+            },
+        ]
+    );
+    let names: Vec<_> = st.iter().map(Step::name).collect();
+    assert_eq!(names[15], "events");
+    assert_eq!(st[0].holder(), Some("a"));
+    assert_eq!(st[13].holder(), None);
+}
+
+#[test]
+fn refuses_bad_files() {
+    let bad = |holders: &str, steps: &str, trace: &str| {
+        parse(&doc(holders, steps, trace)).expect_err("should not parse")
+    };
+    assert!(bad(r#"["a"]"#, r#"{"do": "jump", "holder": "a"}"#, "").contains("step 0"));
+    assert!(bad(r#"["a"]"#, r#"{"do": "acquire", "holder": "z"}"#, "").contains("no holder `z`"));
+    assert!(
+        bad(
+            r#"["a"]"#,
+            r#"{"do": "acquire", "holder": "a", "expekt": 1}"#,
+            ""
+        )
+        .contains("expekt")
+    );
+    assert!(bad(r#"["a"]"#, r#"{"do": "end", "permit": "p9"}"#, "").contains("p9"));
+    assert!(
+        bad(
+            r#"["a"]"#,
+            r#"{"at": "soon", "do": "acquire", "holder": "a"}"#,
+            ""
+        )
+        .contains("`at`")
+    );
+    assert!(
+        bad(
+            r#"["a"]"#,
+            r#"{"do": "fault", "holder": "a", "fault": "delay_replies"}"#,
+            ""
+        )
+        .contains("needs `ms`")
+    );
+    assert!(
+        bad(
+            r#"["a"]"#,
+            r#"{"do": "fault", "holder": "a", "fault": "melt"}"#,
+            ""
+        )
+        .contains("melt")
+    );
+    assert!(bad(r#"["a"]"#, "", r#""a drained @5..x""#).contains("trace entry 0"));
+    assert!(bad(r#"["a"]"#, "", r#""a drained @9..5""#).contains("lo..hi"));
+    assert!(parse("{").unwrap_err().starts_with("bad JSON"));
+    assert!(parse(r#"{"name": "t"}"#).unwrap_err().contains("settings"));
+}
+
+#[test]
+fn loads_the_repository_files() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let files = scenario_files(&dir).unwrap();
+    assert!(files.len() >= 8, "{files:?}");
+    for f in files {
+        let s = load(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert!(
+            !s.steps.is_empty() && !s.trace.is_empty(),
+            "{}",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn trace_windows() {
+    let want = [exp("a x @100..200")];
+    assert!(check_trace(&want, &[ev(100, "a x")], 0).is_ok());
+    assert!(check_trace(&want, &[ev(200, "a x")], 0).is_ok());
+    let e = check_trace(&want, &[ev(99, "a x")], 0).unwrap_err();
+    assert!(e.contains("at 99 ms, expected 100..200"), "{e}");
+    assert!(check_trace(&want, &[ev(201, "a x")], 0).is_err());
+    // The slack widens the upper end only.
+    assert!(check_trace(&want, &[ev(450, "a x")], 300).is_ok());
+    assert!(check_trace(&want, &[ev(99, "a x")], 300).is_err());
+    assert!(check_trace(&want, &[ev(501, "a x")], 300).is_err());
+    // No window: any time.
+    assert!(check_trace(&[exp("a x")], &[ev(99_999, "a x")], 0).is_ok());
+}
+
+#[test]
+fn trace_order_missing_extra() {
+    let want = [exp("a x"), exp("a y"), exp("b z")];
+    let ok = [ev(1, "a x"), ev(2, "a y"), ev(3, "b z")];
+    assert!(check_trace(&want, &ok, 0).is_ok());
+    let e = check_trace(&want, &[ev(1, "a y"), ev(2, "a x"), ev(3, "b z")], 0).unwrap_err();
+    assert!(
+        e.contains("trace event 0: expected `a x`, got `a y`"),
+        "{e}"
+    );
+    let e = check_trace(&want, &ok[..2], 0).unwrap_err();
+    assert!(
+        e.contains("has 2 events, expected 3: missing from event 2 `b z`"),
+        "{e}"
+    );
+    let mut extra = ok.to_vec();
+    extra.push(ev(4, "a w"));
+    let e = check_trace(&want, &extra, 0).unwrap_err();
+    assert!(e.contains("extra event 3 `a w` at 4 ms"), "{e}");
+    assert!(check_trace(&[], &[], 0).is_ok());
+}
+
+#[test]
+fn sink_waits_and_stamps() {
+    let t = TraceSink::new();
+    let t2 = t.clone();
+    let th = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        t2.push("a one");
+        t2.push("a two");
+        t2.push("a one");
+    });
+    let lim = Duration::from_secs(5);
+    assert_eq!(t.wait_for("a two", 0, lim), Some(1));
+    assert_eq!(t.wait_for("a one", 1, lim), Some(2));
+    // At or after the previous match.
+    assert_eq!(t.wait_for("a one", 2, lim), Some(2));
+    assert_eq!(t.wait_for("a none", 0, Duration::from_millis(20)), None);
+    th.join().unwrap();
+    let all = t.wait_len(3, lim);
+    assert_eq!(all.len(), 3);
+    assert!(all[0].at_ms >= 30 && all[0].at_ms <= all[2].at_ms);
+    assert_eq!(
+        show(&all[..1]),
+        format!("  {:>5} ms  a one\n", all[0].at_ms)
+    );
+}
+
+/// A face over a toy lock: acquire grants at once and pushes the events.
+#[derive(Default)]
+struct Toy {
+    trace: Option<TraceSink>,
+    held: bool,
+    performed: Vec<String>,
+    torn_down: usize,
+}
+
+impl Face for Toy {
+    fn setup(&mut self, _: &Scenario, trace: TraceSink) -> Result<(), String> {
+        self.trace = Some(trace);
+        Ok(())
+    }
+
+    fn perform(&mut self, step: &Step) -> Result<Observed, String> {
+        self.performed.push(step.name().into());
+        let t = self.trace.as_ref().unwrap();
+        Ok(match step {
+            Step::Acquire { holder } => {
+                let t = t.clone();
+                let h = holder.clone();
+                self.held = true;
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    t.push(format!("{h} acquired token=1"));
+                });
+                Observed::Done
+            }
+            Step::Permit { .. } => Observed::Permit {
+                word: if self.held { "granted" } else { "released" }.into(),
+                token: self.held.then_some(1),
+            },
+            Step::State { .. } => Observed::Word("Holding".into()),
+            Step::Token { .. } => Observed::Token(self.held.then_some(1)),
+            Step::Release { holder } | Step::Close { holder } => {
+                self.held = false;
+                t.push(format!("{holder} released"));
+                Observed::Done
+            }
+            Step::Events { .. } => Observed::Unsupported,
+            _ => return Err("not in the toy".into()),
+        })
+    }
+
+    fn teardown(&mut self) {
+        self.torn_down += 1;
+    }
+}
+
+fn toy(steps: &str, trace: &str) -> (Outcome, Toy) {
+    let s = parse(&doc(r#"["a"]"#, steps, trace)).unwrap();
+    let mut face = Toy::default();
+    let cfg = Config {
+        wait_limit: Duration::from_millis(500),
+        ..Config::default()
+    };
+    (play(&s, &mut face, &cfg), face)
+}
+
+#[test]
+fn plays_through_a_face() {
+    let (o, face) = toy(
+        r#"{"do": "acquire", "holder": "a"},
+           {"do": "wait", "event": "a acquired token=1"},
+           {"at": 50, "do": "permit", "holder": "a", "expect": "granted", "token": 1},
+           {"do": "state", "holder": "a", "expect": "Holding"},
+           {"do": "token", "holder": "a", "expect": 1},
+           {"do": "events", "holder": "a", "expect": ["acquired token=1"]},
+           {"do": "close", "holder": "a"},
+           {"do": "token", "holder": "a", "expect": null},
+           {"do": "permit", "holder": "a", "expect": "released"}"#,
+        r#""a acquired token=1 @0..400", "a released @50..450""#,
+    );
+    assert_eq!(o.result, Ok(()), "{}", o.report("toy"));
+    assert_eq!(face.torn_down, 1);
+    // `wait` is the runner's: the face never sees it.
+    assert!(!face.performed.iter().any(|p| p == "wait"));
+    assert_eq!(o.notes.len(), 1);
+    assert!(o.notes[0].contains("step 5") && o.notes[0].contains("unsupported"));
+    assert_eq!(o.trace.len(), 2);
+    assert!(o.trace[1].at_ms >= 50);
+    assert!(o.report("toy").starts_with("toy: ok\n"));
+}
+
+#[test]
+fn judges_what_the_face_saw() {
+    let acquire =
+        r#"{"do": "acquire", "holder": "a"}, {"do": "wait", "event": "a acquired token=1"}"#;
+    let fails = |step: &str| {
+        let (o, face) = toy(&format!("{acquire}, {step}"), r#""a acquired token=1""#);
+        assert_eq!(face.torn_down, 1);
+        let e = o.result.clone().unwrap_err();
+        assert!(e.starts_with("step 2 "), "{e}");
+        assert!(
+            o.report("toy").contains("a acquired token=1"),
+            "the report shows the trace"
+        );
+        e
+    };
+    assert!(
+        fails(r#"{"do": "permit", "holder": "a", "expect": "draining"}"#)
+            .ends_with("permit gave granted")
+    );
+    assert!(
+        fails(r#"{"do": "permit", "holder": "a", "expect": "granted", "token": 2}"#)
+            .ends_with("permit token 1")
+    );
+    assert!(
+        fails(r#"{"do": "state", "holder": "a", "expect": "Fenced"}"#)
+            .ends_with("state was Holding")
+    );
+    assert!(fails(r#"{"do": "token", "holder": "a", "expect": 3}"#).ends_with("token was Some(1)"));
+    assert!(
+        fails(r#"{"do": "try_acquire", "holder": "a", "expect": "ok"}"#)
+            .ends_with("not in the toy")
+    );
+    // A wait that times out.
+    let (o, _) = toy(r#"{"do": "wait", "event": "a never"}"#, "");
+    assert!(o.result.unwrap_err().contains("no `a never` within"));
+    // The final comparison.
+    let (o, _) = toy(acquire, r#""a acquired token=1", "a released""#);
+    assert!(
+        o.result
+            .unwrap_err()
+            .contains("missing from event 1 `a released`")
+    );
+}
