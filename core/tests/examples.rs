@@ -4,6 +4,10 @@
 //! `examples_etcd.rs` runs the same on etcd; `c_worker.rs` checks the C
 //! worker.
 
+// Each example includes its own copy of examples/rust/support/*.rs, as in
+// its own binary.
+#![allow(clippy::duplicate_mod)]
+
 // Each example's `main` is not called here, only its `run`.
 #[allow(dead_code)]
 #[path = "../../examples/rust/fence_gate.rs"]

@@ -7,6 +7,10 @@
 //! against the cluster of `scripts/etcd-cluster.sh`; without the cluster's
 //! env it fails (it never passes as a skip).
 
+// Each example includes its own copy of examples/rust/support/*.rs, as in
+// its own binary.
+#![allow(clippy::duplicate_mod)]
+
 use dlock::EtcdConfig;
 
 #[allow(dead_code)]
