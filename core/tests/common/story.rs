@@ -149,7 +149,7 @@ pub fn quickstart(ev: &Events, backend: &str) {
     let b_acquired = ev.first("B", "acquired");
     let b_holds = ev.first("B", "holds");
     let tb = num(b_holds.1, "token");
-    assert!(tb > ta, "B's token {tb} is above A's {ta}:\n{ev}");
+    assert!(tb > ta, "B's token {tb} should be above A's {ta}:\n{ev}");
     if backend == "embedded" {
         assert_eq!((ta, tb), (1, 2), "embedded tokens:\n{ev}");
     }
@@ -182,7 +182,7 @@ pub fn fence_gate(ev: &Events) {
     let ta = num(start.1, "token");
     let b = ev.first("B", "acquired");
     let tb = num(b.1, "token");
-    assert!(tb > ta, "B's token {tb} is above A's {ta}:\n{ev}");
+    assert!(tb > ta, "B's token {tb} should be above A's {ta}:\n{ev}");
     let b_wrote = ev.first("B", "wrote");
     assert_eq!(num(b_wrote.1, "token"), tb, "{ev}");
     let wakes = ev.first("A", "wakes");
@@ -226,7 +226,7 @@ pub fn guarded_write(ev: &Events, backend: &str) {
     assert_eq!(num(fence.1, "token"), ta, "{ev}");
     let b_holds = ev.first("B", "holds");
     let tb = num(b_holds.1, "token");
-    assert!(tb > ta, "B's token {tb} is above A's {ta}:\n{ev}");
+    assert!(tb > ta, "B's token {tb} should be above A's {ta}:\n{ev}");
     let b_wrote = ev.first("B", "wrote");
     let heal = ev.first("--", "heal");
     let refused = ev.first("A", "write_refused");
