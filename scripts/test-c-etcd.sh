@@ -29,12 +29,7 @@ for v in DLOCK_TEST_TLS_ENDPOINT DLOCK_TEST_CA DLOCK_TEST_CERT DLOCK_TEST_KEY DL
 done
 
 work=$(mktemp -d)
-worker_pid=
-cleanup() {
-  [[ -n $worker_pid ]] && kill "$worker_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'rm -rf "$work"' EXIT
 label=c-etcd
 . scripts/checks.sh
 . scripts/c-flags.sh
@@ -90,44 +85,13 @@ san_env_off
 [[ -x $work/etcd ]] && step "etcd.c under valgrind" run_etcd_test \
   "${VALGRIND[@]}" --suppressions=ffi-c/tests/c/tls.supp "$work/etcd"
 
-# The worker on etcd: units committed with guarded puts; an operator deletes
-# its lock key; it fences at once (lock_lost), stops cleanly, and etcd keeps
-# the last unit committed before the fence and refuses the old token.
+# The worker on etcd, checked on its typed output by
+# core/tests/c_worker_etcd.rs (a test = false target), which starts it and
+# deletes its lock key with etcdctl as an operator might: units committed
+# with guarded puts; it fences at once (lock_lost), stops cleanly, and etcd
+# keeps the last unit committed before the fence and refuses the old token.
 worker_story() {
-  local out=$work/worker.out i n
-  ctl del examples/worker-result >/dev/null || return 1
-  DLOCK_ENDPOINTS=$DLOCK_TEST_MEMBERS "$work/worker" >"$out" 2>&1 &
-  worker_pid=$!
-  for ((i = 0; i < 200; i++)); do
-    n=$(grep -c 'commits under token' "$out")
-    ((n >= 2)) && break
-    kill -0 "$worker_pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  echo "etcdctl del --prefix examples/worker/ (the lock key): $(ctl del --prefix examples/worker/)"
-  wait "$worker_pid"
-  local rc=$?
-  worker_pid=
-  cat "$out"
-  ((rc == 0)) || { echo "worker exited with $rc"; return 1; }
-  local body token fence lost stop last_commit late committed stored
-  body=$(<"$out")
-  grep -q '(etcd backend)' <<<"$body" || { echo "worker did not run on etcd"; return 1; }
-  token=$(grep -o 'holds the lock, token [0-9]*' <<<"$body" | grep -o '[0-9]*$')
-  lost=$(grep -n 'Holding -> Fenced (lock_lost)' <<<"$body" | head -1 | cut -d: -f1)
-  fence=$(grep -n "FENCED token $token " <<<"$body" | head -1 | cut -d: -f1)
-  late=$(grep -n "a late write under the old token $token: refused by etcd (fenced)" <<<"$body" | cut -d: -f1)
-  stop=$(grep -n 'worker stopped cleanly after [0-9]* unit(s); 0 in flight' <<<"$body" | cut -d: -f1)
-  last_commit=$(grep -n 'commits under token' <<<"$body" | tail -1 | cut -d: -f1)
-  if [[ -z $token || -z $lost || -z $fence || -z $late || -z $stop || -z $last_commit ]] ||
-    ! ((fence < late && lost < late && last_commit < late && late < stop)); then
-    echo "worker: expected commits, then the fence (lock_lost), the late write refused, a clean stop"
-    return 1
-  fi
-  committed=$(grep 'commits under token' <<<"$body" | tail -1 | sed -E 's/.*unit ([0-9]+) commits under token ([0-9]+).*/unit \1 token \2/')
-  stored=$(ctl get examples/worker-result --print-value-only) || return 1
-  [[ $stored = "$committed" ]] || { echo "etcd holds '$stored', the last commit was '$committed'"; return 1; }
-  echo "worker on etcd: ok (etcd holds '$stored', the last unit committed before the fence)"
+  DLOCK_C_WORKER=$work/worker cargo test -p dlock --locked --test c_worker_etcd -- --nocapture
 }
 [[ -x $work/worker ]] && step "examples/c/worker on etcd: guarded commits, fenced by etcdctl del, clean stop" worker_story
 

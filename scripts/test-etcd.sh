@@ -30,7 +30,7 @@ cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || r
 cat "$out" >>"$log"
 
 printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
-scripts/etcd-examples.sh || rc=1
+scripts/etcd-examples.sh "$log" || rc=1
 scripts/test-c-etcd.sh "$log" || rc=1
 
 printf '\n==> %s\n' "etcd: fault figures over $DLOCK_FAULT_RUNS run(s) per case (ms, one monotonic clock)"

@@ -33,9 +33,14 @@ impl Network {
 }
 
 /// Two clients of the same lock service: the first behind a network that
-/// can be cut. etcd when `DLOCK_ENDPOINTS` is set, else the embedded service.
-pub fn clients(options: Options) -> Result<(Client, Network, Client, &'static str), Error> {
-    match EtcdConfig::from_env()? {
+/// can be cut. etcd with `etcd` (the examples pass
+/// `EtcdConfig::from_env()`: `DLOCK_ENDPOINTS` set), else the embedded
+/// service.
+pub fn clients(
+    options: Options,
+    etcd: Option<EtcdConfig>,
+) -> Result<(Client, Network, Client, &'static str), Error> {
+    match etcd {
         Some(config) => {
             let first = config.endpoints[0].clone();
             let (scheme, target) = match first.split_once("://") {
