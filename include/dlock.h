@@ -33,10 +33,13 @@
  *   A slow callback delays no keepalive and no fence, only later callbacks.
  * - A callback may call any lk_ function, including lk_lock_release and
  *   lk_lock_free of its own lock; it must not throw (C++) or longjmp out.
- * - After lk_lock_free returns, none of that lock's callbacks runs again:
- *   user_data may be freed then. Replacing a callback (lk_set_on_* again,
- *   or NULL) does not cancel a call of the old one already queued: keep its
- *   user_data until lk_lock_free.
+ * - After lk_lock_close or lk_lock_free returns, none of that lock's
+ *   callbacks runs again: user_data may be freed then. Replacing a callback
+ *   (lk_set_on_* again, or NULL) does not cancel a call of the old one
+ *   already queued: keep its user_data until lk_lock_close / lk_lock_free.
+ * - A fenced lock's lease is revoked (letting the next holder in) only once
+ *   on_fence has returned and the last permit in flight has ended, or once
+ *   the lease has run out on the server anyway.
  */
 
 #ifndef DLOCK_H
@@ -54,11 +57,17 @@
     NULL, NULL, NULL, false, LK_DEFAULT_CONNECT_TIMEOUT_MS, \
     LK_DEFAULT_REQUEST_TIMEOUT_MS, NULL }
 
+/* Asks lk_lock_stats for the fields of this header's version. */
+#define LK_LOCK_STATS_INIT { LK_LOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
 /* An empty permit: lk_permit_end on it does nothing. */
 #define LK_PERMIT_INIT { { 0, 0, 0, 0 } }
 
 
-// The version of `struct lk_client_options` this header describes.
+// The version of `struct lk_client_options` this header describes. A
+// library accepts every version from 1 up to its own (fields are only
+// ever added at the end), so a program built against this header keeps
+// working with later libraries.
 #define LK_CLIENT_OPTIONS_VERSION 1
 
 // Default lease TTL (ms).
@@ -81,6 +90,9 @@
 
 // Default time for one etcd request (ms).
 #define LK_DEFAULT_REQUEST_TIMEOUT_MS 3000
+
+// The version of `struct lk_lock_stats` this header describes.
+#define LK_LOCK_STATS_VERSION 1
 
 // The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 // (`lk_status_name`) are the error codes every dlock binding shares.
@@ -235,6 +247,32 @@ struct lk_client_options {
   const struct lk_memory *memory;
 };
 
+// What `lk_lock_stats` reports. Set `version` (`LK_LOCK_STATS_INIT`)
+// before the call: later releases add fields at the end and fill only
+// those of the version asked for.
+struct lk_lock_stats {
+  // `LK_LOCK_STATS_VERSION` (or any earlier version).
+  unsigned int version;
+  // Acquisitions, first and after fences.
+  uint64_t acquisitions;
+  // Drains begun (a failed keepalive while holding).
+  uint64_t drains;
+  // Drains that ended with a confirmed keepalive.
+  uint64_t resumes;
+  // Fences at the deadline.
+  uint64_t fences_deadline;
+  // Fences on a lease-lost reply.
+  uint64_t fences_lease_lost;
+  // Fences on a deleted lock key.
+  uint64_t fences_lock_lost;
+  // Round trip of the last confirmed keepalive (µs); 0: none yet.
+  uint64_t last_keepalive_rtt_us;
+  // Deadline − now (ms) while Holding or Draining; -1 otherwise.
+  int64_t slack_ms;
+  // Permits in flight.
+  uint64_t in_flight;
+};
+
 // `on_fence(user_data, token, in_flight)`: called once per fenced token,
 // with the number of permits then in flight. Stop the work now.
 typedef void (*lk_fence_fn)(void *user_data, uint64_t token, uint64_t in_flight);
@@ -286,19 +324,21 @@ const char *lk_state_name(int state);
 // …); `"unknown"` for any other value. Static.
 const char *lk_reason_name(int reason);
 
-// Fills `opts` with the defaults of `version` (`LK_CLIENT_OPTIONS_VERSION`).
+// Fills `opts` with the defaults of `version` (1 up to
+// `LK_CLIENT_OPTIONS_VERSION`): only the fields that version has are
+// written.
 enum lk_status lk_client_options_init(struct lk_client_options *opts, unsigned int version);
 
 // A client of etcd (`opts->endpoints` set) or of the embedded service
 // (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
-// embedded with the defaults. Connecting to etcd blocks.
+// embedded with the defaults. Connecting to etcd blocks. `opts->version`
+// may be any version from 1 to `LK_CLIENT_OPTIONS_VERSION`.
 enum lk_status lk_client_new(const struct lk_client_options *opts, struct lk_client **client_out);
 
 // etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
 // other `DLOCK_*` variables for TLS and auth), else the process-wide
-// embedded service. Only the timing fields of `opts` are used (NULL:
-// defaults). Fault switches (`lk_link_*`) and `lk_client_memory` do not
-// apply to this client (`LK_INVALID_ARGUMENT`).
+// embedded service (whose fault switches `lk_link_*` then apply). Only the
+// timing fields of `opts` are used (NULL: defaults).
 enum lk_status lk_client_from_env(const struct lk_client_options *opts,
                                   struct lk_client **client_out);
 
@@ -313,8 +353,7 @@ enum lk_status lk_memory_new(struct lk_memory **memory_out);
 enum lk_status lk_memory_named(const char *name, struct lk_memory **memory_out);
 
 // The embedded service an embedded client is linked to (a new handle to
-// free); `LK_INVALID_ARGUMENT` for an etcd client and for any client of
-// `lk_client_from_env`.
+// free); `LK_INVALID_ARGUMENT` for an etcd client.
 enum lk_status lk_client_memory(const struct lk_client *client, struct lk_memory **memory_out);
 
 // Frees a service handle (NULL: nothing). Clients linked to it go on.
@@ -384,19 +423,22 @@ enum lk_status lk_lock_new(const struct lk_client *client,
 const char *lk_lock_name(const struct lk_lock *lock);
 
 // Frees a lock handle (NULL: nothing), releasing the lock without waiting
-// for the revoke (`lk_lock_release` first to wait). After it returns, none
-// of the lock's callbacks runs again: it waits for one of them running now,
-// so do not call it holding a mutex that callback takes. May be called from
-// a callback, even the lock's own. In a forked child it frees memory only:
-// the parent's lease is left alone.
-//
-// End every permit before freeing its lock. If some are still in flight,
-// the lock is released first (waiting as `lk_lock_release` does, so the
-// permits turn invalid) and its memory is kept until the process exits,
-// so ending them after `lk_lock_free` returned stays safe; ending one on
-// another thread while `lk_lock_free` runs does not (it may touch the
-// lock's state as that is freed).
+// for the revoke (`lk_lock_close` or `lk_lock_release` first to wait).
+// After it returns, none of the lock's callbacks runs again: it waits for
+// the events queued before it and for one of its callbacks running now, so
+// do not call it holding a mutex that a callback takes. May be called from
+// a callback, even the lock's own. Permits still in flight stay safe to
+// end (from any thread, before or after) and are no longer valid; the
+// lock's state lives until the last one ends. In a forked child it frees
+// memory only: the parent's lease is left alone.
 void lk_lock_free(struct lk_lock *lock);
+
+// Releases the lock (waiting for the revoke as `lk_lock_release` does) and
+// ends its callbacks: the events up to the release are delivered, then,
+// once it returns, none of the lock's callbacks runs again. The handle
+// stays valid (free it with `lk_lock_free`); permits in flight stay safe
+// to end and are no longer valid.
+enum lk_status lk_lock_close(const struct lk_lock *lock);
 
 // Acquires the lock, waiting up to `timeout_ms` behind another holder;
 // blocks the calling thread. On success writes the fencing token to
@@ -432,6 +474,12 @@ enum lk_status lk_lock_deadline(const struct lk_lock *lock, uint64_t *ns_out);
 
 // Units of work in flight (permits not yet ended).
 enum lk_status lk_lock_in_flight(const struct lk_lock *lock, uint64_t *count_out);
+
+// Fills `*stats` (whose `version` the caller set) with the lock's counters,
+// the last keepalive's round trip, the slack and the permits in flight.
+// Cheap (atomics and one clock read). `LK_INVALID_ARGUMENT` for a version
+// this library does not know.
+enum lk_status lk_lock_stats(const struct lk_lock *lock, struct lk_lock_stats *stats);
 
 // Sets (or with `cb` NULL, removes) the lock's fence callback. See "Callbacks"
 // at the top of this header: it runs on dlock's callback thread.

@@ -584,8 +584,14 @@ impl Drop for Lock {
         if crate::forked() {
             return;
         }
-        // SAFETY: dropped once, here; never used again. Closing the channel
-        // releases the lock (without waiting for the revoke).
+        // Released and published before the drop returns (permits in flight
+        // report invalid), without waiting for the revoke.
+        let (published, rx) = Reply::blocking();
+        if self.commands.send(Command::Drop { published }).is_ok() {
+            let _ = rx.recv();
+        }
+        // SAFETY: dropped once, here; never used again. The task ends once
+        // nothing is left to do.
         unsafe { ManuallyDrop::drop(&mut self.commands) }
         self.callbacks.close();
         self.gate.orphan();

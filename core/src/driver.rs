@@ -125,6 +125,12 @@ pub(crate) enum Command {
     Release {
         done: Reply<()>,
     },
+    /// The handle is dropped: release, and answer once the release is
+    /// published (permits then report invalid), without waiting for the
+    /// revoke.
+    Drop {
+        published: Reply<()>,
+    },
     Write(Write),
 }
 
@@ -153,9 +159,10 @@ pub(crate) fn spawn_lock(
         waiters: Vec::new(),
         releases: Vec::new(),
         lock_calls: Vec::new(),
-        published: (State::Idle, None, None),
+        published_state: (State::Idle, None, None),
         armed: false,
         last_error: None,
+        published: Vec::new(),
         span: span.clone(),
     };
     runtime().spawn(task.run(rx, events).instrument(span));
@@ -173,11 +180,13 @@ struct LockTask {
     waiters: Vec<Reply<Result<Token, Error>>>,
     releases: Vec<Reply<()>>,
     lock_calls: Vec<(LeaseId, AbortHandle)>,
-    published: (State, Option<Token>, Option<Instant>),
+    published_state: (State, Option<Token>, Option<Instant>),
     /// The gate's drain watch is armed.
     armed: bool,
     /// The last backend failure of an acquisition, for its error.
     last_error: Option<String>,
+    /// Answered once the next state is published.
+    published: Vec<Reply<()>>,
     span: tracing::Span,
 }
 
@@ -218,6 +227,10 @@ impl LockTask {
                         }
                         Some(Command::Release { done }) => {
                             self.releases.push(done);
+                            self.machine.handle(now, Event::Release);
+                        }
+                        Some(Command::Drop { published }) => {
+                            self.published.push(published);
                             self.machine.handle(now, Event::Release);
                         }
                         Some(Command::Write(w)) => self.write(now, w),
@@ -269,11 +282,12 @@ impl LockTask {
     fn perform(&mut self) {
         let m = &self.machine;
         let now_published = (m.state(), m.token(), m.deadline());
-        if now_published != self.published {
+        if now_published != self.published_state {
             self.gate
                 .publish(now_published.0, now_published.1, now_published.2);
-            self.published = now_published;
+            self.published_state = now_published;
         }
+        finish_releases(std::mem::take(&mut self.published));
         let at = self.gate.clock.now();
         while let Some(action) = self.machine.poll_action() {
             match action {

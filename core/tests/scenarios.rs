@@ -8,13 +8,16 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use dlock::{Client, Lock, MemoryBackend, MemoryService, Options, OwnedPermit};
+use dlock::{
+    Client, ClientConfig, EventStream, Lock, MemoryBackend, MemoryService, Options, OwnedPermit,
+};
 use dlock_scenarios::{Config, Face, Fault, Observed, Scenario, Step, TraceSink, WAIT_LIMIT};
 
 struct Holder {
     link: MemoryBackend,
-    /// `None` once closed.
-    lock: Option<Arc<Lock>>,
+    lock: Arc<Lock>,
+    /// The lock's pull-style events, opened before anything happens.
+    events: EventStream,
 }
 
 #[derive(Default)]
@@ -32,10 +35,7 @@ impl RustFace {
     }
 
     fn lock(&self, name: &str) -> Result<&Arc<Lock>, String> {
-        self.holder(name)?
-            .lock
-            .as_ref()
-            .ok_or_else(|| format!("{name}'s lock is closed"))
+        Ok(&self.holder(name)?.lock)
     }
 
     fn permit(&self, label: &str) -> Result<&OwnedPermit, String> {
@@ -59,25 +59,27 @@ impl Face for RustFace {
         };
         let service = MemoryService::new();
         for h in &scenario.holders {
-            let link = service.link();
-            let client = Client::new(link.clone(), options.clone()).map_err(|e| e.to_string())?;
+            // The backend choice as every face makes it: a config, and the
+            // embedded link's fault switches from the client.
+            let client = Client::connect(
+                ClientConfig::embedded_in(service.clone()).with_options(options.clone()),
+            )
+            .map_err(|e| e.to_string())?;
+            let link = client
+                .link()
+                .ok_or("an embedded client has a link")?
+                .clone();
             let lock = Arc::new(
                 client
                     .lock(&format!("scenario/\"{}\"", scenario.name))
                     .map_err(|e| e.to_string())?,
             );
+            // The event's Display is the trace line.
             let (t, n) = (trace.clone(), h.clone());
-            lock.on_state_change(move |c| {
-                t.push(format!("{n} state {}->{} {}", c.from, c.to, c.reason))
-            });
-            let (t, n) = (trace.clone(), h.clone());
-            lock.on_acquired(move |tok| t.push(format!("{n} acquired token={tok}")));
-            let (t, n) = (trace.clone(), h.clone());
-            lock.on_fence(move |tok, k| t.push(format!("{n} fence token={tok} in_flight={k}")));
-            let (t, n) = (trace.clone(), h.clone());
-            lock.on_drained(move || t.push(format!("{n} drained")));
-            let lock = Some(lock);
-            self.holders.insert(h.clone(), Holder { link, lock });
+            lock.on_event(move |e| t.push(format!("{n} {e}")));
+            let events = lock.events();
+            self.holders
+                .insert(h.clone(), Holder { link, lock, events });
         }
         self.service = Some(service);
         Ok(())
@@ -154,20 +156,25 @@ impl Face for RustFace {
                 Observed::Done
             }
             Step::Close { holder } => {
-                // TODO: `Lock::close()` (being added in the core) once it
-                // lands: release, then no callback of the lock runs. Until
-                // then dropping the handle releases; a pending acquire's
-                // thread holds a clone until it returns.
-                self.holders
-                    .get_mut(holder)
-                    .ok_or_else(|| format!("no holder {holder}"))?
-                    .lock
-                    .take()
-                    .ok_or_else(|| format!("{holder}'s lock is closed"))?;
+                self.lock(holder)?.close().map_err(|e| e.to_string())?;
                 Observed::Done
             }
-            // The Rust API has no pull-style event stream yet.
-            Step::Events { .. } => Observed::Unsupported,
+            Step::Events { holder, expect } => {
+                // The next events of the stream, as many as expected.
+                let h = self
+                    .holders
+                    .get_mut(holder)
+                    .ok_or_else(|| format!("no holder {holder}"))?;
+                let mut got = Vec::new();
+                while got.len() < expect.len() {
+                    match h.events.recv_blocking(Some(WAIT_LIMIT)) {
+                        Ok(Some(e)) => got.push(e.to_string()),
+                        Ok(None) => break,
+                        Err(()) => return Err(format!("no event within {WAIT_LIMIT:?}")),
+                    }
+                }
+                Observed::Events(got)
+            }
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         })
     }

@@ -242,16 +242,18 @@ static void bad_arguments(void) {
   OK(lk_lock_new(c, long_name, &l)); /* 1024 bytes is the limit */
   lk_lock_free(l);
   free(long_name);
-  /* Fault switches need an embedded link: no client from the environment has one. */
+  /* A client from the environment with DLOCK_ENDPOINTS unset is embedded,
+   * and has the embedded link's fault switches like any other. */
   struct lk_memory *m = SENTINEL;
   unsetenv("DLOCK_ENDPOINTS");
   struct lk_client *env = NULL;
-  OK(lk_client_from_env(NULL, &env)); /* DLOCK_ENDPOINTS unset: embedded */
+  OK(lk_client_from_env(NULL, &env));
   CHECK(env != NULL);
-  EXPECT(lk_link_partition(env), LK_INVALID_ARGUMENT);
-  MESSAGE_HAS("embedded");
-  EXPECT(lk_client_memory(env, &m), LK_INVALID_ARGUMENT);
-  CHECK(m == SENTINEL);
+  OK(lk_link_partition(env));
+  OK(lk_link_heal(env));
+  OK(lk_client_memory(env, &m));
+  CHECK(m != SENTINEL && m != NULL);
+  lk_memory_free(m);
   lk_client_free(env);
   /* The environment's etcd settings are checked before any connection. */
   env = SENTINEL;
@@ -343,10 +345,10 @@ static void life_cycle(void) {
   CHECK(st == LK_STATE_RELEASED);
   EXPECT(lk_memory_holder(mem, "jobs", &u), LK_NOT_HELD);
   OK(lk_lock_try_acquire(lb, &u));
-  CHECK(u == 2);
+  CHECK(u == 3); /* b's refused try above took revision 2 (a key put and deleted, as on etcd) */
   EXPECT(lk_lock_acquire(la, 50, NULL), LK_TIMEOUT); /* b holds it now */
 
-  /* A guarded write with a dead token (1; b holds 2) never commits. */
+  /* A guarded write with a dead token (1; b holds 3) never commits. */
   EXPECT(lk_lock_guarded_put(lb, 1, (const uint8_t *)"k", 1, (const uint8_t *)"v", 1), LK_FENCED);
   MESSAGE_HAS("token 1");
   EXPECT(lk_lock_guarded_delete(lb, 1, (const uint8_t *)"k", 1), LK_FENCED);
@@ -355,7 +357,7 @@ static void life_cycle(void) {
   struct lk_memory *seen;
   OK(lk_client_memory(b, &seen));
   OK(lk_memory_holder(seen, "jobs", &u));
-  CHECK(u == 2);
+  CHECK(u == 3);
   lk_memory_free(seen);
 
   lk_lock_free(la);
@@ -446,7 +448,7 @@ static void guarded_writes(void) {
   uint64_t ta, tb;
   OK(lk_lock_acquire(la, 5000, &ta));
 
-  const uint8_t *key = (const uint8_t *)"orders/last";
+  const uint8_t *key = (const uint8_t *)"orders-data/last";
   size_t klen = strlen((const char *)key), len = 99;
   bool found = true;
   char buf[32];
@@ -469,6 +471,12 @@ static void guarded_writes(void) {
   EXPECT(lk_lock_guarded_put(la, ta, key, 0, (const uint8_t *)"x", 1), LK_INVALID_ARGUMENT);
   MESSAGE_HAS("empty key");
   EXPECT(lk_lock_guarded_put(la, ta + 1, key, klen, (const uint8_t *)"x", 1), LK_FENCED);
+  /* The lock's own key prefix: a key there would wedge the lock. */
+  EXPECT(lk_lock_guarded_put(la, ta, (const uint8_t *)"orders/x", 8, (const uint8_t *)"x", 1),
+         LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("prefix");
+  /* A live token through a handle that does not hold it. */
+  EXPECT(lk_lock_guarded_put(lb, ta, key, klen, (const uint8_t *)"x", 1), LK_FENCED);
 
   /* a releases, b takes over: a's token is dead, b's commits. */
   OK(lk_lock_release(la));
@@ -679,8 +687,9 @@ static void faults(void) {
   lk_memory_free(mem);
 }
 
-/* Misuse made safe: a lock freed with a permit in flight is released at
- * once; the permit turns invalid and ending it later touches no freed memory. */
+/* A lock freed with a permit in flight is released at once; the permit
+ * turns invalid and ending it later touches no freed memory (the permits in
+ * flight keep the lock's state). */
 static void free_with_permit_in_flight(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
@@ -695,7 +704,6 @@ static void free_with_permit_in_flight(void) {
   OK(lk_permit(l, &p));
   lk_lock_free(l);
   uint64_t u;
-  EXPECT(lk_memory_holder(mem, "kept", &u), LK_NOT_HELD);
   CHECK(!lk_permit_valid(&p));
   OK(lk_permit_token(&p, &u));
   CHECK(u == 1);
@@ -704,9 +712,67 @@ static void free_with_permit_in_flight(void) {
   lk_memory_free(mem);
 }
 
+/* lk_lock_close: released, its callbacks over, the handle still valid;
+ * lk_lock_stats: versioned counters. */
+static int close_calls;
+static void count_call(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
+  (void)ud;
+  (void)from;
+  (void)to;
+  (void)why;
+  close_calls++;
+}
+
+static void close_and_stats(void) {
+  struct lk_memory *mem;
+  OK(lk_memory_new(&mem));
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  struct lk_client *c;
+  OK(lk_client_new(&o, &c));
+  struct lk_lock *l;
+  OK(lk_lock_new(c, "closing", &l));
+  OK(lk_set_on_state_change(l, count_call, NULL));
+  struct lk_lock_stats st = LK_LOCK_STATS_INIT;
+  OK(lk_lock_stats(l, &st));
+  CHECK(st.acquisitions == 0 && st.slack_ms == -1 && st.in_flight == 0);
+  OK(lk_lock_acquire(l, 5000, NULL));
+  struct lk_permit p = LK_PERMIT_INIT;
+  OK(lk_permit(l, &p));
+  OK(lk_lock_stats(l, &st));
+  CHECK(st.acquisitions == 1 && st.in_flight == 1);
+  CHECK(st.slack_ms > 0 && st.slack_ms <= 1500);
+  CHECK(st.fences_deadline == 0 && st.drains == 0);
+  struct lk_lock_stats bad = LK_LOCK_STATS_INIT;
+  bad.version = 0;
+  EXPECT(lk_lock_stats(l, &bad), LK_INVALID_ARGUMENT);
+  bad.version = LK_LOCK_STATS_VERSION + 1;
+  EXPECT(lk_lock_stats(l, &bad), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("version");
+
+  OK(lk_lock_close(l));
+  int calls = close_calls;
+  CHECK(calls >= 3); /* Idle->Acquiring, Acquiring->Holding, Holding->Released */
+  uint64_t u;
+  EXPECT(lk_memory_holder(mem, "closing", &u), LK_NOT_HELD);
+  CHECK(!lk_permit_valid(&p));
+  struct lk_permit q = LK_PERMIT_INIT;
+  EXPECT(lk_permit(l, &q), LK_RELEASED);
+  OK(lk_lock_close(l)); /* twice: harmless */
+  /* Closed: an acquire works on the lock, but no callback tells of it. */
+  OK(lk_lock_acquire(l, 5000, NULL));
+  OK(lk_lock_release(l));
+  CHECK(close_calls == calls);
+  lk_permit_end(&p);
+  lk_lock_free(l);
+  lk_client_free(c);
+  lk_memory_free(mem);
+}
+
 int main(void) {
   names();
   free_with_permit_in_flight();
+  close_and_stats();
   options();
   nulls();
   bad_arguments();

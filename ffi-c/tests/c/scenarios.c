@@ -25,7 +25,7 @@ struct holder {
   char name[32];
   const struct lks_sink *sink;
   struct lk_client *client;
-  struct lk_lock *lock; /* NULL once closed */
+  struct lk_lock *lock;
 };
 
 struct labelled {
@@ -252,12 +252,10 @@ static int perform(void *ctx, const struct lks_step *step, struct lks_observed *
     case LKS_DO_STALL_DRIVER:
       return lk_stall_driver(step->ms) == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
     case LKS_DO_CLOSE:
-      /* Release first so a pending acquire returns, join it, then free:
-       * after lk_lock_free returns no callback of the lock runs. */
-      lk_lock_release(h->lock);
+      /* Releases (a pending acquire returns) and ends the callbacks; the
+       * handle stays for the steps that follow (freed at teardown). */
+      if (lk_lock_close(h->lock) != LK_OK) return failed(f, out, "%s", lk_last_error());
       join_acquires(f, h);
-      lk_lock_free(h->lock);
-      h->lock = NULL;
       return 0;
     case LKS_DO_EVENTS: /* no pull-style event stream in the C API yet */
       out->kind = LKS_SAW_UNSUPPORTED;
