@@ -1,4 +1,4 @@
-//! The application's side of a lock (docs/design.md §8): its callbacks and
+//! The application's side of a lock (docs/design.md §10, §16): its callbacks and
 //! event streams, and the one thread that calls them.
 //!
 //! Every event of every lock is one [`Job`] on one process-wide callback
@@ -58,6 +58,10 @@ impl<T: ?Sized> Slot<T> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    fn is_set(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     fn set(&self, f: Arc<T>) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
@@ -111,6 +115,13 @@ impl Callbacks {
     /// telling the machine that `on_fence` returned, never depend on the
     /// application).
     pub(crate) fn deliver(self: &Arc<Self>, event: LockEvent, then: Option<Job>) {
+        if !self.listened() {
+            // Nobody to tell: no hop to the callback thread (nor its start).
+            if let Some(then) = then {
+                then();
+            }
+            return;
+        }
         let me = self.clone();
         dispatch(Box::new(move || {
             {
@@ -123,6 +134,21 @@ impl Callbacks {
                 then();
             }
         }));
+    }
+
+    /// Whether a callback or a stream would see an event now.
+    fn listened(&self) -> bool {
+        !self.closed.load(SeqCst)
+            && (self.on_event.is_set()
+                || self.on_fence.is_set()
+                || self.on_state_change.is_set()
+                || self.on_acquired.is_set()
+                || self.on_drained.is_set()
+                || !self
+                    .streams
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty())
     }
 
     fn call(&self, event: &LockEvent) {
@@ -167,7 +193,9 @@ impl Callbacks {
     /// runs on the callback thread: waiting would deadlock) or in a forked
     /// child (no callback thread).
     pub(crate) fn close(&self) {
-        if !IN_CALLBACK.get() && !crate::forked() {
+        // A lock nobody listened to has no job to wait for.
+        let wait = self.listened() && !IN_CALLBACK.get() && !crate::forked();
+        if wait {
             let (tx, rx) = std_mpsc::sync_channel::<()>(1);
             dispatch(Box::new(move || {
                 let _ = tx.send(());
@@ -175,7 +203,7 @@ impl Callbacks {
             let _ = rx.recv();
         }
         self.closed.store(true, SeqCst);
-        if !IN_CALLBACK.get() && !crate::forked() {
+        if wait {
             drop(self.running.lock());
         }
         for q in self

@@ -1,4 +1,4 @@
-//! The one code table (docs/design.md §8): every status word an error, a
+//! The one code table (docs/design.md §18): every status word an error, a
 //! refusal or a gate answers with, in one place. The C face's `lk_status`,
 //! Python's exception `.code` and Node's error `.code` are these words; the
 //! C numbers are [`Code::value`].
@@ -55,7 +55,7 @@ codes! {
     WouldBlock = 6, "would_block";
     /// This handle holds the lock, or an acquire of it is in progress.
     AlreadyHeld = 7, "already_held";
-    /// A setting breaks a rule of docs/design.md §6.
+    /// A setting breaks a rule of docs/design.md §14.
     InvalidOption = 8, "invalid_option";
     /// An argument is not acceptable.
     InvalidArgument = 9, "invalid_argument";

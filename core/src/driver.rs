@@ -1,4 +1,4 @@
-//! The driver: performs the machine's actions (docs/design.md §3). It owns
+//! The driver: performs the machine's actions (docs/design.md §15, §19). It owns
 //! I/O, timers and the hand-off to the callback thread; it decides nothing
 //! about leases, deadlines, tokens or ordering: those are [`Holder`]'s.
 //!
@@ -333,31 +333,20 @@ impl LockTask {
                     });
                 }
                 Action::Lock { req, lease, wait } => {
-                    let (b, name, tx) = (
-                        self.backend.clone(),
-                        self.name.clone(),
-                        self.events_tx.clone(),
-                    );
-                    let task = runtime().spawn(
-                        async move {
-                            let out = match b.lock(&name, lease, wait).await {
-                                Ok(token) => (Event::Locked { req, lease, token }, None),
-                                Err(BackendError::LeaseNotFound) => {
-                                    (Event::LeaseLost { lease }, None)
-                                }
-                                Err(e) => (
-                                    Event::LockFailed {
-                                        req,
-                                        busy: e == BackendError::Busy,
-                                    },
-                                    Some(e.to_string()),
-                                ),
-                            };
-                            let _ = tx.send(out);
+                    let (b, name) = (self.backend.clone(), self.name.clone());
+                    self.spawn_tracked(lease, async move {
+                        match b.lock(&name, lease, wait).await {
+                            Ok(token) => (Event::Locked { req, lease, token }, None),
+                            Err(BackendError::LeaseNotFound) => (Event::LeaseLost { lease }, None),
+                            Err(e) => (
+                                Event::LockFailed {
+                                    req,
+                                    busy: e == BackendError::Busy,
+                                },
+                                Some(e.to_string()),
+                            ),
                         }
-                        .instrument(self.span.clone()),
-                    );
-                    self.track(lease, task.abort_handle());
+                    });
                 }
                 Action::Revoke { lease } => {
                     self.lock_calls.retain(|(l, h)| {
@@ -522,22 +511,29 @@ impl LockTask {
     /// (an operator deleted it), the machine fences at once. Aborted with
     /// the lease's other calls when the lease is revoked.
     fn watch_lock(&mut self, lease: LeaseId, token: Token) {
-        let (b, name, tx) = (
-            self.backend.clone(),
-            self.name.clone(),
-            self.events_tx.clone(),
-        );
+        let (b, name) = (self.backend.clone(), self.name.clone());
+        self.spawn_tracked(lease, async move {
+            let gone = b.watch_lock(&name, lease, token).await;
+            tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
+            let ev = match gone {
+                LockGone::KeyDeleted => Event::LockLost { lease },
+                LockGone::LeaseLost => Event::LeaseLost { lease },
+            };
+            (ev, None)
+        });
+    }
+
+    /// Runs `call` (a lock call or watch of `lease`) as its own task, feeds
+    /// its outcome back, and keeps it to abort when `lease` is revoked.
+    fn spawn_tracked(
+        &mut self,
+        lease: LeaseId,
+        call: impl Future<Output = Outcome> + Send + 'static,
+    ) {
+        let tx = self.events_tx.clone();
         let task = runtime().spawn(
             async move {
-                let gone = b.watch_lock(&name, lease, token).await;
-                tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
-                let _ = tx.send((
-                    match gone {
-                        LockGone::KeyDeleted => Event::LockLost { lease },
-                        LockGone::LeaseLost => Event::LeaseLost { lease },
-                    },
-                    None,
-                ));
+                let _ = tx.send(call.await);
             }
             .instrument(self.span.clone()),
         );

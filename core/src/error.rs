@@ -1,11 +1,11 @@
-//! The one error vocabulary, shared by every binding (docs/design.md §8).
+//! The one error vocabulary, shared by every binding (docs/design.md §18).
 
 /// Why a dlock call failed. [`Error::code`] gives the stable name that the C,
 /// Python and Node faces use too.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A setting breaks a rule of DESIGN.md section 6.
+    /// A setting breaks a rule of docs/design.md §14.
     #[error("invalid option `{setting}`: {rule}")]
     InvalidOption {
         /// The setting's name.

@@ -1,4 +1,4 @@
-//! What a lock tells its application (docs/design.md §9): [`LockEvent`],
+//! What a lock tells its application (docs/design.md §16): [`LockEvent`],
 //! pushed to callbacks and pulled from an [`EventStream`].
 
 use std::collections::VecDeque;

@@ -1,4 +1,4 @@
-//! The permit fast path (docs/design.md §2.6): a snapshot of the machine's
+//! The permit fast path (docs/design.md §8): a snapshot of the machine's
 //! state, published by the driver through a seqlock and read by `permit()`
 //! with atomics only, and the count of permits in flight. No lock the
 //! keepalive path holds, no allocation.

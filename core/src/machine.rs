@@ -5,7 +5,7 @@
 //! ticks, performs its actions, and sleeps until [`Holder::poll_timeout`].
 //! Tests drive it with hand-made instants.
 //!
-//! | DESIGN.md / issue word | here |
+//! | docs/design.md word | here |
 //! | --- | --- |
 //! | keepalive sent | [`Action::Keepalive`]: the machine stamps `now` as the send time when it asks; the driver sends at once, so the stamp is never later than the real send |
 //! | confirmed (granted TTL) | [`Event::KeepaliveConfirmed`] (a zero TTL means lost) |
@@ -21,7 +21,7 @@
 //! | call on_drained | [`Action::Drained`] |
 //! | reacquire | [`Action::Transition`] to `Reacquiring`, then [`Action::Grant`] |
 //!
-//! Ordering rules (docs/design.md §2.9) live here, so the machine's tests
+//! Ordering rules (docs/design.md §11) live here, so the machine's tests
 //! cover them: a fenced lease is revoked only once `on_fence` has returned
 //! *and* the last permit in flight has ended, or once the server's expiry of
 //! that lease has passed anyway; `drained` is reported once per drain or
@@ -480,7 +480,7 @@ pub enum Action {
     Drained,
 }
 
-/// A fenced lease whose revoke waits (docs/design.md §2.9).
+/// A fenced lease whose revoke waits (docs/design.md §11).
 #[derive(Copy, Clone, Debug)]
 struct HeldRevoke {
     lease: LeaseId,

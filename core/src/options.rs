@@ -1,4 +1,4 @@
-//! Settings of a holder, with the rules of docs/design.md §6.
+//! Settings of a holder, with the rules of docs/design.md §14.
 
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Checks the rules of docs/design.md §6; the error names the setting,
+    /// Checks the rules of docs/design.md §14; the error names the setting,
     /// the rule and the value.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |setting: &'static str, rule: String| Err(Error::InvalidOption { setting, rule });

@@ -4,26 +4,15 @@
 #[path = "common/parity.rs"]
 mod parity;
 
-use dlock::{Client, ClientConfig, MemoryService, Options};
+use dlock::{Client, ClientConfig, MemoryService};
 
 fn client() -> Option<Client> {
     // One service per process, a link per client: like two processes on
     // one lock service.
     static SERVICE: std::sync::OnceLock<MemoryService> = std::sync::OnceLock::new();
     let service = SERVICE.get_or_init(MemoryService::new).clone();
-    Some(Client::connect(ClientConfig::embedded_in(service).with_options(options())).unwrap())
-}
-
-fn options() -> Options {
-    let ms = std::time::Duration::from_millis;
-    Options {
-        ttl: ms(4000),
-        keepalive_interval: ms(1000),
-        keepalive_timeout: ms(500),
-        retry_interval: ms(250),
-        margin: ms(1000),
-        reacquire: true,
-    }
+    let config = ClientConfig::embedded_in(service).with_options(parity::options());
+    Some(Client::connect(config).unwrap())
 }
 
 parity_tests!();

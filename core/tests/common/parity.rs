@@ -12,7 +12,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{Client, Error, Lock};
+use dlock::{Client, Error, Lock, Options};
+
+/// The test cluster's short settings, for both backends.
+pub fn options() -> Options {
+    let ms = Duration::from_millis;
+    Options {
+        ttl: ms(4000),
+        keepalive_interval: ms(1000),
+        keepalive_timeout: ms(500),
+        retry_interval: ms(250),
+        margin: ms(1000),
+        reacquire: true,
+    }
+}
 
 /// A name no other test (or earlier run) uses.
 pub fn fresh(what: &str) -> String {
