@@ -202,10 +202,16 @@ impl Callbacks {
             }));
             let _ = rx.recv();
         }
-        self.closed.store(true, SeqCst);
+        self.close_now();
         if wait {
             drop(self.running.lock());
         }
+    }
+
+    /// [`Callbacks::close`] without waiting for anything (on the driver's
+    /// thread): no callback starts after this, one running may finish.
+    pub(crate) fn close_now(&self) {
+        self.closed.store(true, SeqCst);
         for q in self
             .streams
             .lock()

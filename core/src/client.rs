@@ -391,6 +391,26 @@ impl Lock {
         released
     }
 
+    /// [`Lock::close`] for async code: the release is awaited, and the
+    /// wait for a running callback happens off the caller's executor.
+    pub async fn close_async(&self) -> Result<(), Error> {
+        let released = match self.release_async().await {
+            Err(Error::Shutdown) => Ok(()),
+            r => r,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let callbacks = self.callbacks.clone();
+        std::thread::Builder::new()
+            .name("dlock-close".into())
+            .spawn(move || {
+                callbacks.close();
+                let _ = tx.send(());
+            })
+            .map_err(|e| Error::Backend(format!("cannot start a thread to close: {e}")))?;
+        let _ = rx.await;
+        released
+    }
+
     /// Whether [`Lock::close`] was called (callbacks are off).
     pub fn is_closed(&self) -> bool {
         self.callbacks.is_closed()
@@ -586,14 +606,20 @@ impl Drop for Lock {
         }
         // Released and published before the drop returns (permits in flight
         // report invalid), without waiting for the revoke.
+        // The driver's own thread must not wait for the driver.
+        let wait = !crate::driver::on_driver_thread();
         let (published, rx) = Reply::blocking();
-        if self.commands.send(Command::Drop { published }).is_ok() {
+        if self.commands.send(Command::Drop { published }).is_ok() && wait {
             let _ = rx.recv();
         }
         // SAFETY: dropped once, here; never used again. The task ends once
         // nothing is left to do.
         unsafe { ManuallyDrop::drop(&mut self.commands) }
-        self.callbacks.close();
+        if wait {
+            self.callbacks.close();
+        } else {
+            self.callbacks.close_now();
+        }
         self.gate.orphan();
     }
 }

@@ -37,11 +37,23 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
             .name("dlock-driver".into())
             .spawn(move || {
                 block_sigpipe();
+                ON_DRIVER.set(true);
                 rt.block_on(std::future::pending::<()>())
             })
             .expect("dlock: cannot spawn the driver thread");
         handle
     })
+}
+
+thread_local! {
+    static ON_DRIVER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is the driver's: it must never wait for the
+/// driver (a handle dropped there, say by a task dropping a callback that
+/// owned it).
+pub(crate) fn on_driver_thread() -> bool {
+    ON_DRIVER.get()
 }
 
 /// Runs `fut` on the driver; the receiver gets its output ([`Error::Shutdown`]

@@ -398,5 +398,7 @@ fn async_forms_work_on_a_callers_runtime() {
             Error::Fenced(t.get())
         );
         b.release_async().await.unwrap();
+        b.close_async().await.unwrap();
+        assert!(b.is_closed());
     });
 }

@@ -559,6 +559,64 @@ fn fault_replies_lost() {
     cut_until_fenced("replies_lost", Mode::DropReplies);
 }
 
+/// Replies lost while a unit of work is in flight: etcd keeps renewing the
+/// lease, so the lock passes on only through the fenced holder's revoke,
+/// and that revoke waits for the last permit. The contender acquires after
+/// the work ended (lead > 0 from the permit's end), never at the fence.
+#[test]
+fn fault_replies_lost_with_work_in_flight() {
+    let Some(cluster) = etcd_cluster::cluster() else {
+        return;
+    };
+    let _shared = shared();
+    let work_after_fence = Duration::from_millis(600);
+    repeat(
+        "replies_lost_work_in_flight",
+        "work end->contender",
+        |run| {
+            let name = unique("lost-in-flight", run);
+            let mut h = Holder::start(&cluster, &name);
+            let c = Contender::start(&cluster, &name, EVENT);
+            let permit = h.lock.permit_owned().expect("holding");
+            let cut = h.cut(Mode::DropReplies);
+            let mut r = Run::default();
+            let t1 = h.token;
+            let fence = h.wait(EVENT, |t, e| {
+                t >= cut && matches!(e, Ev::Fence(f, 1) if *f == t1)
+            });
+            r.check(fence.is_some(), "no fence with one permit in flight");
+            r.drain = h.first(cut, draining).map(|(t, _)| ms(cut, t));
+            thread::sleep(work_after_fence);
+            let early = c.result(Duration::ZERO);
+            r.check(
+                early.is_none(),
+                format!("the contender acquired while the old holder's work ran: {early:?}"),
+            );
+            r.check(!permit.valid(), "a fenced permit still valid");
+            let ended = system_now();
+            permit.end();
+            match c.result(EVENT) {
+                Some((Ok(_), tc)) => {
+                    r.lead = Some(ms(ended, tc));
+                    r.other = Some(ms(ended, tc));
+                    r.check(
+                        tc >= ended,
+                        format!("acquired {:?} ms before the work ended", ms(tc, ended)),
+                    );
+                }
+                other => r.check(false, format!("contender: {other:?}")),
+            }
+            h.heal();
+            c.finish();
+            if !r.broken.is_empty() {
+                r.broken
+                    .push(format!("events (ms from the cut):{}", h.story(cut)));
+            }
+            r
+        },
+    );
+}
+
 /// Replies later than the keepalive timeout confirm nothing: as lost
 /// replies, though every one of them arrives.
 #[test]
