@@ -466,7 +466,7 @@ impl Lock {
     /// Permission to start one unit of work: granted only while `Holding`
     /// and before the deadline, read from the clock on every call. Counted in
     /// flight until dropped.
-    #[inline]
+    #[inline(always)]
     pub fn permit(&self) -> Result<Permit<'_>, Refused> {
         Ok(Permit {
             owned: self.permit_owned()?,
@@ -478,7 +478,7 @@ impl Lock {
     /// binding). As cheap: no allocation, no reference count; it stays safe
     /// to end after the lock is closed or dropped (the permits in flight
     /// keep the lock's state).
-    #[inline]
+    #[inline(always)]
     pub fn permit_owned(&self) -> Result<OwnedPermit, Refused> {
         let s = self.gate.enter()?;
         Ok(OwnedPermit {

@@ -258,6 +258,7 @@ impl LockTask {
                     // A wake-up left over from an earlier watch finds this
                     // one still armed.
                     if !self.gate.watching() {
+                        self.gate.unwatch_drain();
                         self.armed = false;
                         self.machine.handle(clock.now(), Event::PermitsEnded);
                     }
@@ -557,6 +558,16 @@ impl LockTask {
     fn track(&mut self, lease: LeaseId, task: AbortHandle) {
         self.lock_calls.retain(|(_, h)| !h.is_finished());
         self.lock_calls.push((lease, task));
+    }
+}
+
+impl Drop for LockTask {
+    /// A task dropped with a watch armed (a runtime shutting down) leaves
+    /// no entry behind for a permit to find.
+    fn drop(&mut self) {
+        if self.armed {
+            self.gate.unwatch_drain();
+        }
     }
 }
 

@@ -3,11 +3,13 @@
 //! with atomics only, and the count of permits in flight. No lock the
 //! keepalive path holds, no allocation.
 //!
-//! The in-flight word also carries two flags, so that every decision about
-//! it is one atomic step:
+//! The in-flight word also carries two flags, so that ending a permit is
+//! one atomic step (a `fetch_sub`) that also tells whether anything else is
+//! to be done; with no flag set, the gate is not touched again:
 //! - `WATCH`: the driver waits for the count to reach zero (a drain or a
-//!   fence, decided by the machine). The permit that ends last clears it and
-//!   wakes the driver *before* it gives up its own count.
+//!   fence, decided by the machine). The permit that ends last finds the
+//!   driver in [`WATCHED`] (under its lock, so the driver, and with it the
+//!   gate, is still there), clears the flag and wakes it.
 //! - `GONE`: the lock handle was dropped. Permits keep the gate's memory
 //!   alive ([`Gate::kept`]): the last one to end frees it, so a permit of a
 //!   freed handle (C, Python, Node) stays safe to end.
@@ -24,6 +26,15 @@ use crate::machine::{Refused, State, Token, decide};
 const WATCH: u64 = 1 << 62;
 const GONE: u64 = 1 << 63;
 const COUNT: u64 = WATCH - 1;
+
+/// The gates whose driver watches for the end of a drain, by address and
+/// id (an address may be reused once a gate is freed; an id never is). An
+/// entry is removed before its driver lets go of the gate.
+static WATCHED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+
+fn watched() -> std::sync::MutexGuard<'static, Vec<(usize, u64)>> {
+    WATCHED.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A consistent reading of the published state.
 #[derive(Copy, Clone, Debug)]
@@ -46,25 +57,31 @@ pub(crate) struct Counters {
     pub(crate) last_rtt_ns: AtomicU64,
 }
 
-/// Shared between a lock's handle, its permits and its driver task.
+/// Shared between a lock's handle, its permits and its driver task. The
+/// fields `permit()` touches come first, on one cache line.
+#[repr(C, align(64))]
 pub(crate) struct Gate {
     seq: AtomicU64,
-    state: AtomicU8,
     token: AtomicU64,
     deadline: AtomicU64,
     /// Permits in flight, plus the `WATCH` and `GONE` flags.
     flight: AtomicU64,
+    pub(crate) clock: Clock,
+    state: AtomicU8,
+    /// Unique per gate, for [`WATCHED`].
+    id: u64,
     /// Wakes the driver when the last permit of a watched drain ends.
     pub(crate) drained: Notify,
     /// The reference the permits in flight share once the handle is gone.
     kept: Mutex<Option<Arc<Gate>>>,
-    pub(crate) clock: Clock,
     pub(crate) counters: Counters,
 }
 
 impl Gate {
     pub(crate) fn new(clock: Clock) -> Gate {
+        static IDS: AtomicU64 = AtomicU64::new(1);
         Gate {
+            id: IDS.fetch_add(1, Relaxed),
             seq: AtomicU64::new(0),
             state: AtomicU8::new(State::Idle as u8),
             token: AtomicU64::new(0),
@@ -136,7 +153,7 @@ impl Gate {
 
     /// Starts one unit of work: counted in flight first, then checked, so a
     /// fence that reads `in_flight` after publishing never misses it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn enter(&self) -> Result<Snapshot, Refused> {
         if crate::forked() {
             return Err(Refused::NotHeld);
@@ -152,54 +169,40 @@ impl Gate {
         }
     }
 
-    /// Ends one unit of work. The only accesses to the gate after the count
-    /// drops are none: the drain wake-up happens while this permit still
-    /// counts, and the last permit of a gone handle frees the gate.
-    #[inline]
+    /// Ends one unit of work: one `fetch_sub`. Once the count is given up
+    /// the gate may be freed by another thread, so what follows uses only
+    /// values read before it, unless a flag says the gate is still held.
+    #[inline(always)]
     pub(crate) fn exit(&self) {
-        let mut cur = self.flight.load(Relaxed);
-        loop {
-            if cur & (COUNT | WATCH) == WATCH | 1 {
-                self.exit_watched(cur);
-                return;
-            }
-            match self
-                .flight
-                .compare_exchange_weak(cur, cur - 1, SeqCst, Relaxed)
-            {
-                Ok(prev) => {
-                    if prev & (COUNT | GONE) == GONE | 1 {
-                        self.free_kept();
-                    }
-                    return;
-                }
-                Err(now) => cur = now,
-            }
+        let (addr, id) = (self as *const Gate as usize, self.id);
+        let prev = self.flight.fetch_sub(1, SeqCst);
+        if prev & (WATCH | GONE) != 0 && prev & COUNT == 1 {
+            Gate::exit_last(addr, id, prev);
         }
     }
 
+    /// The last permit ended while the driver watched, or after the handle
+    /// was dropped.
     #[cold]
     #[inline(never)]
-    fn exit_watched(&self, mut cur: u64) {
-        loop {
-            if cur & (COUNT | WATCH) != WATCH | 1 {
-                return self.exit();
-            }
-            match self
-                .flight
-                .compare_exchange(cur, cur & !WATCH, SeqCst, Relaxed)
-            {
-                Ok(_) => break,
-                Err(now) => cur = now,
+    fn exit_last(addr: usize, id: u64, prev: u64) {
+        if prev & WATCH != 0 {
+            let w = watched();
+            if w.contains(&(addr, id)) {
+                // SAFETY: registered, so its driver still holds the gate.
+                let gate = unsafe { &*(addr as *const Gate) };
+                gate.flight.fetch_and(!WATCH, SeqCst);
+                gate.drained.notify_one();
             }
         }
-        // Still counted: the gate lives while the driver is woken.
-        self.drained.notify_one();
-        self.exit();
+        if prev & GONE != 0 {
+            // SAFETY: the handle is gone and this was the last permit: the
+            // gate lives by `kept` alone, which only this call takes.
+            let gate = unsafe { &*(addr as *const Gate) };
+            gate.free_kept();
+        }
     }
 
-    #[cold]
-    #[inline(never)]
     fn free_kept(&self) {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(kept);
@@ -216,8 +219,11 @@ impl Gate {
     }
 
     /// Asks to be woken (through [`Gate::drained`]) once no permit is in
-    /// flight; `true` if none is now (nothing armed).
+    /// flight; `true` if none is now (nothing armed). Driver only; the
+    /// driver holds the gate until [`Gate::unwatch_drain`].
     pub(crate) fn watch_drain(&self) -> bool {
+        let me = (self as *const Gate as usize, self.id);
+        let mut w = watched();
         let mut cur = self.flight.load(SeqCst);
         loop {
             if cur & COUNT == 0 {
@@ -227,14 +233,23 @@ impl Gate {
                 .flight
                 .compare_exchange(cur, cur | WATCH, SeqCst, SeqCst)
             {
-                Ok(_) => return false,
+                Ok(_) => {
+                    if !w.contains(&me) {
+                        w.push(me);
+                    }
+                    return false;
+                }
                 Err(now) => cur = now,
             }
         }
     }
 
-    /// Stops a watch (the machine no longer waits for it).
+    /// Stops a watch (the machine no longer waits for it, or the last
+    /// permit ended): no permit will look for this gate in [`WATCHED`].
     pub(crate) fn unwatch_drain(&self) {
+        let me = (self as *const Gate as usize, self.id);
+        let mut w = watched();
+        w.retain(|e| *e != me);
         self.flight.fetch_and(!WATCH, SeqCst);
     }
 
