@@ -653,6 +653,16 @@ impl Holder {
     /// Feeds one event at `now`. Timers due at `now` are handled first, so a
     /// reply that arrives after the deadline finds the token already fenced.
     pub fn handle(&mut self, now: Instant, event: Event) {
+        if event == Event::PermitsEnded {
+            // Observed before any timer due now: a fence those timers cause
+            // may follow a permit granted after the observation.
+            self.on_permits_ended(now);
+            // As any event: the timers due, twice (a fence's new session
+            // may have timers due at once too).
+            self.poll_timers(now);
+            self.poll_timers(now);
+            return;
+        }
         self.poll_timers(now);
         match event {
             Event::Acquire { wait, until } => self.on_acquire(now, wait, until),
@@ -699,17 +709,7 @@ impl Holder {
                 }
                 self.release_held(now);
             }
-            Event::PermitsEnded => {
-                if self.watching {
-                    self.watching = false;
-                    self.quiet = true;
-                    self.actions.push_back(Action::Drained);
-                }
-                for h in &mut self.held {
-                    h.ended = true;
-                }
-                self.release_held(now);
-            }
+            Event::PermitsEnded => unreachable!("handled first"),
             Event::Timer => {}
         }
         self.poll_timers(now);
@@ -765,6 +765,20 @@ impl Holder {
             });
         }
         self.forget_session();
+    }
+
+    /// No permit is in flight: the drain under way is over, and so is the
+    /// work of every fenced token.
+    fn on_permits_ended(&mut self, now: Instant) {
+        if self.watching {
+            self.watching = false;
+            self.quiet = true;
+            self.actions.push_back(Action::Drained);
+        }
+        for h in &mut self.held {
+            h.ended = true;
+        }
+        self.release_held(now);
     }
 
     /// Revokes a lease a stray reply names, unless it is the current one or
