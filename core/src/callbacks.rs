@@ -25,7 +25,8 @@ type DrainedFn = dyn Fn() + Send + Sync;
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 thread_local! {
-    /// Set on the callback thread while a job runs.
+    /// Set on the callback thread (for its whole life): callbacks run there
+    /// and nowhere else.
     static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -40,6 +41,9 @@ pub(crate) struct Callbacks {
     on_acquired: Slot<TokenFn>,
     on_drained: Slot<DrainedFn>,
     streams: Mutex<Vec<Arc<Queue>>>,
+    /// A callback was set or a stream opened: events go to the callback
+    /// thread (else they are not sent there at all).
+    heard: AtomicBool,
     closed: AtomicBool,
     /// Held while a job of this lock runs, so `close` can wait for it.
     running: Mutex<()>,
@@ -56,10 +60,6 @@ impl<T: ?Sized> Default for Slot<T> {
 impl<T: ?Sized> Slot<T> {
     fn get(&self) -> Option<Arc<T>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn is_set(&self) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     fn set(&self, f: Arc<T>) {
@@ -81,20 +81,25 @@ fn guarded(what: &str, f: impl FnOnce()) {
 }
 
 impl Callbacks {
+    fn set<T: ?Sized>(&self, slot: &Slot<T>, f: Arc<T>) {
+        slot.set(f);
+        self.heard.store(true, SeqCst);
+    }
+
     pub(crate) fn on_event(&self, f: impl Fn(&LockEvent) + Send + Sync + 'static) {
-        self.on_event.set(Arc::new(f));
+        self.set(&self.on_event, Arc::new(f));
     }
     pub(crate) fn on_fence(&self, f: impl Fn(Token, u64) + Send + Sync + 'static) {
-        self.on_fence.set(Arc::new(f));
+        self.set(&self.on_fence, Arc::new(f));
     }
     pub(crate) fn on_state_change(&self, f: impl Fn(StateChange) + Send + Sync + 'static) {
-        self.on_state_change.set(Arc::new(f));
+        self.set(&self.on_state_change, Arc::new(f));
     }
     pub(crate) fn on_acquired(&self, f: impl Fn(Token) + Send + Sync + 'static) {
-        self.on_acquired.set(Arc::new(f));
+        self.set(&self.on_acquired, Arc::new(f));
     }
     pub(crate) fn on_drained(&self, f: impl Fn() + Send + Sync + 'static) {
-        self.on_drained.set(Arc::new(f));
+        self.set(&self.on_drained, Arc::new(f));
     }
 
     /// A new stream of this lock's events from now on; already ended if the
@@ -106,6 +111,7 @@ impl Callbacks {
             queue.end();
         } else {
             streams.push(queue.clone());
+            self.heard.store(true, SeqCst);
         }
         EventStream { queue }
     }
@@ -136,19 +142,9 @@ impl Callbacks {
         }));
     }
 
-    /// Whether a callback or a stream would see an event now.
+    /// Whether a callback or a stream may see an event now.
     fn listened(&self) -> bool {
-        !self.closed.load(SeqCst)
-            && (self.on_event.is_set()
-                || self.on_fence.is_set()
-                || self.on_state_change.is_set()
-                || self.on_acquired.is_set()
-                || self.on_drained.is_set()
-                || !self
-                    .streams
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .is_empty())
+        self.heard.load(SeqCst) && !self.closed.load(SeqCst)
     }
 
     fn call(&self, event: &LockEvent) {
