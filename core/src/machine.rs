@@ -657,9 +657,6 @@ impl Holder {
             // Observed before any timer due now: a fence those timers cause
             // may follow a permit granted after the observation.
             self.on_permits_ended(now);
-            // As any event: the timers due, twice (a fence's new session
-            // may have timers due at once too).
-            self.poll_timers(now);
             self.poll_timers(now);
             return;
         }
@@ -997,9 +994,6 @@ impl Holder {
     }
 
     fn poll_timers(&mut self, now: Instant) {
-        if self.held.iter().any(|h| now >= h.expired_by) {
-            self.release_held(now);
-        }
         if self.deadline.is_some_and(|d| now >= d) {
             self.lease_gone(now, Reason::Deadline);
         }
@@ -1039,6 +1033,11 @@ impl Holder {
                 Some(_) => {}
                 None => self.start_session(now),
             }
+        }
+        // Last: a fence above (late, after a starved driver) may hold a
+        // lease that has run out already.
+        if self.held.iter().any(|h| now >= h.expired_by) {
+            self.release_held(now);
         }
     }
 }
