@@ -174,7 +174,7 @@ pub(crate) fn spawn_lock(
         published_state: (State::Idle, None, None),
         armed: false,
         last_error: None,
-        published: Vec::new(),
+        publish_acks: Vec::new(),
         span: span.clone(),
     };
     runtime().spawn(task.run(rx, events).instrument(span));
@@ -197,8 +197,8 @@ struct LockTask {
     armed: bool,
     /// The last backend failure of an acquisition, for its error.
     last_error: Option<String>,
-    /// Answered once the next state is published.
-    published: Vec<Reply<()>>,
+    /// Answered once the next state is published (a dropped handle).
+    publish_acks: Vec<Reply<()>>,
     span: tracing::Span,
 }
 
@@ -242,7 +242,7 @@ impl LockTask {
                             self.machine.handle(now, Event::Release);
                         }
                         Some(Command::Drop { published }) => {
-                            self.published.push(published);
+                            self.publish_acks.push(published);
                             self.machine.handle(now, Event::Release);
                         }
                         Some(Command::Write(w)) => self.write(now, w),
@@ -300,7 +300,7 @@ impl LockTask {
                 .publish(now_published.0, now_published.1, now_published.2);
             self.published_state = now_published;
         }
-        finish_releases(std::mem::take(&mut self.published));
+        finish_releases(std::mem::take(&mut self.publish_acks));
         let at = self.gate.clock.now();
         while let Some(action) = self.machine.poll_action() {
             match action {
