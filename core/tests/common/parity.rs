@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{Client, Error, Lock, Options};
+use dlock::{Client, Error, Options};
 
 /// The test cluster's short settings, for both backends.
 pub fn options() -> Options {
@@ -134,10 +134,6 @@ pub fn zero_timeout_tries_once(c1: &Client, c2: &Client) {
     a.release().unwrap();
     b.acquire(WAIT).unwrap();
     b.release().unwrap();
-}
-
-fn _assert_lock_is_send_sync(l: Lock) -> impl Send + Sync {
-    l
 }
 
 /// Defines one `#[test]` per parity case, each on two fresh clients from
