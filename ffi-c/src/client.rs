@@ -227,8 +227,11 @@ pub unsafe extern "C" fn lk_client_new(
                 BackendConfig::Etcd(config)
             }
         };
-        let mut config = ClientConfig::embedded().with_options(timing(&o));
-        config.backend = backend;
+        let config = ClientConfig {
+            options: timing(&o),
+            backend,
+            clock: None,
+        };
         boxed(
             dest,
             lk_client {
