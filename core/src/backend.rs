@@ -26,13 +26,41 @@ pub enum BackendError {
     Fenced,
 }
 
-/// Why a held lock went away under its holder (see [`Backend::watch_lock`]).
+/// Why a held lock went away under its holder (see [`Backend::watch_keys`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LockGone {
     /// The lock key was deleted while its lease lived (an operator).
     KeyDeleted,
     /// The lease went, and the key with it (revoked or expired).
     LeaseLost,
+}
+
+/// One watched lock key gone from the service (see [`Backend::watch_keys`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KeyGone {
+    /// The token the key was held with (its create revision): names the
+    /// acquisition, never a later one.
+    pub token: Token,
+    /// Deleted alone, or with its lease.
+    pub why: LockGone,
+}
+
+/// The key watches of one lease (see [`Backend::watch_keys`]). Cheap per
+/// key: no task or stream of its own. Dropping it ends every watch.
+pub trait KeyWatch: Send + Sync {
+    /// Watches the key of `name` under this watch's lease, held with `token`.
+    fn add(&self, name: &str, token: Token);
+    /// Stops watching the key held with `token` (released); unknown tokens
+    /// are ignored.
+    fn remove(&self, token: Token);
+}
+
+/// The watch of a backend that has none.
+struct NoWatch;
+
+impl KeyWatch for NoWatch {
+    fn add(&self, _: &str, _: Token) {}
+    fn remove(&self, _: Token) {}
 }
 
 /// A lease granted by the service.
@@ -67,19 +95,34 @@ pub trait Backend: Send + Sync + 'static {
     /// Revokes a lease, releasing every lock held under it.
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>>;
 
-    /// Resolves once the lock `name` acquired under `lease` with `token` is
-    /// gone from the service while the holder may still think it holds it
-    /// (an operator deleted the key or revoked the lease), saying which. The
-    /// driver fences at once. The default never resolves: keepalives alone
-    /// tell a lost lease.
-    fn watch_lock<'a>(
+    /// Deletes the lock key of `name` under `lease` (a release on a live
+    /// session: the lease lives on for the session's other locks). With
+    /// `Some(token)`, only while the key's create revision is `token`, so a
+    /// late delete never removes a later acquisition's key; `None` (a
+    /// release while the acquisition was in flight, token unknown) deletes
+    /// whatever key is there, ordered after any lock request of this key
+    /// still in flight, so that request cannot put the key back after the
+    /// delete. `Ok` also when the key is absent.
+    fn unlock<'a>(
         &'a self,
         name: &'a str,
         lease: LeaseId,
-        token: Token,
-    ) -> BoxFuture<'a, LockGone> {
-        let _ = (name, lease, token);
-        Box::pin(std::future::pending())
+        token: Option<Token>,
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Watches the lock keys held under `lease`, all on one stream (etcd:
+    /// one Watch stream, one watcher per key), reporting on `gone` each key
+    /// that vanishes while its holder may think it holds it (an operator
+    /// deleted it, or the lease went). Dropping the [`KeyWatch`] ends every
+    /// watch. The default watches nothing: keepalives alone tell a lost
+    /// lease.
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        gone: tokio::sync::mpsc::UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
+        let _ = (lease, gone);
+        Box::new(NoWatch)
     }
 
     /// Writes `key` = `value` (`None`: deletes `key`) only while the lock

@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use crate::backend::{Backend, BackendError, LockGone};
+use crate::backend::{Backend, BackendError};
 use crate::callbacks::Callbacks;
 use crate::clock::Instant;
 use crate::events::LockEvent;
@@ -520,21 +520,8 @@ impl LockTask {
         );
     }
 
-    /// Watches the lock key while it is held under `lease`: if it vanishes
-    /// (an operator deleted it), the machine fences at once. Aborted with
-    /// the lease's other calls when the lease is revoked.
-    fn watch_lock(&mut self, lease: LeaseId, token: Token) {
-        let (b, name) = (self.backend.clone(), self.name.clone());
-        self.spawn_tracked(lease, async move {
-            let gone = b.watch_lock(&name, lease, token).await;
-            tracing::warn!(lock = %name, %token, ?gone, "the lock key is gone");
-            let ev = match gone {
-                LockGone::KeyDeleted => Event::LockLost { lease },
-                LockGone::LeaseLost => Event::LeaseLost { lease },
-            };
-            (ev, None)
-        });
-    }
+    /// Placeholder while sessions land: no key watch.
+    fn watch_lock(&mut self, _lease: LeaseId, _token: Token) {}
 
     /// Runs `call` (a lock call or watch of `lease`) as its own task, feeds
     /// its outcome back, and keeps it to abort when `lease` is revoked.

@@ -703,13 +703,13 @@ impl Backend for EtcdBackend {
         })
     }
 
-    fn watch_lock<'a>(
+    fn unlock<'a>(
         &'a self,
-        name: &'a str,
-        lease: LeaseId,
-        token: Token,
-    ) -> BoxFuture<'a, LockGone> {
-        Box::pin(self.watch_key(name, lease, token))
+        _name: &'a str,
+        _lease: LeaseId,
+        _token: Option<Token>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async { todo!("unlock") })
     }
 
     fn guarded_write<'a>(
