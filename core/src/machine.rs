@@ -27,7 +27,7 @@
 //! that lease has passed anyway; `drained` is reported once per drain or
 //! fence, when no permit is in flight.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::time::Duration;
 
@@ -344,12 +344,18 @@ pub enum AcquireError {
     Backend,
 }
 
+/// Names one lock of a session's machine (given to [`Holder::add_lock`],
+/// never reused).
+pub type LockId = u64;
+
 /// What the machine is told.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// The application asks for the lock. `wait`: queue behind the current
-    /// holder; `until`: give up at this instant (`None`: never).
+    /// The application asks for lock `lock`. `wait`: queue behind the
+    /// current holder; `until`: give up at this instant (`None`: never).
     Acquire {
+        /// The lock.
+        lock: LockId,
         /// Queue behind the holder instead of failing with `WouldBlock`.
         wait: bool,
         /// When to give up.
@@ -373,6 +379,8 @@ pub enum Event {
     Locked {
         /// The request answered.
         req: ReqId,
+        /// The lock.
+        lock: LockId,
         /// The lease the lock is held under.
         lease: LeaseId,
         /// The fencing token.
@@ -382,8 +390,17 @@ pub enum Event {
     LockFailed {
         /// The request answered.
         req: ReqId,
+        /// The lock.
+        lock: LockId,
         /// Held by someone else (no-wait mode).
         busy: bool,
+    },
+    /// [`Action::Unlock`] is done: the key is deleted (or was absent).
+    Unlocked {
+        /// The request answered.
+        req: ReqId,
+        /// The lock.
+        lock: LockId,
     },
     /// A keepalive reply granting `ttl` (zero means the lease is gone).
     KeepaliveConfirmed {
@@ -397,27 +414,39 @@ pub enum Event {
         /// The keepalive answered.
         req: ReqId,
     },
-    /// The server says this lease (or the lock key under it) is gone.
+    /// The server says this lease is gone: every lock held under it fences.
     LeaseLost {
         /// The lease.
         lease: LeaseId,
     },
-    /// The lock key held under `lease` is gone from the service although
-    /// the lease may live: fence at once.
+    /// The key of `lock` held with `token` is gone from the service while
+    /// the lease lives (an operator deleted it): that lock alone fences.
     LockLost {
-        /// The lease the lock was held under.
-        lease: LeaseId,
+        /// The lock.
+        lock: LockId,
+        /// The acquisition whose key went.
+        token: Token,
     },
-    /// The application releases the lock.
-    Release,
+    /// The application releases `lock`.
+    Release {
+        /// The lock.
+        lock: LockId,
+    },
+    /// The session is closed: every lock is released and the lease revoked.
+    Close,
     /// `on_fence` of `token` has returned (the driver ran it).
     FenceDelivered {
+        /// The lock.
+        lock: LockId,
         /// The fenced token.
         token: Token,
     },
-    /// No permit is in flight any more, as asked by
+    /// No permit of `lock` is in flight any more, as asked by
     /// [`Holder::watching_permits`].
-    PermitsEnded,
+    PermitsEnded {
+        /// The lock.
+        lock: LockId,
+    },
     /// The timer from [`Holder::poll_timeout`] fired (or any wake-up).
     Timer,
 }
@@ -432,14 +461,29 @@ pub enum Action {
         /// TTL to ask for.
         ttl: Duration,
     },
-    /// Acquire the lock under `lease`.
+    /// Acquire lock `lock` under `lease` (put its key, wait for its turn).
     Lock {
         /// Matches the reply.
         req: ReqId,
+        /// The lock.
+        lock: LockId,
         /// The lease to hold it under.
         lease: LeaseId,
         /// Queue behind the holder.
         wait: bool,
+    },
+    /// Delete the key of `lock` under `lease` (the lease lives on): with the
+    /// token held, or `None` for an acquisition cut short, whose request in
+    /// flight is to be abandoned first. Retried until done.
+    Unlock {
+        /// Matches the reply.
+        req: ReqId,
+        /// The lock.
+        lock: LockId,
+        /// The lease the key is under.
+        lease: LeaseId,
+        /// The acquisition to delete, if known.
+        token: Option<Token>,
     },
     /// Send a keepalive. The machine took `now` as its send time: send at once.
     Keepalive {
@@ -453,43 +497,69 @@ pub enum Action {
         /// The lease.
         lease: LeaseId,
     },
-    /// Publish the new state and call `on_state_change`.
-    Transition(StateChange),
-    /// Call `on_fence` for this token (once per token).
+    /// Publish the new state of `lock` and call its `on_state_change`.
+    Transition {
+        /// The lock.
+        lock: LockId,
+        /// The change.
+        change: StateChange,
+    },
+    /// The session's deadline moved: publish it to every held lock.
+    Deadline,
+    /// Call `on_fence` of `lock` for this token (once per token).
     Fence {
+        /// The lock.
+        lock: LockId,
         /// The dead token.
         token: Token,
     },
-    /// Call `on_acquired`, complete waiting acquirers.
+    /// Call `on_acquired` of `lock`, complete its waiting acquirers, watch
+    /// its key.
     Acquired {
+        /// The lock.
+        lock: LockId,
         /// The new token.
         token: Token,
     },
-    /// Complete waiting acquirers with an error.
+    /// Complete the waiting acquirers of `lock` with an error.
     AcquireFailed {
+        /// The lock.
+        lock: LockId,
         /// Why.
         error: AcquireError,
     },
-    /// Fail only the acquire call just made (the others go on).
+    /// Fail only the acquire call of `lock` just made (the others go on).
     AcquireRefused {
+        /// The lock.
+        lock: LockId,
         /// Why.
         error: AcquireError,
     },
-    /// Call `on_drained`: the lock left `Holding` and no permit is in
+    /// Call `on_drained` of `lock`: it left `Holding` and no permit is in
     /// flight.
-    Drained,
+    Drained {
+        /// The lock.
+        lock: LockId,
+    },
 }
 
-/// A fenced lease whose revoke waits (docs/design.md §11).
+/// A fenced token whose lease's revoke waits for it (docs/design.md §11).
 #[derive(Copy, Clone, Debug)]
-struct HeldRevoke {
-    lease: LeaseId,
+struct FencedToken {
+    lock: LockId,
     token: Token,
     /// `on_fence` returned.
     delivered: bool,
     /// No permit of the token is in flight.
     ended: bool,
-    /// The server's expiry of the lease has surely passed by then.
+}
+
+/// A fenced lease whose revoke waits until every token fenced with it is
+/// delivered and ended, or its server-side expiry has surely passed.
+#[derive(Clone, Debug)]
+struct HeldRevoke {
+    lease: LeaseId,
+    tokens: Vec<FencedToken>,
     expired_by: Instant,
 }
 
@@ -499,114 +569,198 @@ struct Pending {
     sent_at: Instant,
 }
 
-/// The sans-IO holder of one lock.
+/// One lock of the session.
+#[derive(Debug)]
+struct Slot {
+    name: std::sync::Arc<str>,
+    state: State,
+    token: Option<Token>,
+    last_token: Option<Token>,
+    wait: bool,
+    give_up_at: Option<Instant>,
+    /// Outstanding lock request, under the lease of the session.
+    lock_req: Option<ReqId>,
+    /// Waiting for its turn (a lock request queued at the service, or
+    /// behind another lock of this session with the same name).
+    queued: bool,
+    acquire_retry_at: Option<Instant>,
+    /// Outstanding delete of this lock's key under the current lease.
+    unlocking: Option<ReqId>,
+    /// Left `Holding`: waiting for the last permit in flight to end.
+    watching: bool,
+    /// No permit in flight since the lock left `Holding`.
+    quiet: bool,
+}
+
+impl Slot {
+    fn acquiring(&self) -> bool {
+        matches!(self.state, State::Acquiring | State::Reacquiring)
+    }
+
+    fn holding(&self) -> bool {
+        matches!(self.state, State::Holding | State::Draining)
+    }
+}
+
+/// The sans-IO holder of one session: one lease, one keepalive loop, one
+/// local deadline, and any number of locks held under that lease.
 #[derive(Debug)]
 pub struct Holder {
     opts: Options,
-    state: State,
     next_req: ReqId,
-    /// Lease of the current session, once granted.
+    /// Lease of the session, once granted.
     lease: Option<LeaseId>,
     /// Outstanding lease grant.
     grant: Option<Pending>,
-    /// Outstanding lock request.
-    lock_req: Option<(ReqId, LeaseId)>,
+    grant_retry_at: Option<Instant>,
     /// Outstanding keepalives of this lease, oldest first.
     keepalives: VecDeque<Pending>,
-    /// Local deadline of the lease (and of the lock while holding).
+    /// Local deadline of the lease (and of every lock held under it).
     deadline: Option<Instant>,
     next_keepalive: Option<Instant>,
     /// A keepalive failed and none was confirmed since: retrying.
     failing: bool,
     keepalive_retry_at: Option<Instant>,
-    acquire_retry_at: Option<Instant>,
-    token: Option<Token>,
-    last_token: Option<Token>,
-    wait: bool,
-    give_up_at: Option<Instant>,
     /// Send time of the last request that may have renewed the lease.
     last_renewal: Option<Instant>,
     /// The TTL granted for the current lease.
     granted_ttl: Duration,
-    /// Left `Holding`: waiting for the last permit in flight to end.
-    watching: bool,
-    /// No permit in flight since the lock left `Holding`.
-    quiet: bool,
+    /// Closed: no acquisition any more.
+    closed: bool,
+    locks: BTreeMap<LockId, Slot>,
+    /// The locks acquiring (the only ones with timers of their own).
+    pending: BTreeSet<LockId>,
+    /// Per name, the lock of this session whose key under the current
+    /// lease may exist: another lock of the same name waits for it to go.
+    keys: HashMap<std::sync::Arc<str>, LockId>,
     held: Vec<HeldRevoke>,
     actions: VecDeque<Action>,
 }
 
 impl Holder {
-    /// A holder in state `Idle`. `opts` should have passed
+    /// A session with no lease and no lock yet. `opts` should have passed
     /// [`Options::validate`].
     pub fn new(opts: Options) -> Holder {
         Holder {
             opts,
-            state: State::Idle,
             next_req: 1,
             lease: None,
             grant: None,
-            lock_req: None,
+            grant_retry_at: None,
             keepalives: VecDeque::new(),
             deadline: None,
             next_keepalive: None,
             failing: false,
             keepalive_retry_at: None,
-            acquire_retry_at: None,
-            token: None,
-            last_token: None,
-            wait: false,
-            give_up_at: None,
             last_renewal: None,
             granted_ttl: Duration::ZERO,
-            watching: false,
-            quiet: false,
+            closed: false,
+            locks: BTreeMap::new(),
+            pending: BTreeSet::new(),
+            keys: HashMap::new(),
             held: Vec::new(),
             actions: VecDeque::new(),
         }
     }
 
-    /// Whether the driver must report [`Event::PermitsEnded`] once no
-    /// permit is in flight (drain detection is the machine's).
-    pub fn watching_permits(&self) -> bool {
-        self.watching || self.held.iter().any(|h| !h.ended)
+    /// Adds the lock `id` called `name` (in state `Idle`); `id` is the
+    /// caller's and must be new.
+    pub fn add_lock(&mut self, id: LockId, name: &str) {
+        self.locks.insert(
+            id,
+            Slot {
+                name: name.into(),
+                state: State::Idle,
+                token: None,
+                last_token: None,
+                wait: false,
+                give_up_at: None,
+                lock_req: None,
+                queued: false,
+                acquire_retry_at: None,
+                unlocking: None,
+                watching: false,
+                quiet: false,
+            },
+        );
     }
 
-    /// The lease a guarded write of `token` is made under, if `token` is the
-    /// one held now and its deadline has not passed: a write with any other
-    /// token (stale, or not this holder's) is refused before any request.
-    pub fn write_lease(&self, now: Instant, token: Token) -> Option<LeaseId> {
-        let holding = matches!(self.state, State::Holding | State::Draining);
-        (holding && self.token == Some(token) && self.deadline.is_some_and(|d| now < d))
+    /// Whether `lock` has nothing left to do: released, its key deleted, no
+    /// permit awaited and no fenced token of it waiting. The driver then
+    /// removes a lock whose handle is gone.
+    pub fn finished(&self, lock: LockId) -> bool {
+        self.locks.get(&lock).is_none_or(|s| {
+            s.state == State::Released
+                && s.unlocking.is_none()
+                && !self.watching_permits(lock)
+                && self.keys.get(&s.name) != Some(&lock)
+        })
+    }
+
+    /// Forgets a [`Holder::finished`] lock.
+    pub fn remove_lock(&mut self, lock: LockId) {
+        debug_assert!(self.finished(lock));
+        self.locks.remove(&lock);
+        self.pending.remove(&lock);
+    }
+
+    /// Whether the session has nothing left to do once closed: no lock, no
+    /// held revoke.
+    pub fn idle(&self) -> bool {
+        self.locks.is_empty() && self.held.is_empty()
+    }
+
+    /// Whether the driver must report [`Event::PermitsEnded`] for `lock`
+    /// once none of its permits is in flight (drain detection is the
+    /// machine's).
+    pub fn watching_permits(&self, lock: LockId) -> bool {
+        self.locks.get(&lock).is_some_and(|s| s.watching)
+            || self
+                .held
+                .iter()
+                .any(|h| h.tokens.iter().any(|t| t.lock == lock && !t.ended))
+    }
+
+    /// The lease a guarded write of `token` by `lock` is made under, if
+    /// `token` is the one it holds now and the deadline has not passed.
+    pub fn write_lease(&self, now: Instant, lock: LockId, token: Token) -> Option<LeaseId> {
+        let s = self.locks.get(&lock)?;
+        (s.holding() && s.token == Some(token) && self.deadline.is_some_and(|d| now < d))
             .then_some(self.lease)
             .flatten()
     }
 
-    /// The current state.
-    pub fn state(&self) -> State {
-        self.state
+    /// The state of `lock` (`Released` once removed).
+    pub fn state(&self, lock: LockId) -> State {
+        self.locks.get(&lock).map_or(State::Released, |s| s.state)
     }
 
-    /// The token held (while `Holding` or `Draining`).
-    pub fn token(&self) -> Option<Token> {
-        self.token
+    /// The token `lock` holds (while `Holding` or `Draining`).
+    pub fn token(&self, lock: LockId) -> Option<Token> {
+        self.locks.get(&lock).and_then(|s| s.token)
     }
 
-    /// The local deadline of the current lease, if any.
+    /// The local deadline of the session's lease, if any.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
     }
 
-    /// The current lease, if any.
+    /// The session's lease, if any.
     pub fn lease(&self) -> Option<LeaseId> {
         self.lease
     }
 
-    /// The permit rule at `now`: the token and deadline, or why not.
-    pub fn permit(&self, now: Instant) -> Result<(Token, Instant), Refused> {
+    /// The locks of the session, in the order they were added.
+    pub fn locks(&self) -> impl Iterator<Item = LockId> + '_ {
+        self.locks.keys().copied()
+    }
+
+    /// The permit rule for `lock` at `now`: the token and deadline, or why
+    /// not.
+    pub fn permit(&self, lock: LockId, now: Instant) -> Result<(Token, Instant), Refused> {
         let deadline = self.deadline.unwrap_or(Instant::ZERO);
-        decide(self.state, deadline, now)?;
-        Ok((self.token.expect("holding without a token"), deadline))
+        decide(self.state(lock), deadline, now)?;
+        Ok((self.token(lock).expect("holding without a token"), deadline))
     }
 
     /// The next action to perform, in order.
@@ -617,7 +771,6 @@ impl Holder {
     /// When the driver must call `handle(now, Event::Timer)` next.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let timeout = self.opts.keepalive_timeout;
-        let acquiring = self.state == State::Acquiring;
         let mut at: Option<Instant> = None;
         // Each candidate is looked at only when present: comparing whole
         // `Option`s let optimised code read a `None`'s unset payload, which
@@ -631,19 +784,23 @@ impl Holder {
             }
         };
         consider(self.deadline);
-        if acquiring {
-            consider(self.give_up_at);
-        }
         for p in &self.keepalives {
             consider(Some(p.sent_at + timeout));
         }
         consider(self.grant.map(|p| p.sent_at + timeout));
+        consider(self.grant_retry_at);
         if self.failing {
             consider(self.keepalive_retry_at);
         } else {
             consider(self.next_keepalive);
         }
-        consider(self.acquire_retry_at);
+        for id in &self.pending {
+            let s = &self.locks[id];
+            if s.state == State::Acquiring {
+                consider(s.give_up_at);
+            }
+            consider(s.acquire_retry_at);
+        }
         for h in &self.held {
             consider(Some(h.expired_by));
         }
@@ -653,32 +810,40 @@ impl Holder {
     /// Feeds one event at `now`. Timers due at `now` are handled first, so a
     /// reply that arrives after the deadline finds the token already fenced.
     pub fn handle(&mut self, now: Instant, event: Event) {
-        if event == Event::PermitsEnded {
+        if let Event::PermitsEnded { lock } = event {
             // Observed before any timer due now: a fence those timers cause
             // may follow a permit granted after the observation.
-            self.on_permits_ended(now);
+            self.on_permits_ended(now, lock);
             self.poll_timers(now);
             return;
         }
         self.poll_timers(now);
         match event {
-            Event::Acquire { wait, until } => self.on_acquire(now, wait, until),
+            Event::Acquire { lock, wait, until } => self.on_acquire(now, lock, wait, until),
             Event::LeaseGranted { req, lease, ttl } => self.on_granted(now, req, lease, ttl),
             Event::GrantFailed { req } => {
                 if self.grant.is_some_and(|p| p.req == req) {
                     self.grant = None;
-                    self.acquire_attempt_failed(now);
+                    self.grant_failed(now);
                 }
             }
-            Event::Locked { req, lease, token } => self.on_locked(now, req, lease, token),
-            Event::LockFailed { req, busy } => {
-                if self.lock_req.is_some_and(|(r, _)| r == req) {
-                    self.lock_req = None;
-                    if busy && !self.wait {
-                        self.fail_acquire(AcquireError::WouldBlock, Reason::WouldBlock);
-                    } else {
-                        self.acquire_attempt_failed(now);
+            Event::Locked {
+                req,
+                lock,
+                lease,
+                token,
+            } => self.on_locked(now, req, lock, lease, token),
+            Event::LockFailed { req, lock, busy } => self.on_lock_failed(now, req, lock, busy),
+            Event::Unlocked { req, lock } => {
+                if let Some(s) = self.locks.get_mut(&lock)
+                    && s.unlocking == Some(req)
+                {
+                    s.unlocking = None;
+                    let name = s.name.clone();
+                    if self.keys.get(&name) == Some(&lock) {
+                        self.keys.remove(&name);
                     }
+                    self.send_waiting(now, Some(&name));
                 }
             }
             Event::KeepaliveConfirmed { req, ttl } => self.on_confirmed(now, req, ttl),
@@ -693,20 +858,22 @@ impl Holder {
                     self.lease_gone(now, Reason::LeaseLost);
                 }
             }
-            Event::LockLost { lease } => {
-                let holding = matches!(self.state, State::Holding | State::Draining);
-                if holding && self.lease == Some(lease) {
-                    self.lease_gone(now, Reason::LockLost);
-                }
-            }
-            Event::Release => self.on_release(),
-            Event::FenceDelivered { token } => {
-                for h in self.held.iter_mut().filter(|h| h.token == token) {
-                    h.delivered = true;
+            Event::LockLost { lock, token } => self.on_lock_lost(now, lock, token),
+            Event::Release { lock } => self.on_release(now, lock),
+            Event::Close => self.on_close(now),
+            Event::FenceDelivered { lock, token } => {
+                for h in &mut self.held {
+                    for t in h
+                        .tokens
+                        .iter_mut()
+                        .filter(|t| t.lock == lock && t.token == token)
+                    {
+                        t.delivered = true;
+                    }
                 }
                 self.release_held(now);
             }
-            Event::PermitsEnded => unreachable!("handled first"),
+            Event::PermitsEnded { .. } => unreachable!("handled first"),
             Event::Timer => {}
         }
         self.poll_timers(now);
@@ -718,62 +885,90 @@ impl Holder {
         r
     }
 
-    fn transition(&mut self, to: State, reason: Reason) {
-        let from = self.state;
-        self.state = to;
+    fn slot(&mut self, lock: LockId) -> &mut Slot {
+        self.locks.get_mut(&lock).expect("a lock of this session")
+    }
+
+    fn transition(&mut self, lock: LockId, to: State, reason: Reason) {
+        let s = self.locks.get_mut(&lock).expect("a lock of this session");
+        let from = s.state;
+        s.state = to;
         if from == State::Holding && matches!(to, State::Draining | State::Fenced) {
             // A drain or a fence: no new permits; wait for the last one.
-            self.watching = true;
-            self.quiet = false;
+            s.watching = true;
+            s.quiet = false;
         }
         if to == State::Holding {
             // A drain begun goes on through a release: on_drained still
             // tells when the last permit ended.
-            self.watching = false;
+            s.watching = false;
         }
-        self.actions
-            .push_back(Action::Transition(StateChange { from, to, reason }));
-    }
-
-    fn acquiring(&self) -> bool {
-        matches!(self.state, State::Acquiring | State::Reacquiring)
-    }
-
-    /// Forgets the session (lease, requests, timers); revokes the lease.
-    fn end_session(&mut self) {
-        if let Some(lease) = self.lease.take() {
-            self.actions.push_back(Action::Revoke { lease });
+        if matches!(to, State::Acquiring | State::Reacquiring) {
+            self.pending.insert(lock);
+        } else {
+            self.pending.remove(&lock);
         }
-        self.forget_session();
+        self.actions.push_back(Action::Transition {
+            lock,
+            change: StateChange { from, to, reason },
+        });
     }
 
-    /// A fenced token's lease: revoked once `on_fence` returned and no
-    /// permit is in flight, or once the server's expiry has passed anyway.
-    fn hold_revoke(&mut self, now: Instant, token: Token) {
-        if let Some(lease) = self.lease.take() {
-            let renewed = self.last_renewal.unwrap_or(now);
-            self.held.push(HeldRevoke {
-                lease,
-                token,
-                delivered: false,
-                // `quiet` speaks of the drain now under way only.
-                ended: self.state != State::Holding && self.quiet,
-                expired_by: renewed + self.granted_ttl,
+    /// Whether any lock waits for a lease.
+    fn wants_lease(&self) -> bool {
+        !self.closed && !self.pending.is_empty()
+    }
+
+    /// Asks for a lease if a lock waits for one and none is coming.
+    fn ensure_lease(&mut self, now: Instant) {
+        if self.lease.is_none()
+            && self.grant.is_none()
+            && self.grant_retry_at.is_none()
+            && self.wants_lease()
+        {
+            let req = self.req();
+            self.grant = Some(Pending { req, sent_at: now });
+            self.actions.push_back(Action::Grant {
+                req,
+                ttl: self.opts.ttl,
             });
         }
-        self.forget_session();
     }
 
-    /// No permit is in flight: the drain under way is over, and so is the
-    /// work of every fenced token.
-    fn on_permits_ended(&mut self, now: Instant) {
-        if self.watching {
-            self.watching = false;
-            self.quiet = true;
-            self.actions.push_back(Action::Drained);
+    /// Forgets the lease and everything tied to it (requests, timers, key
+    /// records); the caller revokes it or holds its revoke.
+    fn forget_lease(&mut self) {
+        self.lease = None;
+        self.last_renewal = None;
+        self.keepalives.clear();
+        self.deadline = None;
+        self.next_keepalive = None;
+        self.failing = false;
+        self.keepalive_retry_at = None;
+        self.keys.clear();
+        for s in self.locks.values_mut() {
+            // Requests under the old lease are abandoned (the driver aborts
+            // them with the lease); its keys went with it.
+            s.lock_req = None;
+            s.unlocking = None;
+        }
+        self.actions.push_back(Action::Deadline);
+    }
+
+    /// No permit of `lock` is in flight: its drain under way is over, and so
+    /// is the work of its fenced tokens.
+    fn on_permits_ended(&mut self, now: Instant, lock: LockId) {
+        if let Some(s) = self.locks.get_mut(&lock)
+            && s.watching
+        {
+            s.watching = false;
+            s.quiet = true;
+            self.actions.push_back(Action::Drained { lock });
         }
         for h in &mut self.held {
-            h.ended = true;
+            for t in h.tokens.iter_mut().filter(|t| t.lock == lock) {
+                t.ended = true;
+            }
         }
         self.release_held(now);
     }
@@ -789,7 +984,7 @@ impl Holder {
     fn release_held(&mut self, now: Instant) {
         let actions = &mut self.actions;
         self.held.retain(|h| {
-            let go = (h.delivered && h.ended) || now >= h.expired_by;
+            let go = h.tokens.iter().all(|t| t.delivered && t.ended) || now >= h.expired_by;
             if go {
                 actions.push_back(Action::Revoke { lease: h.lease });
             }
@@ -797,39 +992,28 @@ impl Holder {
         });
     }
 
-    fn forget_session(&mut self) {
-        self.last_renewal = None;
-        self.grant = None;
-        self.lock_req = None;
-        self.keepalives.clear();
-        self.deadline = None;
-        self.next_keepalive = None;
-        self.failing = false;
-        self.keepalive_retry_at = None;
-        self.acquire_retry_at = None;
-    }
-
-    fn start_session(&mut self, now: Instant) {
-        self.end_session();
-        let req = self.req();
-        self.grant = Some(Pending { req, sent_at: now });
-        self.actions.push_back(Action::Grant {
-            req,
-            ttl: self.opts.ttl,
-        });
-    }
-
-    fn on_acquire(&mut self, now: Instant, wait: bool, until: Option<Instant>) {
-        match self.state {
+    fn on_acquire(&mut self, now: Instant, lock: LockId, wait: bool, until: Option<Instant>) {
+        if self.closed {
+            self.actions.push_back(Action::AcquireRefused {
+                lock,
+                error: AcquireError::Released,
+            });
+            return;
+        }
+        match self.slot(lock).state {
             State::Idle | State::Released | State::Fenced => {
-                self.wait = wait;
-                self.give_up_at = until;
-                self.transition(State::Acquiring, Reason::Acquire);
-                self.start_session(now);
+                let s = self.slot(lock);
+                s.wait = wait;
+                s.give_up_at = until;
+                s.queued = false;
+                s.acquire_retry_at = None;
+                self.transition(lock, State::Acquiring, Reason::Acquire);
+                self.try_lock(now, lock);
             }
             // One acquire at a time per handle: the one in progress goes on.
             State::Acquiring | State::Holding | State::Draining => {
                 self.actions.push_back(Action::AcquireRefused {
+                    lock,
                     error: AcquireError::AlreadyHeld,
                 })
             }
@@ -838,17 +1022,68 @@ impl Holder {
         }
     }
 
+    /// Sends the lock request of an acquiring `lock` if it can go now: a
+    /// lease is there and no other lock of this session has the name's
+    /// key (nor this one, still deleting its last key).
+    fn try_lock(&mut self, now: Instant, lock: LockId) {
+        let Some(lease) = self.lease else {
+            self.ensure_lease(now);
+            return;
+        };
+        let s = &self.locks[&lock];
+        if !s.acquiring() || s.lock_req.is_some() || s.acquire_retry_at.is_some() {
+            return;
+        }
+        if let Some(&other) = self.keys.get(&s.name)
+            && (other != lock || s.unlocking.is_some())
+        {
+            let (wait, state) = (s.wait, s.state);
+            if other != lock && !wait && state == State::Acquiring {
+                // `try_acquire`: held (or being taken) by this session.
+                self.fail_acquire(lock, AcquireError::WouldBlock, Reason::WouldBlock);
+            } else {
+                self.slot(lock).queued = true;
+            }
+            return;
+        }
+        let req = self.req();
+        let s = self.slot(lock);
+        s.lock_req = Some(req);
+        let (wait, name) = (s.wait || s.state == State::Reacquiring, s.name.clone());
+        self.keys.insert(name, lock);
+        self.actions.push_back(Action::Lock {
+            req,
+            lock,
+            lease,
+            wait,
+        });
+    }
+
+    /// Sends the lock requests that can go now: of the locks called `name`
+    /// (a key just freed), or of every acquiring lock (a new lease).
+    fn send_waiting(&mut self, now: Instant, name: Option<&std::sync::Arc<str>>) {
+        let ids: Vec<LockId> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|id| name.is_none_or(|n| self.locks[id].name == *n))
+            .collect();
+        for id in ids {
+            self.try_lock(now, id);
+        }
+    }
+
     fn on_granted(&mut self, now: Instant, req: ReqId, lease: LeaseId, ttl: Duration) {
-        let Some(p) = self.grant.filter(|p| p.req == req && self.acquiring()) else {
+        let Some(p) = self.grant.filter(|p| p.req == req) else {
             // A grant we gave up on: its lease would only block us (a
             // duplicate reply for the current lease must not revoke it).
             self.revoke_stray(lease);
             return;
         };
         self.grant = None;
-        if ttl.is_zero() {
+        if ttl.is_zero() || self.closed {
             self.actions.push_back(Action::Revoke { lease });
-            self.acquire_attempt_failed(now);
+            self.grant_failed(now);
             return;
         }
         self.lease = Some(lease);
@@ -856,62 +1091,131 @@ impl Holder {
         self.last_renewal = Some(p.sent_at);
         self.deadline = Some(p.sent_at + ttl - self.opts.margin);
         self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
-        self.send_lock(lease);
+        self.actions.push_back(Action::Deadline);
+        self.send_waiting(now, None);
     }
 
-    fn send_lock(&mut self, lease: LeaseId) {
-        let req = self.req();
-        self.lock_req = Some((req, lease));
-        self.actions.push_back(Action::Lock {
-            req,
-            lease,
-            wait: self.wait,
-        });
+    /// No lease this time: a `try_acquire` fails, waiting locks try again
+    /// after the retry interval.
+    fn grant_failed(&mut self, now: Instant) {
+        let once: Vec<LockId> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|id| {
+                let s = &self.locks[id];
+                !s.wait && s.state == State::Acquiring
+            })
+            .collect();
+        for id in once {
+            self.fail_acquire(id, AcquireError::Backend, Reason::AcquireFailed);
+        }
+        if self.wants_lease() {
+            self.grant_retry_at = Some(now + self.opts.retry_interval);
+        }
     }
 
-    fn on_locked(&mut self, now: Instant, req: ReqId, lease: LeaseId, token: Token) {
-        if self.lock_req.is_none_or(|(r, _)| r != req) || !self.acquiring() {
-            self.revoke_stray(lease);
+    fn on_locked(&mut self, now: Instant, req: ReqId, lock: LockId, lease: LeaseId, token: Token) {
+        let current = self.lease == Some(lease);
+        let mine = self
+            .locks
+            .get(&lock)
+            .is_some_and(|s| s.lock_req == Some(req) && s.acquiring());
+        if !mine || !current {
+            if current {
+                // An acquisition given up on: delete its key, by token (a
+                // later acquisition's key has a higher one).
+                let req = self.req();
+                self.actions.push_back(Action::Unlock {
+                    req,
+                    lock,
+                    lease,
+                    token: Some(token),
+                });
+            } else {
+                self.revoke_stray(lease);
+            }
             return;
         }
-        self.lock_req = None;
-        if self.last_token.is_some_and(|last| token <= last) {
-            tracing::error!(%token, last = ?self.last_token, "lock service returned a token that is not higher; acquiring again");
-            self.start_session(now);
+        let s = self.slot(lock);
+        s.lock_req = None;
+        s.queued = false;
+        if s.last_token.is_some_and(|last| token <= last) {
+            tracing::error!(%token, last = ?s.last_token, "lock service returned a token that is not higher; acquiring again");
+            let req = self.req();
+            self.slot(lock).unlocking = Some(req);
+            self.actions.push_back(Action::Unlock {
+                req,
+                lock,
+                lease,
+                token: Some(token),
+            });
             return;
         }
-        self.token = Some(token);
-        self.last_token = Some(token);
-        self.give_up_at = None;
-        let reason = if self.state == State::Reacquiring {
+        s.token = Some(token);
+        s.last_token = Some(token);
+        s.give_up_at = None;
+        let reason = if s.state == State::Reacquiring {
             Reason::Reacquired
         } else {
             Reason::Acquired
         };
-        self.transition(State::Holding, reason);
-        self.actions.push_back(Action::Acquired { token });
+        self.transition(lock, State::Holding, reason);
+        self.actions.push_back(Action::Acquired { lock, token });
         if self.failing {
-            self.transition(State::Draining, Reason::KeepaliveFailed);
+            self.transition(lock, State::Draining, Reason::KeepaliveFailed);
         }
+        let _ = now;
     }
 
-    fn acquire_attempt_failed(&mut self, now: Instant) {
-        if !self.acquiring() {
+    fn on_lock_failed(&mut self, now: Instant, req: ReqId, lock: LockId, busy: bool) {
+        let Some(s) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if s.lock_req != Some(req) || !s.acquiring() {
             return;
         }
-        if self.wait {
-            self.acquire_retry_at = Some(now + self.opts.retry_interval);
+        s.lock_req = None;
+        if busy && !s.wait && s.state == State::Acquiring {
+            self.fail_acquire(lock, AcquireError::WouldBlock, Reason::WouldBlock);
+        } else if !s.wait && s.state == State::Acquiring {
+            self.fail_acquire(lock, AcquireError::Backend, Reason::AcquireFailed);
         } else {
-            self.fail_acquire(AcquireError::Backend, Reason::AcquireFailed);
+            // The request may have put the key: trying again finds it.
+            s.acquire_retry_at = Some(now + self.opts.retry_interval);
         }
     }
 
-    fn fail_acquire(&mut self, error: AcquireError, reason: Reason) {
-        self.end_session();
-        self.give_up_at = None;
-        self.wait = false;
-        self.transition(State::Idle, reason);
-        self.actions.push_back(Action::AcquireFailed { error });
+    /// Deletes the key an acquisition of `lock` may have put under the
+    /// current lease (a request cut short): the lock waits for the delete
+    /// before asking again.
+    fn drop_key(&mut self, lock: LockId) {
+        let Some(lease) = self.lease else { return };
+        let name = self.locks[&lock].name.clone();
+        if self.keys.get(&name) != Some(&lock) || self.locks[&lock].unlocking.is_some() {
+            return;
+        }
+        let req = self.req();
+        let s = self.slot(lock);
+        s.lock_req = None;
+        s.unlocking = Some(req);
+        self.actions.push_back(Action::Unlock {
+            req,
+            lock,
+            lease,
+            token: None,
+        });
+    }
+
+    fn fail_acquire(&mut self, lock: LockId, error: AcquireError, reason: Reason) {
+        self.drop_key(lock);
+        let s = self.slot(lock);
+        s.give_up_at = None;
+        s.wait = false;
+        s.queued = false;
+        s.acquire_retry_at = None;
+        self.transition(lock, State::Idle, reason);
+        self.actions.push_back(Action::AcquireFailed { lock, error });
     }
 
     fn on_confirmed(&mut self, now: Instant, req: ReqId, ttl: Duration) {
@@ -928,12 +1232,22 @@ impl Holder {
             return;
         }
         let d = p.sent_at + ttl - self.opts.margin;
-        self.deadline = Some(self.deadline.map_or(d, |old| old.max(d)));
+        let deadline = self.deadline.map_or(d, |old| old.max(d));
+        if self.deadline != Some(deadline) {
+            self.deadline = Some(deadline);
+            self.actions.push_back(Action::Deadline);
+        }
         self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
         self.failing = false;
         self.keepalive_retry_at = None;
-        if self.state == State::Draining {
-            self.transition(State::Holding, Reason::Resumed);
+        let draining: Vec<LockId> = self
+            .locks
+            .iter()
+            .filter(|(_, s)| s.state == State::Draining)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in draining {
+            self.transition(id, State::Holding, Reason::Resumed);
         }
     }
 
@@ -943,45 +1257,148 @@ impl Holder {
         }
         self.failing = true;
         self.keepalive_retry_at = Some(now + self.opts.retry_interval);
-        if self.state == State::Holding {
-            self.transition(State::Draining, reason);
+        let holding: Vec<LockId> = self
+            .locks
+            .iter()
+            .filter(|(_, s)| s.state == State::Holding)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in holding {
+            self.transition(id, State::Draining, reason);
         }
     }
 
-    /// The lease is gone (deadline passed, or the server said so).
+    /// Fences the token `lock` holds; it acquires again if the options say
+    /// so. The caller deals with the lease.
+    fn fence(&mut self, lock: LockId, reason: Reason) -> Option<Token> {
+        let s = self.slot(lock);
+        if !s.holding() {
+            return None;
+        }
+        let token = s.token.take().expect("holding without a token");
+        self.transition(lock, State::Fenced, reason);
+        self.actions.push_back(Action::Fence { lock, token });
+        if self.opts.reacquire && !self.closed {
+            let s = self.slot(lock);
+            s.wait = true;
+            s.give_up_at = None;
+            s.queued = false;
+            s.acquire_retry_at = None;
+            self.transition(lock, State::Reacquiring, Reason::Reacquire);
+        }
+        Some(token)
+    }
+
+    /// The lease is gone (deadline passed, or the server said so): every
+    /// lock held under it fences, and the session takes a new lease for the
+    /// locks that acquire again.
     fn lease_gone(&mut self, now: Instant, reason: Reason) {
-        match self.state {
-            State::Holding | State::Draining => {
-                let token = self.token.take().expect("holding without a token");
-                self.hold_revoke(now, token);
-                self.transition(State::Fenced, reason);
-                self.actions.push_back(Action::Fence { token });
-                if self.opts.reacquire {
-                    self.wait = true;
-                    self.give_up_at = None;
-                    self.transition(State::Reacquiring, Reason::Reacquire);
-                    self.start_session(now);
-                }
+        let Some(lease) = self.lease else { return };
+        let expired_by = self.last_renewal.unwrap_or(now) + self.granted_ttl;
+        let ids: Vec<LockId> = self.locks.keys().copied().collect();
+        let mut tokens = Vec::new();
+        for id in ids {
+            let quiet = {
+                let s = &self.locks[&id];
+                s.state != State::Holding && s.quiet
+            };
+            if let Some(token) = self.fence(id, reason) {
+                tokens.push(FencedToken {
+                    lock: id,
+                    token,
+                    delivered: false,
+                    // `quiet` speaks of the drain now under way only.
+                    ended: quiet,
+                });
             }
-            // No token to fence: start over with a fresh lease.
-            State::Acquiring | State::Reacquiring => self.start_session(now),
-            State::Idle | State::Fenced | State::Released => self.end_session(),
         }
+        self.forget_lease();
+        if tokens.is_empty() {
+            self.actions.push_back(Action::Revoke { lease });
+        } else {
+            self.held.push(HeldRevoke {
+                lease,
+                tokens,
+                expired_by,
+            });
+        }
+        self.ensure_lease(now);
     }
 
-    fn on_release(&mut self) {
-        if self.state == State::Released {
+    /// The key of `lock` was deleted under a live lease: that lock alone
+    /// fences and, if it acquires again, does so under the same lease.
+    fn on_lock_lost(&mut self, now: Instant, lock: LockId, token: Token) {
+        let Some(s) = self.locks.get(&lock) else {
+            return;
+        };
+        if !s.holding() || s.token != Some(token) {
             return;
         }
-        let was_acquiring = self.acquiring();
-        self.end_session();
-        self.token = None;
-        self.give_up_at = None;
-        self.transition(State::Released, Reason::Release);
+        let name = s.name.clone();
+        self.fence(lock, Reason::LockLost);
+        if self.keys.get(&name) == Some(&lock) {
+            self.keys.remove(&name);
+        }
+        self.send_waiting(now, Some(&name));
+    }
+
+    fn on_release(&mut self, now: Instant, lock: LockId) {
+        let Some(s) = self.locks.get(&lock) else {
+            return;
+        };
+        if s.state == State::Released {
+            return;
+        }
+        let (was_acquiring, token) = (s.acquiring(), s.token);
+        let name = s.name.clone();
+        let s = self.slot(lock);
+        s.token = None;
+        s.give_up_at = None;
+        s.queued = false;
+        s.acquire_retry_at = None;
+        match (token, self.lease) {
+            (Some(token), Some(lease)) if self.keys.get(&name) == Some(&lock) => {
+                let req = self.req();
+                let s = self.slot(lock);
+                s.lock_req = None;
+                s.unlocking = Some(req);
+                self.actions.push_back(Action::Unlock {
+                    req,
+                    lock,
+                    lease,
+                    token: Some(token),
+                });
+            }
+            _ => self.drop_key(lock),
+        }
+        self.transition(lock, State::Released, Reason::Release);
         if was_acquiring {
             self.actions.push_back(Action::AcquireFailed {
+                lock,
                 error: AcquireError::Released,
             });
+        }
+        self.send_waiting(now, Some(&name));
+    }
+
+    /// Closes the session: every lock is released and the lease revoked
+    /// (one request deletes every key).
+    fn on_close(&mut self, now: Instant) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let ids: Vec<LockId> = self.locks.keys().copied().collect();
+        let lease = self.lease;
+        // The revoke deletes every key: no delete of its own per lock.
+        self.forget_lease();
+        for id in ids {
+            self.on_release(now, id);
+        }
+        self.grant = None;
+        self.grant_retry_at = None;
+        if let Some(lease) = lease {
+            self.actions.push_back(Action::Revoke { lease });
         }
     }
 
@@ -997,15 +1414,25 @@ impl Holder {
         if self.deadline.is_some_and(|d| now >= d) {
             self.lease_gone(now, Reason::Deadline);
         }
-        if self.state == State::Acquiring && self.give_up_at.is_some_and(|t| now >= t) {
+        let due: Vec<LockId> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|id| {
+                let s = &self.locks[id];
+                s.state == State::Acquiring && s.give_up_at.is_some_and(|t| now >= t)
+            })
+            .collect();
+        for id in due {
             // `timeout` only for a wait in the queue; a service that never
             // let the request be queued is a backend failure.
-            let error = if self.lock_req.is_some() {
+            let s = &self.locks[&id];
+            let error = if s.lock_req.is_some() || s.queued {
                 AcquireError::Timeout
             } else {
                 AcquireError::Backend
             };
-            self.fail_acquire(error, Reason::AcquireTimeout);
+            self.fail_acquire(id, error, Reason::AcquireTimeout);
         }
         let timeout = self.opts.keepalive_timeout;
         let before = self.keepalives.len();
@@ -1015,7 +1442,11 @@ impl Holder {
         }
         if self.grant.is_some_and(|p| now >= p.sent_at + timeout) {
             self.grant = None;
-            self.acquire_attempt_failed(now);
+            self.grant_failed(now);
+        }
+        if self.grant_retry_at.is_some_and(|t| now >= t) {
+            self.grant_retry_at = None;
+            self.ensure_lease(now);
         }
         if self.failing {
             if self.keepalive_retry_at.is_some_and(|t| now >= t) {
@@ -1026,13 +1457,15 @@ impl Holder {
             self.next_keepalive = Some(now + self.opts.keepalive_interval);
             self.send_keepalive(now);
         }
-        if self.acquire_retry_at.is_some_and(|t| now >= t) {
-            self.acquire_retry_at = None;
-            match self.lease {
-                Some(lease) if self.lock_req.is_none() => self.send_lock(lease),
-                Some(_) => {}
-                None => self.start_session(now),
-            }
+        let retry: Vec<LockId> = self
+            .pending
+            .iter()
+            .copied()
+            .filter(|id| self.locks[id].acquire_retry_at.is_some_and(|t| now >= t))
+            .collect();
+        for id in retry {
+            self.slot(id).acquire_retry_at = None;
+            self.try_lock(now, id);
         }
         // Last: a fence above (late, after a starved driver) may hold a
         // lease that has run out already.
