@@ -12,10 +12,10 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::callbacks::Callbacks;
 use crate::clock::{Clock, Instant};
-use crate::driver::{Command, Reply, Write, spawn_lock};
+use crate::driver::{Command, Reply, Shared, Write, spawn_session};
 use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
-use crate::machine::{Refused, State, StateChange, Token};
+use crate::machine::{LeaseId, LockId, Refused, State, StateChange, Token};
 use crate::memory::{MemoryBackend, MemoryService};
 use crate::{Error, EtcdConfig, Options};
 
@@ -87,14 +87,18 @@ impl ClientConfig {
     }
 }
 
-/// A connection to a lock service with the settings its locks share.
-/// Cheap to clone.
+/// A connection to a lock service. Its locks share one default
+/// [`Session`] (one lease, one keepalive loop); [`Client::session`] makes
+/// another for locks that must not share its fate. Cheap to clone; the
+/// default session ends (its lease revoked) once every clone and every
+/// lock of it is gone.
 #[derive(Clone)]
 pub struct Client {
     backend: Arc<dyn Backend>,
     options: Options,
     clock: Clock,
     link: Option<MemoryBackend>,
+    session: Session,
 }
 
 impl std::fmt::Debug for Client {
@@ -143,21 +147,16 @@ impl Client {
         match etcd {
             Ok(c) => {
                 let backend = crate::etcd::connect(c, &options).await?;
-                Ok(Client {
-                    backend: Arc::new(backend),
-                    options,
-                    clock,
-                    link: None,
-                })
+                Ok(Client::assemble(Arc::new(backend), options, clock, None))
             }
             Err(service) => {
                 let link = service.link();
-                Ok(Client {
-                    backend: Arc::new(link.clone()),
+                Ok(Client::assemble(
+                    Arc::new(link.clone()),
                     options,
                     clock,
-                    link: Some(link),
-                })
+                    Some(link),
+                ))
             }
         }
     }
@@ -179,12 +178,24 @@ impl Client {
         let link = (&backend as &dyn std::any::Any)
             .downcast_ref::<MemoryBackend>()
             .cloned();
-        Ok(Client {
-            backend: Arc::new(backend),
+        Ok(Client::assemble(Arc::new(backend), options, clock, link))
+    }
+
+    /// A client with its default session; `options` are valid.
+    fn assemble(
+        backend: Arc<dyn Backend>,
+        options: Options,
+        clock: Clock,
+        link: Option<MemoryBackend>,
+    ) -> Client {
+        let session = Session::start(backend.clone(), options.clone(), clock.clone());
+        Client {
+            backend,
             options,
             clock,
             link,
-        })
+            session,
+        }
     }
 
     /// A client of the process-wide embedded service with default options.
@@ -193,7 +204,7 @@ impl Client {
             .expect("default options are valid")
     }
 
-    /// The options every lock of this client uses.
+    /// The options of the default session.
     pub fn options(&self) -> &Options {
         &self.options
     }
@@ -210,11 +221,156 @@ impl Client {
         self.link.as_ref()
     }
 
-    /// A handle on the lock called `name` (not acquired yet). Register
-    /// callbacks, then [`Lock::acquire`].
+    /// A handle on the lock called `name` (not acquired yet), on the
+    /// client's default session. Register callbacks, then
+    /// [`Lock::acquire`].
     ///
     /// Names nest as in etcd's lock protocol: the lock `a`'s key is
-    /// `a/<lease>`, so a holder of `a/b` (or `a/`) blocks `a`.
+    /// `a/<lease>`, so a holder of `a/b` (or `a/`) blocks `a`. Two handles
+    /// of one name on one session exclude each other (the second waits).
+    pub fn lock(&self, name: &str) -> Result<Lock, Error> {
+        self.session.lock(name)
+    }
+
+    /// The default session, shared by [`Client::lock`]'s locks.
+    pub fn default_session(&self) -> &Session {
+        &self.session
+    }
+
+    /// A new session with `options` (validated): its own lease, keepalive
+    /// loop and deadline, so its locks fence independently of every other
+    /// session's. Its lease is granted on its first acquisition and revoked
+    /// by [`Session::close`] or once the session and its locks are dropped.
+    pub fn session(&self, options: Options) -> Result<Session, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        options.validate()?;
+        Ok(Session::start(
+            self.backend.clone(),
+            options,
+            self.clock.clone(),
+        ))
+    }
+}
+
+/// One lease shared by any number of locks: one keepalive loop, one local
+/// deadline. A failed keepalive drains every lock of the session; the
+/// deadline or a lost lease fences them all; a deleted key fences its lock
+/// alone. Acquiring is one put (and the wait for one's turn), releasing one
+/// delete. Cheap to clone; dropped with its last clone and lock (the lease
+/// is then revoked).
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+struct SessionInner {
+    /// Dropped with the last handle (the task then closes the session),
+    /// except in a forked child: there the driver does not exist and the
+    /// lease is the parent's.
+    commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
+    options: Options,
+    clock: Clock,
+    shared: Arc<Shared>,
+    drained: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        if !crate::forked() {
+            // SAFETY: dropped once, here; never used again.
+            unsafe { ManuallyDrop::drop(&mut self.commands) }
+        }
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("lease", &self.lease())
+            .field("locks", &self.locks())
+            .finish()
+    }
+}
+
+/// What [`Session::stats`] reports.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionStats {
+    /// The lease, while one is granted.
+    pub lease: Option<LeaseId>,
+    /// Keepalives sent.
+    pub keepalives: u64,
+    /// Locks of the session (handles, and released locks not yet done).
+    pub locks: u64,
+    /// Round trip of the last confirmed keepalive.
+    pub last_keepalive_rtt: Option<Duration>,
+}
+
+impl Session {
+    fn start(backend: Arc<dyn Backend>, options: Options, clock: Clock) -> Session {
+        let shared = Arc::new(Shared::default());
+        let drained = Arc::new(tokio::sync::Notify::new());
+        let commands = spawn_session(
+            backend,
+            options.clone(),
+            clock.clone(),
+            shared.clone(),
+            drained.clone(),
+        );
+        Session {
+            inner: Arc::new(SessionInner {
+                commands: ManuallyDrop::new(commands),
+                options,
+                clock,
+                shared,
+                drained,
+            }),
+        }
+    }
+
+    fn send(&self, c: Command) -> Result<(), Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        self.inner.commands.send(c).map_err(|_| Error::Shutdown)
+    }
+
+    /// The session's options.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    /// The lease, while one is granted (after the first acquisition).
+    pub fn lease(&self) -> Option<LeaseId> {
+        use std::sync::atomic::Ordering::Relaxed;
+        Some(self.inner.shared.lease.load(Relaxed)).filter(|l| *l != 0)
+    }
+
+    /// Locks of the session not yet done with.
+    pub fn locks(&self) -> u64 {
+        self.inner
+            .shared
+            .locks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The lease, the keepalives sent, the locks, the last round trip.
+    pub fn stats(&self) -> SessionStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.inner.shared;
+        let rtt = s.last_rtt_ns.load(Relaxed);
+        SessionStats {
+            lease: self.lease(),
+            keepalives: s.keepalives.load(Relaxed),
+            locks: s.locks.load(Relaxed),
+            last_keepalive_rtt: (rtt > 0).then(|| Duration::from_nanos(rtt)),
+        }
+    }
+
+    /// A handle on the lock called `name` on this session (see
+    /// [`Client::lock`]).
     pub fn lock(&self, name: &str) -> Result<Lock, Error> {
         if crate::forked() {
             return Err(Error::Forked);
@@ -225,23 +381,45 @@ impl Client {
                 name.len()
             )));
         }
-        let gate = Arc::new(Gate::new(self.clock.clone()));
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let gate = Arc::new(Gate::new(
+            self.inner.clock.clone(),
+            self.inner.drained.clone(),
+        ));
         let callbacks = Arc::new(Callbacks::default());
         let name: Arc<str> = name.into();
-        let commands = spawn_lock(
-            gate.clone(),
-            callbacks.clone(),
-            self.backend.clone(),
-            name.clone(),
-            self.options.clone(),
-        );
+        self.send(Command::Add {
+            lock: id,
+            name: name.clone(),
+            gate: gate.clone(),
+            callbacks: callbacks.clone(),
+        })?;
         Ok(Lock {
             gate,
             callbacks,
-            commands: ManuallyDrop::new(commands),
+            session: self.clone(),
+            id,
             name,
-            options: self.options.clone(),
         })
+    }
+
+    /// Releases every lock of the session and revokes its lease (one
+    /// request deletes every key); returns once revoked, or after a
+    /// keepalive timeout if the service does not answer (the revoke goes on
+    /// in the background until it does). The session's locks stay usable
+    /// as handles but refuse to acquire again ([`Error::Released`]).
+    pub fn close(&self) -> Result<(), Error> {
+        let (done, rx) = Reply::blocking();
+        self.send(Command::Close { done })?;
+        rx.recv().map_err(|_| Error::Shutdown)
+    }
+
+    /// [`Session::close`] for async code.
+    pub async fn close_async(&self) -> Result<(), Error> {
+        let (done, rx) = Reply::future();
+        self.send(Command::Close { done })?;
+        rx.await.map_err(|_| Error::Shutdown)
     }
 }
 
@@ -279,11 +457,9 @@ pub struct LockStats {
 pub struct Lock {
     gate: Arc<Gate>,
     callbacks: Arc<Callbacks>,
-    /// Dropped with the lock (which releases it), except in a forked child:
-    /// there the driver does not exist and the lease is the parent's.
-    commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
+    session: Session,
+    id: LockId,
     name: Arc<str>,
-    options: Options,
 }
 
 impl Lock {
@@ -293,10 +469,12 @@ impl Lock {
     }
 
     fn send(&self, c: Command) -> Result<(), Error> {
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        self.commands.send(c).map_err(|_| Error::Shutdown)
+        self.session.send(c)
+    }
+
+    /// The session the lock is held under.
+    pub fn session(&self) -> &Session {
+        &self.session
     }
 
     /// The acquire request for `timeout`: zero tries once, like
@@ -309,9 +487,10 @@ impl Lock {
     ) -> Command {
         let try_once = !wait || timeout.is_some_and(|t| t.is_zero());
         Command::Acquire {
+            lock: self.id,
             wait: !try_once,
             timeout: if try_once {
-                Some(self.options.keepalive_timeout * 2)
+                Some(self.session.options().keepalive_timeout * 2)
             } else {
                 timeout
             },
@@ -360,19 +539,26 @@ impl Lock {
         self.acquire_future(false, None).await
     }
 
-    /// Releases the lock: no permit is valid from now on; returns once the
-    /// lease is revoked, or after a keepalive timeout if the service does not
-    /// answer (the revoke goes on in the background until it does).
+    /// Releases the lock: no permit is valid from now on; returns once its
+    /// key is deleted (the session's lease lives on for its other locks), or
+    /// after a keepalive timeout if the service does not answer (the delete
+    /// goes on in the background until it does).
     pub fn release(&self) -> Result<(), Error> {
         let (done, rx) = Reply::blocking();
-        self.send(Command::Release { done })?;
+        self.send(Command::Release {
+            lock: self.id,
+            done,
+        })?;
         rx.recv().map_err(|_| Error::Shutdown)
     }
 
     /// [`Lock::release`] for async code.
     pub async fn release_async(&self) -> Result<(), Error> {
         let (done, rx) = Reply::future();
-        self.send(Command::Release { done })?;
+        self.send(Command::Release {
+            lock: self.id,
+            done,
+        })?;
         rx.await.map_err(|_| Error::Shutdown)
     }
 
@@ -449,7 +635,7 @@ impl Lock {
     pub fn stats(&self) -> LockStats {
         use std::sync::atomic::Ordering::Relaxed;
         let c = &self.gate.counters;
-        let rtt = c.last_rtt_ns.load(Relaxed);
+        let rtt = self.session.inner.shared.last_rtt_ns.load(Relaxed);
         LockStats {
             acquisitions: c.acquisitions.load(Relaxed),
             drains: c.drains.load(Relaxed),
@@ -542,12 +728,15 @@ impl Lock {
                 "guarded write: the key is inside the lock's own key prefix `{own}`"
             )));
         }
-        Ok(Command::Write(Write {
-            token,
-            key: key.to_vec(),
-            value: value.map(<[u8]>::to_vec),
-            reply,
-        }))
+        Ok(Command::Write {
+            lock: self.id,
+            write: Write {
+                token,
+                key: key.to_vec(),
+                value: value.map(<[u8]>::to_vec),
+                reply,
+            },
+        })
     }
 
     fn write_blocking(&self, token: Token, key: &[u8], value: Option<&[u8]>) -> Result<(), Error> {
@@ -609,12 +798,13 @@ impl Drop for Lock {
         // The driver's own thread must not wait for the driver.
         let wait = !crate::driver::on_driver_thread();
         let (published, rx) = Reply::blocking();
-        if self.commands.send(Command::Drop { published }).is_ok() && wait {
+        let drop = Command::Drop {
+            lock: self.id,
+            published,
+        };
+        if self.session.send(drop).is_ok() && wait {
             let _ = rx.recv();
         }
-        // SAFETY: dropped once, here; never used again. The task ends once
-        // nothing is left to do.
-        unsafe { ManuallyDrop::drop(&mut self.commands) }
         if wait {
             self.callbacks.close();
         } else {

@@ -3,24 +3,29 @@
 //! about leases, deadlines, tokens or ordering: those are [`Holder`]'s.
 //!
 //! One background thread per process runs a current-thread tokio runtime,
-//! created on first use. Each lock has one task there that owns its
-//! [`Holder`]; backend calls run as tasks of their own and report back by
-//! channel, so a hung request never delays the deadline timer.
+//! created on first use. Each session has one task there that owns its
+//! [`Holder`] (the lease and every lock of the session); backend calls run
+//! as tasks of their own and report back by channel, so a hung request
+//! never delays the deadline timer.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tracing::Instrument;
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, KeyGone, KeyWatch, LockGone};
 use crate::callbacks::Callbacks;
-use crate::clock::Instant;
+use crate::clock::{Clock, Instant};
 use crate::events::LockEvent;
 use crate::gate::Gate;
-use crate::machine::{AcquireError, Action, Event, Holder, LeaseId, Reason, State, Token};
+use crate::machine::{
+    AcquireError, Action, Event, Holder, LeaseId, LockId, Reason, State, StateChange, Token,
+};
 use crate::{Error, Options};
 
 /// The driver runtime's handle, creating the runtime thread on first use.
@@ -119,7 +124,7 @@ impl<T> Reply<T> {
     }
 }
 
-/// A guarded write asked of the lock's task.
+/// A guarded write asked of a lock.
 pub(crate) struct Write {
     pub(crate) token: Token,
     pub(crate) key: Vec<u8>,
@@ -127,102 +132,160 @@ pub(crate) struct Write {
     pub(crate) reply: Reply<Result<(), Error>>,
 }
 
-/// What a lock handle asks of its task.
+/// What the handles of a session (its `Session` and its locks) ask of its
+/// task.
 pub(crate) enum Command {
+    /// A new lock handle.
+    Add {
+        lock: LockId,
+        name: Arc<str>,
+        gate: Arc<Gate>,
+        callbacks: Arc<Callbacks>,
+    },
     Acquire {
+        lock: LockId,
         wait: bool,
         timeout: Option<Duration>,
         reply: Reply<Result<Token, Error>>,
     },
     Release {
+        lock: LockId,
         done: Reply<()>,
     },
     /// The handle is dropped: release, and answer once the release is
     /// published (permits then report invalid), without waiting for the
-    /// revoke.
+    /// key's delete.
     Drop {
+        lock: LockId,
         published: Reply<()>,
     },
-    Write(Write),
+    Write {
+        lock: LockId,
+        write: Write,
+    },
+    /// Releases every lock and revokes the lease; answered once revoked
+    /// (or after a keepalive timeout).
+    Close {
+        done: Reply<()>,
+    },
+}
+
+/// What a session shares with its handles, beside the command channel.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The current lease, 0 for none.
+    pub(crate) lease: AtomicI64,
+    /// Last confirmed keepalive's round trip in ns; 0: none yet.
+    pub(crate) last_rtt_ns: AtomicU64,
+    /// Keepalives sent.
+    pub(crate) keepalives: AtomicU64,
+    /// Locks of the session (handles not yet finished).
+    pub(crate) locks: AtomicU64,
 }
 
 /// A backend call's outcome, with the error text when it failed.
 type Outcome = (Event, Option<String>);
 
-/// Starts the task of one lock.
-pub(crate) fn spawn_lock(
-    gate: Arc<Gate>,
-    callbacks: Arc<Callbacks>,
+/// Starts the task of one session; it ends once every handle is gone and
+/// nothing is left to do (a held revoke, a key to delete).
+pub(crate) fn spawn_session(
     backend: Arc<dyn Backend>,
-    name: Arc<str>,
     opts: Options,
+    clock: Clock,
+    shared: Arc<Shared>,
+    drained: Arc<Notify>,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (events_tx, events) = mpsc::unbounded_channel();
-    let span = tracing::info_span!("dlock_lock", name = %name, token = tracing::field::Empty);
-    let task = LockTask {
+    let (gone_tx, gone) = mpsc::unbounded_channel();
+    let span = tracing::info_span!("dlock_session", lease = tracing::field::Empty);
+    let task = SessionTask {
         machine: Holder::new(opts.clone()),
         opts,
-        gate,
-        callbacks,
+        clock,
+        shared,
+        drained,
         backend,
-        name,
         events_tx,
-        waiters: Vec::new(),
-        releases: Vec::new(),
-        lock_calls: Vec::new(),
-        published_state: (State::Idle, None, None),
-        armed: false,
-        last_error: None,
+        gone_tx,
+        locks: BTreeMap::new(),
+        armed: BTreeSet::new(),
+        tokens: HashMap::new(),
+        watch: None,
+        closes: Vec::new(),
         publish_acks: Vec::new(),
+        release_check: Vec::new(),
+        touched: BTreeSet::new(),
+        published_deadline: None,
+        last_error: None,
         span: span.clone(),
     };
-    runtime().spawn(task.run(rx, events).instrument(span));
+    runtime().spawn(task.run(rx, events, gone).instrument(span));
     tx
 }
 
-struct LockTask {
-    machine: Holder,
-    opts: Options,
+/// The driver's side of one lock.
+struct Entry {
+    name: Arc<str>,
     gate: Arc<Gate>,
     callbacks: Arc<Callbacks>,
-    backend: Arc<dyn Backend>,
-    name: Arc<str>,
-    events_tx: mpsc::UnboundedSender<Outcome>,
     waiters: Vec<Reply<Result<Token, Error>>>,
     releases: Vec<Reply<()>>,
-    lock_calls: Vec<(LeaseId, AbortHandle)>,
-    published_state: (State, Option<Token>, Option<Instant>),
-    /// The gate's drain watch is armed.
-    armed: bool,
+    /// The lock call in flight, with its lease.
+    call: Option<(LeaseId, AbortHandle)>,
+    /// The token whose key is watched.
+    watched: Option<Token>,
+    /// The handle is gone: forget the lock once the machine is done with it.
+    dropped: bool,
+}
+
+struct SessionTask {
+    machine: Holder,
+    opts: Options,
+    clock: Clock,
+    shared: Arc<Shared>,
+    drained: Arc<Notify>,
+    backend: Arc<dyn Backend>,
+    events_tx: mpsc::UnboundedSender<Outcome>,
+    gone_tx: mpsc::UnboundedSender<KeyGone>,
+    locks: BTreeMap<LockId, Entry>,
+    /// Locks whose gate's drain watch is armed.
+    armed: BTreeSet<LockId>,
+    /// Held tokens, for the key watch's news.
+    tokens: HashMap<Token, LockId>,
+    /// The key watch of the current lease.
+    watch: Option<(LeaseId, Box<dyn KeyWatch>)>,
+    /// `Session::close` calls waiting for the revoke.
+    closes: Vec<Reply<()>>,
+    /// Dropped handles, answered once their release is published.
+    publish_acks: Vec<Reply<()>>,
+    /// Locks with `release()` calls to answer unless a delete took them.
+    release_check: Vec<LockId>,
+    /// Locks an event or action named since the last step.
+    touched: BTreeSet<LockId>,
+    published_deadline: Option<Instant>,
     /// The last backend failure of an acquisition, for its error.
     last_error: Option<String>,
-    /// Answered once the next state is published (a dropped handle).
-    publish_acks: Vec<Reply<()>>,
     span: tracing::Span,
 }
 
-impl LockTask {
+impl SessionTask {
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut events: mpsc::UnboundedReceiver<Outcome>,
+        mut gone: mpsc::UnboundedReceiver<KeyGone>,
     ) {
-        let clock = self.gate.clock.clone();
+        let clock = self.clock.clone();
+        let drained = self.drained.clone();
         let mut open = true;
         loop {
             self.step();
             let timer = self.machine.poll_timeout();
-            // Dropped and released: done once nothing is left to do (a held
-            // revoke, a drain to report).
-            if !open
-                && self.machine.state() == State::Released
-                && timer.is_none()
-                && !self.machine.watching_permits()
-            {
+            // Every handle gone: done once nothing is left to do.
+            if !open && self.machine.idle() {
                 return;
             }
-            let gate = self.gate.clone();
             tokio::select! {
                 biased;
                 cmd = commands.recv(), if open => {
@@ -230,37 +293,34 @@ impl LockTask {
                     match cmd {
                         None => {
                             open = false;
-                            self.machine.handle(now, Event::Release);
+                            self.machine.handle(now, Event::Close);
                         }
-                        Some(Command::Acquire { wait, timeout, reply }) => {
-                            self.waiters.push(reply);
-                            let until = timeout.map(|t| now + t);
-                            self.machine.handle(now, Event::Acquire { wait, until });
-                        }
-                        Some(Command::Release { done }) => {
-                            self.releases.push(done);
-                            self.machine.handle(now, Event::Release);
-                        }
-                        Some(Command::Drop { published }) => {
-                            self.publish_acks.push(published);
-                            self.machine.handle(now, Event::Release);
-                        }
-                        Some(Command::Write(w)) => self.write(now, w),
+                        Some(cmd) => self.command(now, cmd),
                     }
                 }
                 Some((ev, error)) = events.recv() => {
                     if error.is_some() {
                         self.last_error = error;
                     }
+                    if let Event::Unlocked { lock, .. } | Event::FenceDelivered { lock, .. } = ev {
+                        self.touched.insert(lock);
+                    }
                     self.machine.handle(clock.now(), ev);
                 }
-                _ = gate.drained.notified(), if self.armed => {
-                    // A wake-up left over from an earlier watch finds this
-                    // one still armed.
-                    if !self.gate.watching() {
-                        self.gate.unwatch_drain();
-                        self.armed = false;
-                        self.machine.handle(clock.now(), Event::PermitsEnded);
+                Some(g) = gone.recv() => self.key_gone(g),
+                _ = drained.notified(), if !self.armed.is_empty() => {
+                    // The last permit of some watched lock ended: which?
+                    let ended: Vec<LockId> = self
+                        .armed
+                        .iter()
+                        .copied()
+                        .filter(|id| !self.locks[id].gate.watching())
+                        .collect();
+                    for lock in ended {
+                        self.touched.insert(lock);
+                        self.armed.remove(&lock);
+                        self.locks[&lock].gate.unwatch_drain();
+                        self.machine.handle(clock.now(), Event::PermitsEnded { lock });
                     }
                 }
                 _ = async { clock.sleep_until(timer.unwrap()).await }, if timer.is_some() => {
@@ -270,38 +330,177 @@ impl LockTask {
         }
     }
 
-    /// Publishes the machine's state, performs its actions in order, and
-    /// arms the drain watch the machine asks for.
+    fn command(&mut self, now: Instant, cmd: Command) {
+        match cmd {
+            Command::Add {
+                lock,
+                name,
+                gate,
+                callbacks,
+            } => {
+                self.machine.add_lock(lock, &name);
+                self.shared.locks.fetch_add(1, Relaxed);
+                self.locks.insert(
+                    lock,
+                    Entry {
+                        name,
+                        gate,
+                        callbacks,
+                        waiters: Vec::new(),
+                        releases: Vec::new(),
+                        call: None,
+                        watched: None,
+                        dropped: false,
+                    },
+                );
+            }
+            Command::Acquire {
+                lock,
+                wait,
+                timeout,
+                reply,
+            } => {
+                let Some(e) = self.locks.get_mut(&lock) else {
+                    return reply.send(Err(Error::Released));
+                };
+                e.waiters.push(reply);
+                let until = timeout.map(|t| now + t);
+                self.machine
+                    .handle(now, Event::Acquire { lock, wait, until });
+            }
+            Command::Release { lock, done } => {
+                let Some(e) = self.locks.get_mut(&lock) else {
+                    return done.send(());
+                };
+                e.releases.push(done);
+                self.release_check.push(lock);
+                self.touched.insert(lock);
+                self.machine.handle(now, Event::Release { lock });
+            }
+            Command::Drop { lock, published } => {
+                let Some(e) = self.locks.get_mut(&lock) else {
+                    return published.send(());
+                };
+                self.publish_acks.push(published);
+                e.dropped = true;
+                self.touched.insert(lock);
+                self.machine.handle(now, Event::Release { lock });
+            }
+            Command::Write { lock, write } => self.write(now, lock, write),
+            Command::Close { done } => {
+                self.closes.push(done);
+                self.machine.handle(now, Event::Close);
+            }
+        }
+    }
+
+    /// A watched key went: the lock alone (deleted) or with the lease.
+    fn key_gone(&mut self, g: KeyGone) {
+        let Some(&lock) = self.tokens.get(&g.token) else {
+            return;
+        };
+        let now = self.clock.now();
+        let name = &self.locks[&lock].name;
+        tracing::warn!(lock = %name, token = %g.token, why = ?g.why, "the lock key is gone");
+        match (g.why, self.watch.as_ref()) {
+            (LockGone::KeyDeleted, _) => {
+                self.machine.handle(
+                    now,
+                    Event::LockLost {
+                        lock,
+                        token: g.token,
+                    },
+                );
+            }
+            (LockGone::LeaseLost, Some((lease, _))) => {
+                let lease = *lease;
+                self.machine.handle(now, Event::LeaseLost { lease });
+            }
+            (LockGone::LeaseLost, None) => {}
+        }
+    }
+
+    /// Performs the machine's actions, publishes states, arms the drain
+    /// watches the machine asks for, and forgets finished dropped locks.
     fn step(&mut self) {
         loop {
             self.perform();
-            let want = self.machine.watching_permits();
-            if want && !self.armed {
-                if self.gate.watch_drain() {
-                    // None in flight now: tell the machine at once.
-                    let now = self.gate.clock.now();
-                    self.machine.handle(now, Event::PermitsEnded);
+            let mut again = false;
+            let check: Vec<LockId> = self.touched.union(&self.armed).copied().collect();
+            for lock in check {
+                let want = self.machine.watching_permits(lock);
+                let armed = self.armed.contains(&lock);
+                let Some(e) = self.locks.get(&lock) else {
+                    self.armed.remove(&lock);
                     continue;
+                };
+                if want && !armed {
+                    if e.gate.watch_drain() {
+                        // None in flight now: tell the machine at once.
+                        let now = self.clock.now();
+                        self.machine.handle(now, Event::PermitsEnded { lock });
+                        again = true;
+                    } else {
+                        self.armed.insert(lock);
+                    }
+                } else if !want && armed {
+                    e.gate.unwatch_drain();
+                    self.armed.remove(&lock);
                 }
-                self.armed = true;
-            } else if !want && self.armed {
-                self.gate.unwatch_drain();
-                self.armed = false;
+            }
+            if again {
+                continue;
+            }
+            // Forget the dropped locks the machine is done with.
+            let touched = std::mem::take(&mut self.touched);
+            let done: Vec<LockId> = touched
+                .into_iter()
+                .filter(|id| self.locks.get(id).is_some_and(|e| e.dropped))
+                .filter(|id| self.machine.finished(*id))
+                .collect();
+            for lock in done {
+                self.forget(lock);
             }
             return;
         }
     }
 
-    fn perform(&mut self) {
-        let m = &self.machine;
-        let now_published = (m.state(), m.token(), m.deadline());
-        if now_published != self.published_state {
-            self.gate
-                .publish(now_published.0, now_published.1, now_published.2);
-            self.published_state = now_published;
+    fn forget(&mut self, lock: LockId) {
+        self.machine.remove_lock(lock);
+        if let Some(e) = self.locks.remove(&lock) {
+            if self.armed.remove(&lock) {
+                e.gate.unwatch_drain();
+            }
+            if let Some(t) = e.watched {
+                self.tokens.remove(&t);
+            }
+            self.shared.locks.fetch_sub(1, Relaxed);
         }
-        finish_releases(std::mem::take(&mut self.publish_acks));
-        let at = self.gate.clock.now();
+    }
+
+    fn publish(&self, lock: LockId) {
+        if let Some(e) = self.locks.get(&lock) {
+            let state = self.machine.state(lock);
+            let token = self.machine.token(lock);
+            let deadline = self.machine.deadline();
+            e.gate.publish(state, token, deadline);
+        }
+    }
+
+    fn perform(&mut self) {
+        let mut touched = std::mem::take(&mut self.touched);
+        self.perform_into(&mut touched);
+        self.touched.append(&mut touched);
+    }
+
+    fn perform_into(&mut self, touched: &mut BTreeSet<LockId>) {
+        let at = self.clock.now();
+        let lease = self.machine.lease();
+        self.shared.lease.store(lease.unwrap_or(0), Relaxed);
+        // The key watch belongs to one lease.
+        if self.watch.as_ref().is_some_and(|(l, _)| Some(*l) != lease) {
+            self.watch = None;
+        }
         while let Some(action) = self.machine.poll_action() {
             match action {
                 Action::Grant { req, ttl } => {
@@ -324,17 +523,16 @@ impl LockTask {
                     });
                 }
                 Action::Keepalive { req, lease } => {
-                    let (b, clock) = (self.backend.clone(), self.gate.clock.clone());
-                    let gate = self.gate.clone();
+                    let (b, clock) = (self.backend.clone(), self.clock.clone());
+                    let shared = self.shared.clone();
+                    shared.keepalives.fetch_add(1, Relaxed);
                     self.call(async move {
                         let sent = clock.now();
                         match b.keepalive(lease).await {
                             Ok(ttl) => {
                                 let rtt = clock.now().saturating_since(sent);
                                 let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
-                                gate.counters
-                                    .last_rtt_ns
-                                    .store(ns.max(1), std::sync::atomic::Ordering::Relaxed);
+                                shared.last_rtt_ns.store(ns.max(1), Relaxed);
                                 (Event::KeepaliveConfirmed { req, ttl }, None)
                             }
                             Err(BackendError::LeaseNotFound) => (Event::LeaseLost { lease }, None),
@@ -345,47 +543,132 @@ impl LockTask {
                         }
                     });
                 }
-                Action::Lock { req, lease, wait } => {
-                    let (b, name) = (self.backend.clone(), self.name.clone());
-                    self.spawn_tracked(lease, async move {
-                        match b.lock(&name, lease, wait).await {
-                            Ok(token) => (Event::Locked { req, lease, token }, None),
-                            Err(BackendError::LeaseNotFound) => (Event::LeaseLost { lease }, None),
-                            Err(e) => (
-                                Event::LockFailed {
-                                    req,
-                                    busy: e == BackendError::Busy,
-                                },
-                                Some(e.to_string()),
-                            ),
+                Action::Lock {
+                    req,
+                    lock,
+                    lease,
+                    wait,
+                } => {
+                    let (b, tx) = (self.backend.clone(), self.events_tx.clone());
+                    let Some(e) = self.locks.get_mut(&lock) else {
+                        continue;
+                    };
+                    let name = e.name.clone();
+                    let task = runtime().spawn(
+                        async move {
+                            let out = match b.lock(&name, lease, wait).await {
+                                Ok(token) => (
+                                    Event::Locked {
+                                        req,
+                                        lock,
+                                        lease,
+                                        token,
+                                    },
+                                    None,
+                                ),
+                                Err(BackendError::LeaseNotFound) => {
+                                    (Event::LeaseLost { lease }, None)
+                                }
+                                Err(e) => (
+                                    Event::LockFailed {
+                                        req,
+                                        lock,
+                                        busy: e == BackendError::Busy,
+                                    },
+                                    Some(e.to_string()),
+                                ),
+                            };
+                            let _ = tx.send(out);
                         }
-                    });
+                        .instrument(self.span.clone()),
+                    );
+                    e.call = Some((lease, task.abort_handle()));
+                }
+                Action::Unlock {
+                    req,
+                    lock,
+                    lease,
+                    token,
+                } => {
+                    let Some(e) = self.locks.get_mut(&lock) else {
+                        continue;
+                    };
+                    if token.is_none()
+                        && let Some((_, call)) = e.call.take()
+                    {
+                        // Cut short: the request in flight is abandoned
+                        // (the backend orders the delete after its put).
+                        call.abort();
+                    }
+                    // A stray reply's delete names an older token: the
+                    // current one stays watched.
+                    if token.is_none() || e.watched == token {
+                        self.unwatch(lock);
+                    }
+                    let Some(e) = self.locks.get_mut(&lock) else {
+                        continue;
+                    };
+                    let done = std::mem::take(&mut e.releases);
+                    let name = e.name.clone();
+                    let unlock = self.unlock(lock, req, name, lease, token, done);
+                    runtime().spawn(unlock.instrument(self.span.clone()));
                 }
                 Action::Revoke { lease } => {
-                    self.lock_calls.retain(|(l, h)| {
-                        if *l == lease {
-                            h.abort();
+                    for e in self.locks.values_mut() {
+                        if e.call.as_ref().is_some_and(|(l, _)| *l == lease) {
+                            let (_, call) = e.call.take().expect("checked");
+                            call.abort();
                         }
-                        *l != lease
-                    });
+                    }
+                    if self.watch.as_ref().is_some_and(|(l, _)| *l == lease) {
+                        self.watch = None;
+                    }
+                    // A held revoke let go: its dropped locks may be done.
+                    touched.extend(
+                        self.locks
+                            .iter()
+                            .filter(|(_, e)| e.dropped)
+                            .map(|(id, _)| *id),
+                    );
                     let revoke = self.revoke(lease);
                     runtime().spawn(revoke.instrument(self.span.clone()));
                 }
-                Action::Transition(change) => {
-                    tracing::debug!(lock = %self.name, %change, "state change");
-                    self.count(change);
-                    self.deliver(LockEvent::State { change, at }, None);
+                Action::Transition { lock, change } => {
+                    touched.insert(lock);
+                    self.publish(lock);
+                    self.count(lock, change);
+                    if !matches!(change.to, State::Holding | State::Draining) {
+                        self.unwatch(lock);
+                    }
+                    self.deliver(lock, LockEvent::State { change, at }, None);
                 }
-                Action::Fence { token } => {
-                    let in_flight = self.gate.in_flight();
-                    tracing::warn!(lock = %self.name, %token, in_flight, "fenced");
+                Action::Deadline => {
+                    let d = self.machine.deadline();
+                    if d != self.published_deadline {
+                        self.published_deadline = d;
+                        for (id, e) in &self.locks {
+                            let state = self.machine.state(*id);
+                            if matches!(state, State::Holding | State::Draining) {
+                                e.gate.publish(state, self.machine.token(*id), d);
+                            }
+                        }
+                    }
+                }
+                Action::Fence { lock, token } => {
+                    touched.insert(lock);
+                    let Some(e) = self.locks.get(&lock) else {
+                        continue;
+                    };
+                    let in_flight = e.gate.in_flight();
+                    tracing::warn!(lock = %e.name, %token, in_flight, "fenced");
                     // The machine holds the lease's revoke until on_fence
                     // has returned: say so from the callback thread.
                     let tx = self.events_tx.clone();
                     let delivered = Box::new(move || {
-                        let _ = tx.send((Event::FenceDelivered { token }, None));
+                        let _ = tx.send((Event::FenceDelivered { lock, token }, None));
                     });
                     self.deliver(
+                        lock,
                         LockEvent::Fence {
                             token,
                             in_flight,
@@ -394,33 +677,84 @@ impl LockTask {
                         Some(delivered),
                     );
                 }
-                Action::Acquired { token } => {
-                    self.span.record("token", token.get());
+                Action::Acquired { lock, token } => {
+                    touched.insert(lock);
                     self.last_error = None;
-                    if let Some(lease) = self.machine.lease() {
-                        self.watch_lock(lease, token);
-                    }
-                    self.deliver(LockEvent::Acquired { token, at }, None);
-                    for w in self.waiters.drain(..) {
-                        w.send(Ok(token));
-                    }
-                }
-                Action::AcquireFailed { error } => {
-                    let e = self.error_of(error);
-                    for w in self.waiters.drain(..) {
-                        w.send(Err(e.clone()));
+                    self.watch_key(lock, token);
+                    self.deliver(lock, LockEvent::Acquired { token, at }, None);
+                    if let Some(e) = self.locks.get_mut(&lock) {
+                        e.call = None;
+                        for w in e.waiters.drain(..) {
+                            w.send(Ok(token));
+                        }
                     }
                 }
-                Action::AcquireRefused { error } => {
-                    let e = self.error_of(error);
-                    if let Some(w) = self.waiters.pop() {
-                        w.send(Err(e));
+                Action::AcquireFailed { lock, error } => {
+                    touched.insert(lock);
+                    let err = self.error_of(error);
+                    if let Some(e) = self.locks.get_mut(&lock) {
+                        for w in e.waiters.drain(..) {
+                            w.send(Err(err.clone()));
+                        }
                     }
                 }
-                Action::Drained => self.deliver(LockEvent::Drained { at }, None),
+                Action::AcquireRefused { lock, error } => {
+                    let err = self.error_of(error);
+                    if let Some(w) = self.locks.get_mut(&lock).and_then(|e| e.waiters.pop()) {
+                        w.send(Err(err));
+                    }
+                }
+                Action::Drained { lock } => {
+                    touched.insert(lock);
+                    self.deliver(lock, LockEvent::Drained { at }, None);
+                }
             }
         }
-        finish_releases(std::mem::take(&mut self.releases));
+        // Dropped handles are answered once their release is published;
+        // releases with no key to delete (nothing held) are done now.
+        finish(std::mem::take(&mut self.publish_acks));
+        for lock in std::mem::take(&mut self.release_check) {
+            if let Some(e) = self.locks.get_mut(&lock) {
+                finish(std::mem::take(&mut e.releases));
+            }
+        }
+        if !self.closes.is_empty() && self.machine.lease().is_none() {
+            // Closed with no lease to revoke (or its revoke already sent:
+            // the revoke's own task answered what it took).
+            finish(std::mem::take(&mut self.closes));
+        }
+    }
+
+    fn unwatch(&mut self, lock: LockId) {
+        if let Some(e) = self.locks.get_mut(&lock)
+            && let Some(t) = e.watched.take()
+        {
+            if let Some((_, w)) = &self.watch {
+                w.remove(t);
+            }
+            self.tokens.remove(&t);
+        }
+    }
+
+    /// Watches the key of `lock`, held with `token` under the current lease.
+    fn watch_key(&mut self, lock: LockId, token: Token) {
+        let Some(lease) = self.machine.lease() else {
+            return;
+        };
+        if self.watch.as_ref().is_none_or(|(l, _)| *l != lease) {
+            self.watch = Some((lease, self.backend.watch_keys(lease, self.gone_tx.clone())));
+            self.span.record("lease", lease);
+        }
+        let Some(e) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if let Some(old) = e.watched.replace(token) {
+            self.tokens.remove(&old);
+        }
+        self.tokens.insert(token, lock);
+        if let Some((_, w)) = &self.watch {
+            w.add(&e.name, token);
+        }
     }
 
     fn error_of(&mut self, error: AcquireError) -> Error {
@@ -429,7 +763,7 @@ impl LockTask {
             AcquireError::WouldBlock => Error::WouldBlock,
             AcquireError::AlreadyHeld => Error::AlreadyHeld,
             AcquireError::Released => Error::Released,
-            AcquireError::Backend => Error::Backend(match self.last_error.take() {
+            AcquireError::Backend => Error::Backend(match self.last_error.clone() {
                 Some(e) => format!("the lock service failed: {e}"),
                 None => "the lock service did not answer in time".into(),
             }),
@@ -437,9 +771,11 @@ impl LockTask {
     }
 
     /// The counters of `Lock::stats()`.
-    fn count(&self, change: crate::machine::StateChange) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = &self.gate.counters;
+    fn count(&self, lock: LockId, change: StateChange) {
+        let Some(e) = self.locks.get(&lock) else {
+            return;
+        };
+        let c = &e.gate.counters;
         let counter = match (change.to, change.reason) {
             (State::Holding, Reason::Acquired | Reason::Reacquired) => &c.acquisitions,
             (State::Holding, Reason::Resumed) => &c.resumes,
@@ -452,18 +788,28 @@ impl LockTask {
         counter.fetch_add(1, Relaxed);
     }
 
-    fn deliver(&self, event: LockEvent, then: Option<crate::callbacks::Job>) {
-        self.callbacks.deliver(event, then);
+    fn deliver(&self, lock: LockId, event: LockEvent, then: Option<crate::callbacks::Job>) {
+        match self.locks.get(&lock) {
+            Some(e) => e.callbacks.deliver(event, then),
+            None => {
+                if let Some(then) = then {
+                    then();
+                }
+            }
+        }
     }
 
-    /// A guarded write: the machine says whether `token` is the one held
-    /// (and under which lease); the service then decides atomically.
-    fn write(&mut self, now: Instant, w: Write) {
-        let Some(lease) = self.machine.write_lease(now, w.token) else {
+    /// A guarded write: the machine says whether `token` is the one `lock`
+    /// holds (and under which lease); the service then decides atomically.
+    fn write(&mut self, now: Instant, lock: LockId, w: Write) {
+        let (Some(lease), Some(e)) = (
+            self.machine.write_lease(now, lock, w.token),
+            self.locks.get(&lock),
+        ) else {
             w.reply.send(Err(Error::Fenced(w.token.get())));
             return;
         };
-        let (b, name, ttl) = (self.backend.clone(), self.name.clone(), self.opts.ttl);
+        let (b, name, ttl) = (self.backend.clone(), e.name.clone(), self.opts.ttl);
         runtime().spawn(
             async move {
                 let write = b.guarded_write(&name, lease, w.token, &w.key, w.value.as_deref());
@@ -484,18 +830,57 @@ impl LockTask {
         );
     }
 
-    /// Revokes `lease`; `release()` calls waiting now return once it is
+    /// Deletes the key of `lock`; the `release()` calls waiting return once
+    /// it is deleted, or after a keepalive timeout. A delete the service
+    /// does not answer is tried again every retry interval until it does:
+    /// a key left behind would block every other holder while the session
+    /// lives. The machine hears `Unlocked` only once it is gone.
+    fn unlock(
+        &self,
+        lock: LockId,
+        req: crate::machine::ReqId,
+        name: Arc<str>,
+        lease: LeaseId,
+        token: Option<Token>,
+        mut done: Vec<Reply<()>>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let (b, tx) = (self.backend.clone(), self.events_tx.clone());
+        let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
+        async move {
+            loop {
+                let r = tokio::time::timeout(wait_for, b.unlock(&name, lease, token)).await;
+                finish(std::mem::take(&mut done));
+                match r {
+                    Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => {
+                        let _ = tx.send((Event::Unlocked { req, lock }, None));
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(lock = %name, error = %e, "unlock failed; trying again")
+                    }
+                    Err(_) => tracing::debug!(lock = %name, "unlock unanswered; trying again"),
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }
+    }
+
+    /// Revokes `lease`; `Session::close` calls waiting return once it is
     /// revoked, or after a keepalive timeout. A revoke the service does not
     /// answer is tried again every retry interval until it answers: a lease
     /// we know is ours and dead must never outlive an outage (etcd restores
     /// leases with a fresh TTL when it comes back).
     fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
-        let (b, mut done) = (self.backend.clone(), std::mem::take(&mut self.releases));
+        let mut done = std::mem::take(&mut self.closes);
+        for e in self.locks.values_mut() {
+            done.append(&mut e.releases);
+        }
+        let b = self.backend.clone();
         let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
         async move {
             loop {
                 let r = tokio::time::timeout(wait_for, b.revoke(lease)).await;
-                finish_releases(std::mem::take(&mut done));
+                finish(std::mem::take(&mut done));
                 match r {
                     Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => return,
                     Ok(Err(e)) => tracing::debug!(lease, error = %e, "revoke failed; trying again"),
@@ -519,46 +904,21 @@ impl LockTask {
             .instrument(self.span.clone()),
         );
     }
-
-    /// Placeholder while sessions land: no key watch.
-    fn watch_lock(&mut self, _lease: LeaseId, _token: Token) {}
-
-    /// Runs `call` (a lock call or watch of `lease`) as its own task, feeds
-    /// its outcome back, and keeps it to abort when `lease` is revoked.
-    fn spawn_tracked(
-        &mut self,
-        lease: LeaseId,
-        call: impl Future<Output = Outcome> + Send + 'static,
-    ) {
-        let tx = self.events_tx.clone();
-        let task = runtime().spawn(
-            async move {
-                let _ = tx.send(call.await);
-            }
-            .instrument(self.span.clone()),
-        );
-        self.track(lease, task.abort_handle());
-    }
-
-    /// Keeps `task` (a lock call or watch of `lease`) to abort when `lease`
-    /// is revoked; forgets the finished ones.
-    fn track(&mut self, lease: LeaseId, task: AbortHandle) {
-        self.lock_calls.retain(|(_, h)| !h.is_finished());
-        self.lock_calls.push((lease, task));
-    }
 }
 
-impl Drop for LockTask {
-    /// A task dropped with a watch armed (a runtime shutting down) leaves
+impl Drop for SessionTask {
+    /// A task dropped with watches armed (a runtime shutting down) leaves
     /// no entry behind for a permit to find.
     fn drop(&mut self) {
-        if self.armed {
-            self.gate.unwatch_drain();
+        for lock in &self.armed {
+            if let Some(e) = self.locks.get(lock) {
+                e.gate.unwatch_drain();
+            }
         }
     }
 }
 
-fn finish_releases(done: Vec<Reply<()>>) {
+fn finish(done: Vec<Reply<()>>) {
     for d in done {
         d.send(());
     }

@@ -53,8 +53,6 @@ pub(crate) struct Counters {
     pub(crate) fences_deadline: AtomicU64,
     pub(crate) fences_lease_lost: AtomicU64,
     pub(crate) fences_lock_lost: AtomicU64,
-    /// Last confirmed keepalive's round trip in ns; 0: none yet.
-    pub(crate) last_rtt_ns: AtomicU64,
 }
 
 /// Shared between a lock's handle, its permits and its driver task. The
@@ -70,15 +68,16 @@ pub(crate) struct Gate {
     state: AtomicU8,
     /// Unique per gate, for [`WATCHED`].
     id: u64,
-    /// Wakes the driver when the last permit of a watched drain ends.
-    pub(crate) drained: Notify,
+    /// Wakes the session's driver when the last permit of a watched drain
+    /// ends (one `Notify` shared by every lock of the session).
+    pub(crate) drained: Arc<Notify>,
     /// The reference the permits in flight share once the handle is gone.
     kept: Mutex<Option<Arc<Gate>>>,
     pub(crate) counters: Counters,
 }
 
 impl Gate {
-    pub(crate) fn new(clock: Clock) -> Gate {
+    pub(crate) fn new(clock: Clock, drained: Arc<Notify>) -> Gate {
         static IDS: AtomicU64 = AtomicU64::new(1);
         Gate {
             id: IDS.fetch_add(1, Relaxed),
@@ -87,7 +86,7 @@ impl Gate {
             token: AtomicU64::new(0),
             deadline: AtomicU64::new(0),
             flight: AtomicU64::new(0),
-            drained: Notify::new(),
+            drained,
             kept: Mutex::new(None),
             clock,
             counters: Counters::default(),
@@ -290,7 +289,7 @@ mod tests {
 
     fn gate() -> (ManualClock, Arc<Gate>) {
         let clock = ManualClock::new(Instant::from_nanos(1_000_000_000));
-        let gate = Arc::new(Gate::new(clock.clock()));
+        let gate = Arc::new(Gate::new(clock.clock(), Arc::default()));
         (clock, gate)
     }
 

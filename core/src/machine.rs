@@ -1215,7 +1215,8 @@ impl Holder {
         s.queued = false;
         s.acquire_retry_at = None;
         self.transition(lock, State::Idle, reason);
-        self.actions.push_back(Action::AcquireFailed { lock, error });
+        self.actions
+            .push_back(Action::AcquireFailed { lock, error });
     }
 
     fn on_confirmed(&mut self, now: Instant, req: ReqId, ttl: Duration) {
