@@ -7,14 +7,20 @@
 //! partition, lost or delayed replies, errors), so two holders in one process
 //! contend for real and one of them can be cut off alone. Applications use it
 //! to test their own fence handling.
+//!
+//! Key watches ([`Backend::watch_keys`]) cost nothing per key but an entry
+//! in their watch's token set: a key's removal looks its lease's watches up
+//! and reports to the one watching its token; no watcher waits on the
+//! service's changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Grant, LockGone};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, LockGone};
 use crate::clock::{Clock, Instant};
 use crate::machine::{LeaseId, Token};
 
@@ -43,6 +49,55 @@ struct ServiceState {
     down: bool,
     /// The keys of guarded writes.
     kv: HashMap<Vec<u8>, Vec<u8>>,
+    /// The live key watches ([`Backend::watch_keys`]) by id.
+    watches: HashMap<WatchId, WatchReg>,
+    /// The watches of each lease (usually one: its session's).
+    lease_watches: HashMap<LeaseId, Vec<WatchId>>,
+    next_watch: WatchId,
+}
+
+/// Names one [`MemoryKeyWatch`] in the service.
+type WatchId = u64;
+
+/// One key watch: the keys it watches, by token, and where their news goes.
+struct WatchReg {
+    lease: LeaseId,
+    /// The link the news crosses (a partition holds it).
+    link: Arc<Link>,
+    gone: UnboundedSender<KeyGone>,
+    /// The create revisions of the watched keys of `lease`. Revisions are
+    /// unique service-wide, so a token names its key: no key strings here.
+    tokens: HashSet<u64>,
+    /// News made while the link was partitioned, sent when it heals.
+    held: BTreeMap<u64, LockGone>,
+}
+
+impl WatchReg {
+    /// Reports the key held with `token` gone, across the link: at once, or
+    /// held behind a partition (and behind news already held). Called under
+    /// the service's lock; takes the link's fault lock inside it (nothing
+    /// takes the two the other way round: `heal` flips the switch first,
+    /// then flushes under the service's lock).
+    fn report(&mut self, token: u64, why: LockGone) {
+        if self.held.is_empty() && !self.link.partitioned() {
+            let _ = self.gone.send(KeyGone {
+                token: Token(token),
+                why,
+            });
+        } else {
+            self.held.insert(token, why);
+        }
+    }
+
+    /// Sends the news a partition held.
+    fn flush(&mut self) {
+        for (token, why) in std::mem::take(&mut self.held) {
+            let _ = self.gone.send(KeyGone {
+                token: Token(token),
+                why,
+            });
+        }
+    }
 }
 
 /// The lock key of `name` under `lease`, as etcd's concurrency Mutex names it.
@@ -73,10 +128,39 @@ impl ServiceState {
         !dead.is_empty()
     }
 
+    /// Drops `lease` with its keys; its watches report every watched key
+    /// lost with it, as etcd's watch sees the lease's deletes.
     fn remove_lease(&mut self, lease: LeaseId) -> bool {
         let found = self.leases.remove(&lease).is_some();
-        self.keys.retain(|_, (l, _)| *l != lease);
+        if found {
+            self.keys.retain(|_, (l, _)| *l != lease);
+        }
+        for id in self.lease_watches.get(&lease).into_iter().flatten() {
+            if let Some(w) = self.watches.get_mut(id) {
+                let mut tokens: Vec<u64> = std::mem::take(&mut w.tokens).into_iter().collect();
+                tokens.sort_unstable();
+                for token in tokens {
+                    w.report(token, LockGone::LeaseLost);
+                }
+            }
+        }
         found
+    }
+
+    /// Removes the lock key `key` while its lease lives (a release, a try
+    /// that did not hold, an operator): its watch reports it deleted.
+    fn delete_key(&mut self, key: &str) -> bool {
+        let Some((lease, rev)) = self.keys.remove(key) else {
+            return false;
+        };
+        for id in self.lease_watches.get(&lease).into_iter().flatten() {
+            if let Some(w) = self.watches.get_mut(id) {
+                if w.tokens.remove(&rev) {
+                    w.report(rev, LockGone::KeyDeleted);
+                }
+            }
+        }
+        true
     }
 
     /// The create revision of the key that holds `name`: the oldest key
@@ -203,8 +287,9 @@ impl MemoryService {
     pub fn delete_lock_key(&self, name: &str) -> bool {
         let found = {
             let mut st = self.lock();
+            st.expire(self.0.clock.now());
             match st.holder_of(name) {
-                Some((key, _)) => st.keys.remove(&key).is_some(),
+                Some((key, _)) => st.delete_key(&key),
                 None => false,
             }
         };
@@ -240,28 +325,6 @@ impl MemoryService {
             None => st.kv.remove(key),
         };
         Ok(())
-    }
-
-    /// Resolves once `name` is no longer held with `token` while `lease`
-    /// lives. A lost lease is the keepalives' news: then it never resolves.
-    async fn lock_gone(&self, name: &str, lease: LeaseId, token: Token) {
-        loop {
-            let changed = self.0.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let (lease_alive, held) = {
-                let st = self.lock();
-                let held = st.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
-                (st.leases.contains_key(&lease), held)
-            };
-            if !lease_alive {
-                return std::future::pending().await;
-            }
-            if !held {
-                return;
-            }
-            changed.await;
-        }
     }
 
     fn lock(&self) -> MutexGuard<'_, ServiceState> {
@@ -326,7 +389,7 @@ impl MemoryService {
                     return Ok(Token(mine));
                 }
                 if !wait {
-                    st.keys.remove(&key);
+                    st.delete_key(&key);
                     drop(st);
                     self.0.changed.notify_waiters();
                     return Err(BackendError::Busy);
@@ -350,6 +413,99 @@ impl MemoryService {
             Err(BackendError::LeaseNotFound)
         }
     }
+
+    /// Deletes the lock key of `name` under `lease`: with `token`, only
+    /// while the key was created with it. Wakes the waiters if it did.
+    fn unlock(&self, name: &str, lease: LeaseId, token: Option<Token>) {
+        let mut st = self.lock();
+        let expired = st.expire(self.0.clock.now());
+        let key = lock_key(name, lease);
+        let deleted = match (st.keys.get(&key), token) {
+            (Some((_, rev)), Some(t)) if *rev != t.0 => false,
+            (Some(_), _) => st.delete_key(&key),
+            (None, _) => false,
+        };
+        drop(st);
+        if expired || deleted {
+            self.0.changed.notify_waiters();
+        }
+    }
+
+    /// A new key watch of `lease` whose news crosses `link` to `gone`.
+    fn watch(&self, lease: LeaseId, link: Arc<Link>, gone: UnboundedSender<KeyGone>) -> WatchId {
+        let mut st = self.lock();
+        st.next_watch += 1;
+        let id = st.next_watch;
+        st.watches.insert(
+            id,
+            WatchReg {
+                lease,
+                link,
+                gone,
+                tokens: HashSet::new(),
+                held: BTreeMap::new(),
+            },
+        );
+        st.lease_watches.entry(lease).or_default().push(id);
+        id
+    }
+
+    /// Watch `id` watches the key of `name` held with `token`; a key already
+    /// gone is reported at once.
+    fn watch_add(&self, id: WatchId, name: &str, token: Token) {
+        let mut st = self.lock();
+        if st.expire(self.0.clock.now()) {
+            self.0.changed.notify_waiters();
+        }
+        let Some(lease) = st.watches.get(&id).map(|w| w.lease) else {
+            return;
+        };
+        let alive = st.leases.contains_key(&lease);
+        let held = alive && st.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
+        let Some(w) = st.watches.get_mut(&id) else {
+            return;
+        };
+        if held {
+            w.tokens.insert(token.0);
+        } else if alive {
+            w.report(token.0, LockGone::KeyDeleted);
+        } else {
+            w.report(token.0, LockGone::LeaseLost);
+        }
+    }
+
+    /// Watch `id` stops watching the key held with `token`, news held by a
+    /// partition included.
+    fn watch_remove(&self, id: WatchId, token: Token) {
+        if let Some(w) = self.lock().watches.get_mut(&id) {
+            w.tokens.remove(&token.0);
+            w.held.remove(&token.0);
+        }
+    }
+
+    /// Ends watch `id`, news held by a partition included.
+    fn unwatch(&self, id: WatchId) {
+        let mut st = self.lock();
+        let Some(w) = st.watches.remove(&id) else {
+            return;
+        };
+        if let Some(ids) = st.lease_watches.get_mut(&w.lease) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                st.lease_watches.remove(&w.lease);
+            }
+        }
+    }
+
+    /// Sends the news a partition of `link` held.
+    fn flush_held(&self, link: &Arc<Link>) {
+        let mut st = self.lock();
+        for w in st.watches.values_mut() {
+            if Arc::ptr_eq(&w.link, link) {
+                w.flush();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for MemoryService {
@@ -369,6 +525,16 @@ struct Link {
     faults: Mutex<Faults>,
     healed: Notify,
     leases: Mutex<Vec<LeaseId>>,
+}
+
+impl Link {
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn partitioned(&self) -> bool {
+        self.faults().partitioned
+    }
 }
 
 #[derive(Clone, Default)]
@@ -395,7 +561,7 @@ impl MemoryBackend {
     }
 
     fn faults(&self) -> MutexGuard<'_, Faults> {
-        self.link.faults.lock().unwrap_or_else(|e| e.into_inner())
+        self.link.faults()
     }
 
     /// Cuts the link: requests sent from now on reach the service only when
@@ -404,10 +570,11 @@ impl MemoryBackend {
         self.faults().partitioned = true;
     }
 
-    /// Heals a partition: held requests go through, late.
+    /// Heals a partition: held requests and key-watch news go through, late.
     pub fn heal(&self) {
         self.faults().partitioned = false;
         self.link.healed.notify_waiters();
+        self.service.flush_held(&self.link);
     }
 
     /// Keepalives reach the service (and renew the lease) but their replies
@@ -507,11 +674,27 @@ impl Backend for MemoryBackend {
 
     fn unlock<'a>(
         &'a self,
-        _name: &'a str,
-        _lease: LeaseId,
-        _token: Option<Token>,
+        name: &'a str,
+        lease: LeaseId,
+        token: Option<Token>,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async { todo!("unlock") })
+        // `None` is ordered after this link's lock requests of the key: a
+        // lock request puts its key synchronously while polled, so one whose
+        // future was dropped never puts it later.
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            self.service.unlock(name, lease, token);
+            Ok(())
+        })
+    }
+
+    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
+        let id = self.service.watch(lease, self.link.clone(), gone);
+        Box::new(MemoryKeyWatch {
+            service: self.service.clone(),
+            id,
+        })
     }
 
     fn guarded_write<'a>(
@@ -530,9 +713,480 @@ impl Backend for MemoryBackend {
     }
 }
 
+/// The key watches of one lease on a [`MemoryBackend`] link: a registration
+/// in the service, no task. Dropping it unregisters every key.
+struct MemoryKeyWatch {
+    service: MemoryService,
+    id: WatchId,
+}
+
+impl KeyWatch for MemoryKeyWatch {
+    fn add(&self, name: &str, token: Token) {
+        self.service.watch_add(self.id, name, token);
+    }
+
+    fn remove(&self, token: Token) {
+        self.service.watch_remove(self.id, token);
+    }
+}
+
+impl Drop for MemoryKeyWatch {
+    fn drop(&mut self) {
+        self.service.unwatch(self.id);
+    }
+}
+
 /// Blocks the driver thread for `d`, as a CPU-starved process or a long GC
 /// pause would: no keepalive is sent and no timer fires meanwhile. Shows that
 /// `permit()` refuses after the deadline on the clock alone.
 pub fn stall_driver(d: Duration) {
     crate::driver::runtime().spawn(async move { std::thread::sleep(d) });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use tokio::sync::mpsc::{self, UnboundedReceiver, error::TryRecvError};
+    use tokio::time::timeout;
+
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// The bound on every awaited event: far above what any takes.
+    const WITHIN: Duration = Duration::from_secs(5);
+    const TTL: Duration = Duration::from_secs(60);
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    async fn grant(b: &MemoryBackend) -> LeaseId {
+        b.grant(TTL).await.unwrap().lease
+    }
+
+    async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
+        timeout(WITHIN, rx.recv())
+            .await
+            .expect("no report in time")
+            .expect("the watch's sender is gone")
+    }
+
+    /// Reports are sent synchronously by the removal that makes them: none
+    /// pending now means none was made.
+    fn assert_quiet(rx: &mut UnboundedReceiver<KeyGone>) {
+        assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+    }
+
+    fn gone(token: Token, why: LockGone) -> KeyGone {
+        KeyGone { token, why }
+    }
+
+    /// Yields until `cond` holds (bounded by [`WITHIN`]).
+    async fn until(mut cond: impl FnMut() -> bool) {
+        timeout(WITHIN, async {
+            while !cond() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("condition not reached in time");
+    }
+
+    #[test]
+    fn unlock_with_token_deletes() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let t = b.lock("a", l, false).await.unwrap();
+            assert_eq!(s.holder("a"), Some(t));
+            b.unlock("a", l, Some(t)).await.unwrap();
+            assert_eq!(s.holder("a"), None);
+            // Absent: still Ok.
+            b.unlock("a", l, Some(t)).await.unwrap();
+            b.unlock("a", l, None).await.unwrap();
+            // `None` deletes whatever is there.
+            let t2 = b.lock("a", l, false).await.unwrap();
+            assert!(t2 > t);
+            b.unlock("a", l, None).await.unwrap();
+            assert_eq!(s.holder("a"), None);
+            // The lease lives on for other locks.
+            assert!(b.lock("b", l, false).await.is_ok());
+        });
+    }
+
+    #[test]
+    fn unlock_with_old_token_keeps_newer_key() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let t1 = b.lock("a", l, false).await.unwrap();
+            b.unlock("a", l, Some(t1)).await.unwrap();
+            let t2 = b.lock("a", l, false).await.unwrap();
+            assert!(t2 > t1);
+            b.unlock("a", l, Some(t1)).await.unwrap();
+            assert_eq!(s.holder("a"), Some(t2));
+            b.unlock("a", l, Some(t2)).await.unwrap();
+            assert_eq!(s.holder("a"), None);
+        });
+    }
+
+    #[test]
+    fn unlock_only_deletes_own_lease_key() {
+        run(async {
+            let s = MemoryService::new();
+            let (b1, b2) = (s.link(), s.link());
+            let (l1, l2) = (grant(&b1).await, grant(&b2).await);
+            let t1 = b1.lock("a", l1, false).await.unwrap();
+            b2.unlock("a", l2, None).await.unwrap();
+            b2.unlock("a", l2, Some(t1)).await.unwrap();
+            assert_eq!(s.holder("a"), Some(t1));
+        });
+    }
+
+    #[test]
+    fn unlock_wakes_queued_waiter() {
+        run(async {
+            let s = MemoryService::new();
+            let (b1, b2) = (s.link(), s.link());
+            let (l1, l2) = (grant(&b1).await, grant(&b2).await);
+            let t1 = b1.lock("a", l1, false).await.unwrap();
+            let waiter = {
+                let b2 = b2.clone();
+                tokio::spawn(async move { b2.lock("a", l2, true).await })
+            };
+            // Queued: its key is put behind the holder's.
+            until(|| s.lock().keys.contains_key(&lock_key("a", l2))).await;
+            assert!(!waiter.is_finished());
+            b1.unlock("a", l1, Some(t1)).await.unwrap();
+            let t2 = timeout(WITHIN, waiter)
+                .await
+                .expect("the waiter was not woken")
+                .unwrap()
+                .unwrap();
+            assert!(t2 > t1);
+            assert_eq!(s.holder("a"), Some(t2));
+        });
+    }
+
+    #[test]
+    fn unlock_crosses_the_link() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let t = b.lock("a", l, false).await.unwrap();
+            b.partition();
+            let held = {
+                let b = b.clone();
+                tokio::spawn(async move { b.unlock("a", l, Some(t)).await })
+            };
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!held.is_finished());
+            assert_eq!(s.holder("a"), Some(t));
+            b.heal();
+            timeout(WITHIN, held).await.unwrap().unwrap().unwrap();
+            assert_eq!(s.holder("a"), None);
+
+            let t = b.lock("a", l, false).await.unwrap();
+            s.outage(true);
+            assert!(matches!(
+                b.unlock("a", l, Some(t)).await,
+                Err(BackendError::Unavailable(_))
+            ));
+            s.outage(false);
+            assert_eq!(s.holder("a"), Some(t));
+        });
+    }
+
+    /// A dropped lock request never puts its key afterwards, so an
+    /// `unlock(None)` sent after the drop is final.
+    #[test]
+    fn dropped_lock_request_never_puts_after_unlock() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            b.partition();
+            let req = {
+                let b = b.clone();
+                tokio::spawn(async move { b.lock("a", l, true).await })
+            };
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            req.abort();
+            assert!(timeout(WITHIN, req).await.unwrap().is_err());
+            let rel = {
+                let b = b.clone();
+                tokio::spawn(async move { b.unlock("a", l, None).await })
+            };
+            b.heal();
+            timeout(WITHIN, rel).await.unwrap().unwrap().unwrap();
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            assert!(s.lock().keys.is_empty());
+        });
+    }
+
+    #[test]
+    fn key_watch_reports_the_deleted_key_then_the_lease_lost() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let mut tokens = BTreeMap::new();
+            for i in 0..1000 {
+                let name = format!("k{i}");
+                let t = b.lock(&name, l, false).await.unwrap();
+                w.add(&name, t);
+                tokens.insert(name, t);
+            }
+            assert_quiet(&mut rx);
+            assert!(s.delete_lock_key("k500"));
+            let deleted = tokens.remove("k500").unwrap();
+            assert_eq!(next(&mut rx).await, gone(deleted, LockGone::KeyDeleted));
+            assert_quiet(&mut rx);
+
+            assert!(s.revoke_lease(l));
+            let mut lost = BTreeSet::new();
+            for _ in 0..999 {
+                let g = next(&mut rx).await;
+                assert_eq!(g.why, LockGone::LeaseLost);
+                assert!(lost.insert(g.token), "reported twice: {g:?}");
+            }
+            assert_eq!(lost, tokens.values().copied().collect());
+            assert_quiet(&mut rx);
+            drop(w);
+        });
+    }
+
+    #[test]
+    fn key_watch_reports_only_its_lease_and_each_watch_its_own() {
+        run(async {
+            let s = MemoryService::new();
+            let (b1, b2) = (s.link(), s.link());
+            let (l1, l2) = (grant(&b1).await, grant(&b2).await);
+            let (tx1, mut rx1) = mpsc::unbounded_channel();
+            let (tx2, mut rx2) = mpsc::unbounded_channel();
+            let (w1, w2) = (b1.watch_keys(l1, tx1), b2.watch_keys(l2, tx2));
+            let t1 = b1.lock("a", l1, false).await.unwrap();
+            let t2 = b2.lock("b", l2, false).await.unwrap();
+            w1.add("a", t1);
+            w2.add("b", t2);
+            assert!(s.delete_lock_key("b"));
+            assert_eq!(next(&mut rx2).await, gone(t2, LockGone::KeyDeleted));
+            assert_quiet(&mut rx1);
+            b1.declare_lease_lost();
+            assert_eq!(next(&mut rx1).await, gone(t1, LockGone::LeaseLost));
+            assert_quiet(&mut rx2);
+            drop((w1, w2));
+        });
+    }
+
+    #[test]
+    fn key_watch_remove_stops_reports() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let mut t = BTreeMap::new();
+            for name in ["a", "b", "c"] {
+                let tok = b.lock(name, l, false).await.unwrap();
+                w.add(name, tok);
+                t.insert(name, tok);
+            }
+            w.remove(t["a"]);
+            w.remove(Token(999_999)); // unknown: ignored
+            assert!(s.delete_lock_key("a"));
+            assert_quiet(&mut rx);
+            w.remove(t["b"]);
+            assert!(s.revoke_lease(l));
+            assert_eq!(next(&mut rx).await, gone(t["c"], LockGone::LeaseLost));
+            assert_quiet(&mut rx);
+        });
+    }
+
+    #[test]
+    fn key_watch_reports_a_release_of_a_watched_key() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let t = b.lock("a", l, false).await.unwrap();
+            w.add("a", t);
+            b.unlock("a", l, Some(t)).await.unwrap();
+            assert_eq!(next(&mut rx).await, gone(t, LockGone::KeyDeleted));
+            // Removed first: the release is silent.
+            let t = b.lock("a", l, false).await.unwrap();
+            w.add("a", t);
+            w.remove(t);
+            b.unlock("a", l, None).await.unwrap();
+            assert_quiet(&mut rx);
+        });
+    }
+
+    #[test]
+    fn key_watch_add_of_a_gone_key_reports_at_once() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let old = b.lock("a", l, false).await.unwrap();
+            b.unlock("a", l, Some(old)).await.unwrap();
+            let new = b.lock("a", l, false).await.unwrap();
+            w.add("a", old);
+            assert_eq!(next(&mut rx).await, gone(old, LockGone::KeyDeleted));
+            assert_quiet(&mut rx);
+            w.add("a", new);
+            w.add("a", new); // twice: one watch
+            assert_quiet(&mut rx);
+            assert!(s.revoke_lease(l));
+            assert_eq!(next(&mut rx).await, gone(new, LockGone::LeaseLost));
+            assert_quiet(&mut rx);
+            w.add("a", new);
+            assert_eq!(next(&mut rx).await, gone(new, LockGone::LeaseLost));
+        });
+    }
+
+    #[test]
+    fn key_watch_reports_expiry() {
+        run(async {
+            let clock = ManualClock::default();
+            let s = MemoryService::with_clock(clock.clock());
+            let b = s.link();
+            let l = b.grant(Duration::from_secs(10)).await.unwrap().lease;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let t = b.lock("a", l, false).await.unwrap();
+            w.add("a", t);
+            clock.advance(Duration::from_secs(9));
+            assert_eq!(s.holder("a"), Some(t));
+            assert_quiet(&mut rx);
+            clock.advance(Duration::from_secs(2));
+            // The service expires leases when next asked anything.
+            assert_eq!(s.holder("a"), None);
+            assert_eq!(next(&mut rx).await, gone(t, LockGone::LeaseLost));
+            assert_eq!(b.keepalive(l).await, Err(BackendError::LeaseNotFound));
+            assert_quiet(&mut rx);
+        });
+    }
+
+    #[test]
+    fn partition_holds_the_report_until_healed() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let mut t = BTreeMap::new();
+            for name in ["a", "b", "c"] {
+                let tok = b.lock(name, l, false).await.unwrap();
+                w.add(name, tok);
+                t.insert(name, tok);
+            }
+            b.partition();
+            assert!(s.delete_lock_key("a"));
+            assert!(s.delete_lock_key("b"));
+            assert_quiet(&mut rx);
+            // Removed while held: never reported.
+            w.remove(t["b"]);
+            // Another link's partition holds nothing of this one.
+            s.link().heal();
+            assert_quiet(&mut rx);
+            b.heal();
+            assert_eq!(next(&mut rx).await, gone(t["a"], LockGone::KeyDeleted));
+            assert_quiet(&mut rx);
+            assert!(s.revoke_lease(l));
+            assert_eq!(next(&mut rx).await, gone(t["c"], LockGone::LeaseLost));
+            assert_quiet(&mut rx);
+        });
+    }
+
+    #[test]
+    fn drop_of_the_key_watch_unregisters() {
+        run(async {
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            for name in ["a", "b"] {
+                let tok = b.lock(name, l, false).await.unwrap();
+                w.add(name, tok);
+            }
+            b.partition();
+            assert!(s.delete_lock_key("a"));
+            drop(w);
+            {
+                let st = s.lock();
+                assert!(st.watches.is_empty());
+                assert!(st.lease_watches.is_empty());
+            }
+            b.heal();
+            assert!(s.delete_lock_key("b"));
+            // The registry held the only sender: the channel ends unsent.
+            assert_eq!(timeout(WITHIN, rx.recv()).await, Ok(None));
+        });
+    }
+
+    #[test]
+    fn ten_thousand_keys_on_one_lease_are_cheap() {
+        run(async {
+            const N: usize = 10_000;
+            let s = MemoryService::new();
+            let b = s.link();
+            let l = grant(&b).await;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let w = b.watch_keys(l, tx);
+            let start = std::time::Instant::now();
+            let mut tokens = Vec::with_capacity(N);
+            for i in 0..N {
+                let name = format!("lock-{i}");
+                let t = b.lock(&name, l, true).await.unwrap();
+                w.add(&name, t);
+                tokens.push(t);
+            }
+            let acquired = start.elapsed();
+            for (i, t) in tokens.iter().enumerate().step_by(2) {
+                b.unlock(&format!("lock-{i}"), l, Some(*t)).await.unwrap();
+            }
+            let released = start.elapsed();
+            assert!(s.revoke_lease(l));
+            // The releases of watched keys, then the rest with the lease.
+            for t in tokens.iter().step_by(2) {
+                assert_eq!(next(&mut rx).await, gone(*t, LockGone::KeyDeleted));
+            }
+            let mut lost = 0;
+            for t in tokens.iter().skip(1).step_by(2) {
+                assert_eq!(next(&mut rx).await, gone(*t, LockGone::LeaseLost));
+                lost += 1;
+            }
+            assert_quiet(&mut rx);
+            let total = start.elapsed();
+            println!(
+                "{N} keys: acquired and watched in {acquired:?}, half released by {released:?}, all reported by {total:?} ({lost} lost with the lease)"
+            );
+            assert!(total < Duration::from_secs(10), "too slow: {total:?}");
+            drop(w);
+        });
+    }
 }
