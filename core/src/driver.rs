@@ -338,7 +338,7 @@ impl SessionTask {
                 gate,
                 callbacks,
             } => {
-                self.machine.add_lock(lock, &name);
+                self.machine.add_lock(lock, name.clone());
                 self.shared.locks.fetch_add(1, Relaxed);
                 self.locks.insert(
                     lock,

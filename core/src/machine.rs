@@ -665,7 +665,7 @@ impl Holder {
 
     /// Adds the lock `id` called `name` (in state `Idle`); `id` is the
     /// caller's and must be new.
-    pub fn add_lock(&mut self, id: LockId, name: &str) {
+    pub fn add_lock(&mut self, id: LockId, name: impl Into<std::sync::Arc<str>>) {
         self.locks.insert(
             id,
             Slot {
