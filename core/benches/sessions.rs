@@ -1,0 +1,536 @@
+//! Sessions: what many locks on one lease cost. Figures only, never a gate.
+//!
+//! a. etcd, uncontended acquire + release per second on one live session,
+//!    beside the floor: one put (with a lease) + one delete of a key through
+//!    `etcd_client`, from this process, to the same member. Rounds
+//!    alternate dlock / floor (the order flips every round); per-round
+//!    ops/s, the medians and their ratio (target >= 0.9).
+//! b. etcd, 10,000 locks held on one session (default options: keepalive
+//!    every 5 s): keepalive messages reaching etcd per interval (every
+//!    member's `/metrics`, `grpc_server_msg_received_total` of
+//!    `LeaseKeepAlive`, summed; target 1 per session), client RSS per held
+//!    lock (target <= 1 KiB) and the time to acquire them all, sequentially
+//!    and with bounded concurrency (`acquire_async` on a tokio runtime).
+//! c. the same 10,000 locks on the embedded backend: RSS per lock and time.
+//!
+//! Every part runs in a child process of its own (this binary, `--part`),
+//! so that no part's RSS is measured on memory an earlier part freed.
+//!
+//! Run: `scripts/bench-sessions.sh` (starts a private etcd cluster), or
+//! `cargo bench -p dlock --bench sessions` with `DLOCK_TEST_MEMBERS` (the
+//! cluster's client URLs, as `target/etcd/env` exports them) set; without
+//! it only part c runs.
+//!
+//! Settings (environment): `DLOCK_BENCH_ROUNDS` (7), `DLOCK_BENCH_CYCLES`
+//! (300 acquire+release per round), `DLOCK_BENCH_LOCKS` (10000),
+//! `DLOCK_BENCH_CONCURRENCY` (64 acquisitions in flight),
+//! `DLOCK_BENCH_HOLD_INTERVALS` (3 keepalive intervals held).
+
+use std::io::{Read, Write};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use dlock::memory::MemoryService;
+use dlock::{Client, ClientConfig, EtcdConfig, Lock, Options};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo test --benches` runs this without `--bench`: nothing to test.
+    if !args.iter().any(|a| a == "--bench") {
+        eprintln!("sessions: benchmarks only (cargo bench -p dlock --bench sessions)");
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--part") {
+        let part = args.get(i + 1).expect("--part NAME");
+        let out = child(part);
+        println!("RESULT {out}");
+        return;
+    }
+    parent();
+}
+
+// ---------------------------------------------------------------------------
+// Settings and small helpers.
+
+fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name).map_or(default, |v| {
+        v.parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| panic!("{name} must be a count > 0, got {v}"))
+    })
+}
+
+fn members() -> Option<Vec<String>> {
+    std::env::var("DLOCK_TEST_MEMBERS")
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.split(',').map(|m| m.trim().to_owned()).collect())
+}
+
+/// VmRSS of this process, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A name of this process only.
+fn name(part: &str, i: usize) -> String {
+    format!("dlock-bench/{part}-{}/{i}", std::process::id())
+}
+
+// ---------------------------------------------------------------------------
+// The parent: runs every part in a child, prints the figures and the table.
+
+fn run_part(part: &str) -> Value {
+    let exe = std::env::current_exe().expect("bench binary");
+    let out = Command::new(exe)
+        .args(["--bench", "--part", part])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("part {part}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in stdout.lines().filter(|l| !l.starts_with("RESULT ")) {
+        println!("{line}");
+    }
+    assert!(out.status.success(), "part {part} failed: {}", out.status);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("part {part} printed no RESULT line"));
+    serde_json::from_str(line).expect("RESULT json")
+}
+
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("no figure {k} in {v}"))
+}
+
+fn parent() {
+    let locks = setting("DLOCK_BENCH_LOCKS", 10_000);
+    let etcd = members();
+    let mut table: Vec<[String; 4]> = Vec::new();
+    let row = |t: &mut Vec<[String; 4]>, a: &str, b: String, c: String, d: &str| {
+        t.push([a.into(), b, c, d.into()])
+    };
+
+    println!("== baseline: an empty process");
+    let empty = run_part("empty");
+    println!(
+        "VmRSS of the empty bench process: {} KiB",
+        f(&empty, "rss_kib")
+    );
+
+    if let Some(members) = &etcd {
+        println!("\n== a. etcd: uncontended acquire+release on one live session vs the floor");
+        let a = run_part("a");
+        let ratio = f(&a, "median_dlock") / f(&a, "median_floor");
+        println!(
+            "medians: dlock {:.0} ops/s, floor {:.0} ops/s, ratio {ratio:.3} (target >= 0.9); median of per-round ratios {:.3}",
+            f(&a, "median_dlock"),
+            f(&a, "median_floor"),
+            f(&a, "median_round_ratio"),
+        );
+        row(
+            &mut table,
+            "a. etcd acquire+release, one session (ops/s, median)",
+            format!("{:.0}", f(&a, "median_dlock")),
+            format!("{:.0} (put+delete floor)", f(&a, "median_floor")),
+            &format!("ratio {ratio:.3}, target >= 0.9"),
+        );
+
+        println!("\n== b. etcd: {locks} locks on one session, default options");
+        let interval = Options::default().keepalive_interval;
+        let before = keepalive_msgs(members);
+        std::thread::sleep(interval);
+        let idle = keepalive_msgs(members) - before;
+        println!(
+            "cluster's own LeaseKeepAlive traffic, nothing of this bench holding: {idle:.0} msg over one interval ({interval:?})"
+        );
+        row(
+            &mut table,
+            "b. cluster's other keepalives (msg/interval)",
+            format!("{idle:.0}"),
+            "-".into(),
+            "measured before part b",
+        );
+        for mode in ["seq", "conc"] {
+            let b = run_part(&format!("b-{mode}"));
+            let how = how(mode);
+            row(
+                &mut table,
+                &format!("b. etcd keepalives reaching etcd ({how})"),
+                format!("{:.2} /session/interval", f(&b, "server_per_interval")),
+                format!("client sent {:.2}/interval", f(&b, "client_per_interval")),
+                "target 1",
+            );
+            row(
+                &mut table,
+                &format!("b. etcd RSS per held lock ({how})"),
+                format!("{:.0} B", f(&b, "rss_per_lock_bytes")),
+                format!(
+                    "empty process {} KiB; handle alone {:.0} B",
+                    f(&empty, "rss_kib"),
+                    f(&b, "rss_per_handle_bytes")
+                ),
+                "target <= 1024 B",
+            );
+            row(
+                &mut table,
+                &format!("b. etcd time to acquire {locks} ({how})"),
+                format!("{:.2} s", f(&b, "acquire_s")),
+                format!("{:.0} locks/s", locks as f64 / f(&b, "acquire_s")),
+                &format!("release all {:.2} s", f(&b, "release_s")),
+            );
+        }
+    } else {
+        println!("\n(DLOCK_TEST_MEMBERS unset: no etcd, parts a and b skipped)");
+    }
+
+    println!("\n== c. embedded backend: {locks} locks on one session");
+    for mode in ["seq", "conc"] {
+        let c = run_part(&format!("c-{mode}"));
+        let how = how(mode);
+        row(
+            &mut table,
+            &format!("c. embedded RSS per held lock ({how})"),
+            format!("{:.0} B", f(&c, "rss_per_lock_bytes")),
+            format!(
+                "empty process {} KiB; handle alone {:.0} B",
+                f(&empty, "rss_kib"),
+                f(&c, "rss_per_handle_bytes")
+            ),
+            "target <= 1024 B",
+        );
+        row(
+            &mut table,
+            &format!("c. embedded time to acquire {locks} ({how})"),
+            format!("{:.3} s", f(&c, "acquire_s")),
+            format!("{:.0} locks/s", locks as f64 / f(&c, "acquire_s")),
+            &format!("release all {:.3} s", f(&c, "release_s")),
+        );
+    }
+
+    println!("\n== summary");
+    let head = ["figure", "dlock", "baseline", "note"].map(String::from);
+    let mut w = [0usize; 4];
+    for r in std::iter::once(&head).chain(&table) {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.len());
+        }
+    }
+    for r in std::iter::once(&head).chain(&table) {
+        println!(
+            "{:<w0$}  {:<w1$}  {:<w2$}  {}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2]
+        );
+    }
+}
+
+fn how(mode: &str) -> String {
+    match mode {
+        "seq" => "sequential acquire".into(),
+        _ => format!(
+            "acquire_async, {} in flight",
+            setting("DLOCK_BENCH_CONCURRENCY", 64)
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The children.
+
+fn child(part: &str) -> Value {
+    match part {
+        "empty" => json!({ "rss_kib": rss_kib() }),
+        "a" => part_a(),
+        "b-seq" => part_many(true, false),
+        "b-conc" => part_many(true, true),
+        "c-seq" => part_many(false, false),
+        "c-conc" => part_many(false, true),
+        other => panic!("unknown part {other}"),
+    }
+}
+
+fn etcd_client() -> Client {
+    let members = members().expect("DLOCK_TEST_MEMBERS");
+    Client::etcd(EtcdConfig::new(members), Options::default()).expect("connect to etcd")
+}
+
+/// a: rounds of `cycles` acquire+release on one live session, alternating
+/// with as many put (with a lease) + delete through `etcd_client` on the
+/// member dlock talks to (the first that answers: the first listed).
+fn part_a() -> Value {
+    let rounds = setting("DLOCK_BENCH_ROUNDS", 7);
+    let cycles = setting("DLOCK_BENCH_CYCLES", 300);
+    let members = members().expect("DLOCK_TEST_MEMBERS");
+    let client = etcd_client();
+    let session = client.session(Options::default()).expect("session");
+    let lock = session.lock(&name("a", 0)).expect("lock");
+    // Warm-up: the lease is granted, the connection open.
+    lock.acquire(TIMEOUT).expect("warm-up acquire");
+    lock.release().expect("warm-up release");
+    let lease = session.lease().expect("a lease after the warm-up");
+
+    let rt = runtime();
+    let floor_key = name("a-floor", 0);
+    let (mut etcd, floor_lease) = rt.block_on(async {
+        let mut c = etcd_client::Client::connect([members[0].as_str()], None)
+            .await
+            .expect("etcd_client connects");
+        let l = c.lease_grant(60, None).await.expect("lease grant").id();
+        (c, l)
+    });
+    let put = etcd_client::PutOptions::new().with_lease(floor_lease);
+    rt.block_on(floor_cycle(&mut etcd, &floor_key, &put));
+
+    let mut dl = Vec::new();
+    let mut fl = Vec::new();
+    println!(
+        "round  dlock ops/s  floor ops/s  ratio  (op = acquire+release | put+delete; {cycles} per round)"
+    );
+    for r in 0..rounds {
+        let run_dlock = || {
+            let t = Instant::now();
+            for _ in 0..cycles {
+                lock.acquire(TIMEOUT).expect("acquire");
+                lock.release().expect("release");
+            }
+            cycles as f64 / t.elapsed().as_secs_f64()
+        };
+        let mut run_floor = || {
+            let t = Instant::now();
+            rt.block_on(async {
+                for _ in 0..cycles {
+                    floor_cycle(&mut etcd, &floor_key, &put).await;
+                }
+            });
+            cycles as f64 / t.elapsed().as_secs_f64()
+        };
+        let (d, fo) = if r % 2 == 0 {
+            let d = run_dlock();
+            (d, run_floor())
+        } else {
+            let fo = run_floor();
+            (run_dlock(), fo)
+        };
+        println!("{r:>5}  {d:>11.0}  {fo:>11.0}  {:.3}", d / fo);
+        dl.push(d);
+        fl.push(fo);
+    }
+    let same_lease = session.lease() == Some(lease);
+    println!(
+        "dlock's lease the same through every round: {same_lease} (no grant/revoke per cycle); floor on {}",
+        members[0]
+    );
+    rt.block_on(async {
+        let _ = etcd.lease_revoke(floor_lease).await;
+    });
+    session.close().expect("close");
+    let ratios: Vec<f64> = dl.iter().zip(&fl).map(|(d, f)| d / f).collect();
+    json!({
+        "median_dlock": median(&dl),
+        "median_floor": median(&fl),
+        "median_round_ratio": median(&ratios),
+        "same_lease": same_lease,
+    })
+}
+
+/// The floor of one acquire+release: one put with a lease, one delete.
+async fn floor_cycle(etcd: &mut etcd_client::Client, key: &str, put: &etcd_client::PutOptions) {
+    etcd.put(key, "", Some(put.clone())).await.expect("put");
+    etcd.delete(key, None).await.expect("delete");
+}
+
+/// b / c: `DLOCK_BENCH_LOCKS` locks of distinct names on one session,
+/// acquired sequentially or `DLOCK_BENCH_CONCURRENCY` at a time; RSS per
+/// lock, times; on etcd also the keepalives over the hold.
+fn part_many(etcd: bool, concurrent: bool) -> Value {
+    let n = setting("DLOCK_BENCH_LOCKS", 10_000);
+    let client = if etcd {
+        etcd_client()
+    } else {
+        Client::connect(ClientConfig::embedded_in(MemoryService::new())).expect("embedded")
+    };
+    let session = client.session(Options::default()).expect("session");
+    let tag = format!(
+        "{}-{}",
+        if etcd { "b" } else { "c" },
+        if concurrent { "conc" } else { "seq" }
+    );
+    // Warm-up: lease granted, connection (and the driver) up.
+    let warm = session.lock(&name(&tag, n)).expect("lock");
+    warm.acquire(TIMEOUT).expect("warm-up acquire");
+    warm.release().expect("warm-up release");
+    drop(warm);
+    let lease = session.lease();
+
+    let rss_before = rss_kib();
+    let t = Instant::now();
+    let locks: Vec<Lock> = (0..n)
+        .map(|i| session.lock(&name(&tag, i)).expect("lock"))
+        .collect();
+    let rss_handles = rss_kib();
+    let locks = if concurrent {
+        acquire_concurrently(locks, setting("DLOCK_BENCH_CONCURRENCY", 64))
+    } else {
+        for l in &locks {
+            l.acquire(TIMEOUT).expect("acquire");
+        }
+        locks
+    };
+    let acquire_s = t.elapsed().as_secs_f64();
+    let rss_after = rss_kib();
+    let per_lock = (rss_after.saturating_sub(rss_before) * 1024) as f64 / n as f64;
+    assert_eq!(session.lease(), lease, "the lease changed while acquiring");
+    let label = if etcd { "etcd" } else { "embedded" };
+    let per_handle = (rss_handles.saturating_sub(rss_before) * 1024) as f64 / n as f64;
+    println!(
+        "{label} {tag}: {n} acquired in {acquire_s:.3} s ({:.0}/s); VmRSS {rss_before} KiB before, {rss_handles} KiB with the handles ({per_handle:.0} B each), {rss_after} KiB all held: {per_lock:.0} B per held lock",
+        n as f64 / acquire_s
+    );
+
+    let mut out = json!({
+        "acquire_s": acquire_s,
+        "rss_before_kib": rss_before,
+        "rss_after_kib": rss_after,
+        "rss_per_lock_bytes": per_lock,
+        "rss_per_handle_bytes": per_handle,
+    });
+    if etcd {
+        let members = members().expect("DLOCK_TEST_MEMBERS");
+        let interval = session.options().keepalive_interval;
+        let intervals = setting("DLOCK_BENCH_HOLD_INTERVALS", 3);
+        let window = interval * intervals as u32;
+        let (s0, k0) = (keepalive_msgs(&members), session.stats().keepalives);
+        std::thread::sleep(window);
+        let (s1, k1) = (keepalive_msgs(&members), session.stats().keepalives);
+        let held = locks
+            .iter()
+            .filter(|l| l.state() == dlock::State::Holding)
+            .count();
+        let server = (s1 - s0) / intervals as f64;
+        let client_side = (k1 - k0) as f64 / intervals as f64;
+        println!(
+            "{label} {tag}: held {window:?} ({intervals} intervals of {interval:?}), {held}/{n} Holding at the end: LeaseKeepAlive received by etcd {:.0} ({server:.2}/interval), sent by the session {} ({client_side:.2}/interval)",
+            s1 - s0,
+            k1 - k0
+        );
+        assert_eq!(held, n, "locks lost their hold during the window");
+        out["server_per_interval"] = json!(server);
+        out["client_per_interval"] = json!(client_side);
+    }
+    let t = Instant::now();
+    for l in &locks {
+        l.release().expect("release");
+    }
+    let release_s = t.elapsed().as_secs_f64();
+    out["release_s"] = json!(release_s);
+    drop(locks);
+    session.close().expect("close");
+    out
+}
+
+/// Acquires every lock with `acquire_async` on a current-thread tokio
+/// runtime, at most `limit` in flight.
+fn acquire_concurrently(locks: Vec<Lock>, limit: usize) -> Vec<Lock> {
+    let n = locks.len();
+    let rt = runtime();
+    rt.block_on(async move {
+        let mut out: Vec<Option<Lock>> = (0..n).map(|_| None).collect();
+        let mut todo = locks.into_iter().enumerate();
+        let mut set = tokio::task::JoinSet::new();
+        loop {
+            while set.len() < limit {
+                let Some((i, l)) = todo.next() else { break };
+                set.spawn(async move {
+                    let r = l.acquire_async(Some(TIMEOUT)).await;
+                    (i, l, r)
+                });
+            }
+            let Some(done) = set.join_next().await else {
+                break;
+            };
+            let (i, l, r) = done.expect("acquire task");
+            r.expect("acquire_async");
+            out[i] = Some(l);
+        }
+        out.into_iter().map(|l| l.expect("acquired")).collect()
+    })
+}
+
+// ---------------------------------------------------------------------------
+// etcd's /metrics.
+
+/// `grpc_server_msg_received_total` of `LeaseKeepAlive`, summed over the
+/// members: every keepalive message any client sent the cluster.
+fn keepalive_msgs(members: &[String]) -> f64 {
+    members
+        .iter()
+        .map(|m| {
+            let body = http_get(m, "/metrics");
+            body.lines()
+                .filter(|l| {
+                    l.starts_with("grpc_server_msg_received_total{")
+                        && l.contains("grpc_method=\"LeaseKeepAlive\"")
+                })
+                .map(|l| {
+                    l.rsplit(' ')
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or_else(|| panic!("metric line {l}"))
+                })
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// A plain HTTP/1.0 GET of `path` on `url` (`http://host:port`).
+fn http_get(url: &str, path: &str) -> String {
+    let hostport = url
+        .split_once("://")
+        .map_or(url, |(_, r)| r)
+        .trim_end_matches('/');
+    let mut s = std::net::TcpStream::connect(hostport).unwrap_or_else(|e| panic!("{url}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").expect("send GET");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read /metrics");
+    let (head, body) = resp.split_once("\r\n\r\n").expect("an HTTP reply");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200"),
+        "{head}"
+    );
+    body.to_owned()
+}
