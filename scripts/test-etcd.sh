@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The etcd tests: starts the test cluster (scripts/etcd-cluster.sh), runs
-# every etcd test binary against it with DLOCK_TEST_REQUIRE_ETCD=1 (a
-# missing cluster fails instead of skipping), stops the cluster on any exit,
-# and prints the fault figures table.
+# every etcd test binary against it (core/tests/etcd*.rs: etcd, etcd_faults,
+# etcd_parity, etcd_sessions) with DLOCK_TEST_REQUIRE_ETCD=1 (a missing
+# cluster fails instead of skipping), stops the cluster on any exit, and
+# prints the fault figures table (etcd_faults' cases and etcd_sessions'
+# sessions_* cases of 1,000 locks).
 #
 # usage: scripts/test-etcd.sh [LOGFILE]   (cargo test output is appended to
 #        LOGFILE, so scripts/test.sh's closing count includes it)
@@ -20,7 +22,7 @@ scripts/etcd-cluster.sh start
 source target/etcd/env
 export DLOCK_TEST_REQUIRE_ETCD=1 DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
 
-printf '\n==> %s\n' "etcd: backend and fault tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
+printf '\n==> %s\n' "etcd: backend, fault and session tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
 tests=()
 for t in core/tests/etcd*.rs; do
   tests+=(--test "$(basename "$t" .rs)")

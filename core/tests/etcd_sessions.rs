@@ -306,6 +306,18 @@ fn metric(cluster: &Cluster, metric: &str, method: &str) -> f64 {
         .sum()
 }
 
+/// One line of `scripts/test-etcd.sh`'s fault figures table (one run), as
+/// `etcd_faults.rs` prints them: case, runs, cut->drain, drained, the
+/// smallest on_fence lead over a contender, other.
+fn fault_line(case: &str, drain: Option<f64>, lead: Option<f64>, other: &str) {
+    let d = drain.map_or("-".into(), |d| format!("{d:.0}/{d:.0}/{d:.0}"));
+    let lead = lead.map_or("n/a (no fence)".into(), |l| format!("{l:.0}"));
+    println!(
+        "FAULT|{case}|1|{d}|{}/1|{lead}|{other}",
+        u8::from(drain.is_some())
+    );
+}
+
 fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) with a pid of the test cluster's member.
     let rc = unsafe { libc::kill(pid, sig) };
@@ -317,15 +329,23 @@ fn signal(pid: i32, sig: libc::c_int) {
     );
 }
 
-/// The leader (0-based) as `etcd-cluster.sh leader` tells, or `None` while
-/// there is none.
-fn leader_now(cluster: &Cluster) -> Option<usize> {
-    let out = std::process::Command::new(&cluster.script)
-        .arg("leader")
-        .output()
-        .ok()?;
-    let n: usize = String::from_utf8_lossy(&out.stdout).trim().parse().ok()?;
-    (out.status.success() && (1..=3).contains(&n)).then(|| n - 1)
+/// The leader's member id as member `i` (0-based) sees it, asked with a
+/// 1 s timeout; `None` while it knows none (or does not answer).
+fn leader_seen_by(cluster: &Cluster, i: usize) -> Option<u64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let opts = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(1))
+        .with_timeout(Duration::from_secs(1));
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect([cluster.members[i].as_str()], Some(opts))
+            .await
+            .ok()?;
+        let s = c.status().await.ok()?;
+        (s.leader() != 0).then_some(s.leader())
+    })
 }
 
 /// Restarts a killed member when dropped, also when the test fails.
@@ -393,7 +413,8 @@ fn leader_kill_fences_none_of_1000_locks_on_one_session() {
         "every key on the one lease"
     );
 
-    let killed = leader_now(&cluster).expect("a leader");
+    let killed = cluster.leader();
+    let old_leader = leader_seen_by(&cluster, killed).expect("the leader knows itself");
     let mut restart = Restart {
         cluster: cluster.clone(),
         member: killed,
@@ -402,21 +423,21 @@ fn leader_kill_fences_none_of_1000_locks_on_one_session() {
     let keepalives_before = m.keepalives();
     let cut = system_now();
     signal(cluster.pid(killed), libc::SIGKILL);
+    let others: Vec<usize> = (0..cluster.members.len())
+        .filter(|&i| i != killed)
+        .collect();
     assert!(
-        until(Duration::from_secs(20), || leader_now(&cluster)
-            .is_some_and(|l| l != killed)),
+        until(Duration::from_secs(20), || others.iter().all(|&i| {
+            leader_seen_by(&cluster, i).is_some_and(|l| l != old_leader)
+        })),
         "no new leader within 20 s of killing member {}",
         killed + 1
     );
     let elected = system_now();
     // A fence would come within TTL − margin of the last confirmed
-    // keepalive; watch for one for TTL + 2 intervals from the kill.
+    // keepalive: watch for one for TTL + 2 intervals from the election.
     let window = TTL + 2 * INTERVAL;
-    let fenced = m.wait_count(
-        window.saturating_sub(elected.saturating_since(cut)),
-        1,
-        |e| matches!(e.2, Ev::Fence(..)),
-    );
+    let fenced = m.wait_count(window, 1, |e| matches!(e.2, Ev::Fence(..)));
     let keepalives_window = m.keepalives() - keepalives_before;
     // Confirmed after the kill: the deadline is the send time of the last
     // confirmed keepalive + TTL − margin.
@@ -437,10 +458,21 @@ fn leader_kill_fences_none_of_1000_locks_on_one_session() {
         .iter()
         .filter(|e| matches!(e.2, Ev::Change(c) if c.to == State::Draining))
         .count();
+    let drain = m
+        .log
+        .iter()
+        .find(|e| e.1 >= cut && matches!(e.2, Ev::Change(c) if c.to == State::Draining))
+        .map(|e| ms(cut, e.1));
     println!(
-        "leader_kill: new leader {:.0} ms after the kill; {keepalives_window} keepalives sent over {window:?}; {drains} lock drains; {} fences",
+        "leader_kill: new leader seen {:.0} ms after the kill; {keepalives_window} keepalives sent from the kill to {window:?} after the election; {drains} lock drains; {} fences",
         ms(cut, elected),
         fences.len()
+    );
+    fault_line(
+        "sessions_leader_killed_1000",
+        drain,
+        None,
+        &format!("kill->leader seen {:.0}", ms(cut, elected)),
     );
     assert_eq!(
         fenced,
@@ -461,7 +493,7 @@ fn leader_kill_fences_none_of_1000_locks_on_one_session() {
     assert_eq!(etcd.lease_keys(lease).len(), N, "keys left the lease");
     assert!(
         keepalives_window >= 3,
-        "only {keepalives_window} keepalives sent over {window:?} from the kill"
+        "only {keepalives_window} keepalives sent from the kill to {window:?} after the election"
     );
     assert!(
         confirmed_after_kill,
@@ -559,23 +591,36 @@ fn blackhole_fences_each_of_1000_locks_once_before_the_server_expiry() {
     }
     let first = fences.iter().map(|f| f.1).min();
     let last = fences.iter().map(|f| f.1).max();
-    println!(
-        "blackhole: drained {:.0} ms after the cut; {} fences from {:.0} to {:.0} ms after the deadline (server expiry at +{:.0} ms); contenders {:?} ms after the deadline",
-        ms(
-            cut,
-            m.log
-                .iter()
-                .find(|e| e.0 == 0 && matches!(e.2, Ev::Change(c) if c.to == State::Draining))
-                .map_or(cut, |e| e.1)
-        ),
-        fences.len(),
+    let drain = m
+        .log
+        .iter()
+        .find(|e| e.0 == 0 && matches!(e.2, Ev::Change(c) if c.to == State::Draining))
+        .map(|e| ms(cut, e.1));
+    let (first, last) = (
         first.map_or(f64::NAN, |t| ms(deadline, t)),
         last.map_or(f64::NAN, |t| ms(deadline, t)),
+    );
+    let lead = contenders
+        .iter()
+        .filter_map(|(i, _, at)| {
+            let f = fences.iter().find(|f| f.0 == *i)?;
+            Some(ms(f.1, *at))
+        })
+        .min_by(f64::total_cmp);
+    println!(
+        "blackhole: drained {drain:?} ms after the cut; {} fences from {first:.0} to {last:.0} ms after the deadline (server expiry at +{:.0} ms); contenders {:?} ms after the deadline",
+        fences.len(),
         MARGIN.as_secs_f64() * 1e3,
         contenders
             .iter()
             .map(|c| format!("{}: {:.0}", c.0, ms(deadline, c.2)))
             .collect::<Vec<_>>()
+    );
+    fault_line(
+        "sessions_blackhole_1000",
+        drain,
+        lead,
+        &format!("deadline->fences {first:.0}..{last:.0}"),
     );
     assert_eq!(fenced, N, "{fenced} of {N} locks fenced");
     assert_eq!(
