@@ -605,8 +605,10 @@ enum lk_status lk_session_lock_new(const struct lk_session *session,
 // Releases every lock of the session and revokes its lease (one request
 // deletes every key). Returns once revoked, or after a keepalive timeout
 // if the service does not answer (the revoke goes on meanwhile). The
-// locks stay valid handles but refuse to acquire again (`LK_RELEASED`);
-// free them as usual. Closing twice is harmless.
+// locks stay valid handles but refuse to acquire again (`LK_RELEASED`),
+// and no new lock is made on it (`LK_RELEASED`); free them as usual.
+// Closing twice is harmless. The client's default session closes only
+// with the client: closing it is `LK_INVALID_ARGUMENT`.
 enum lk_status lk_session_close(const struct lk_session *session);
 
 // The session's current lease id (granted on its first acquisition);

@@ -3,98 +3,19 @@
 //! drain and one fence for all on a lost keepalive or lease) is the core's.
 
 use std::ffi::{c_char, c_uint};
-use std::time::Duration;
 
-use dlock_core::machine::LeaseId;
-use dlock_core::{Error, Lock, Options};
+use dlock_core::{Options, Session};
 
 use crate::client::{lk_client, lk_client_options, timing_of};
 use crate::lk_status::{self, LK_NOT_HELD};
 use crate::lock::lk_lock;
 use crate::{Fail, arg, boxed, ffi, out, text};
 
-/// What a session reports, in the core's types the C side converts.
-struct Snapshot {
-    lease: Option<LeaseId>,
-    keepalives: u64,
-    locks: u64,
-    last_keepalive_rtt: Option<Duration>,
-}
-
-/// The calls the C face makes on a core session. `dlock_core` does not
-/// export its `Session` type by name (only through `Client::session`,
-/// `Client::default_session` and `Lock::session`), so the handle keeps the
-/// session behind this trait, implemented by [`Methods`].
-trait SessionCalls: Send + Sync {
-    fn lock(&self, name: &str) -> Result<Lock, Error>;
-    fn close(&self) -> Result<(), Error>;
-    fn snapshot(&self) -> Snapshot;
-}
-
-/// A session `S` of the core with the calls on it, written where the type
-/// is inferred (see [`session`]).
-struct Methods<S> {
-    session: S,
-    lock: fn(&S, &str) -> Result<Lock, Error>,
-    close: fn(&S) -> Result<(), Error>,
-    snapshot: fn(&S) -> Snapshot,
-}
-
-impl<S: Send + Sync> SessionCalls for Methods<S> {
-    fn lock(&self, name: &str) -> Result<Lock, Error> {
-        (self.lock)(&self.session, name)
-    }
-    fn close(&self) -> Result<(), Error> {
-        (self.close)(&self.session)
-    }
-    fn snapshot(&self) -> Snapshot {
-        (self.snapshot)(&self.session)
-    }
-}
-
-/// The handle of a session the core made (`S` is its `Session`).
-fn session<S: Send + Sync + 'static>(
-    session: S,
-    lock: fn(&S, &str) -> Result<Lock, Error>,
-    close: fn(&S) -> Result<(), Error>,
-    snapshot: fn(&S) -> Snapshot,
-) -> lk_session {
-    lk_session {
-        session: Box::new(Methods {
-            session,
-            lock,
-            close,
-            snapshot,
-        }),
-    }
-}
-
 /// One lease shared by many locks: one keepalive loop, one deadline. A
 /// failed keepalive drains every lock of it, a lost lease fences them all,
 /// a deleted lock key fences that lock alone. Its locks keep it alive.
 pub struct lk_session {
-    session: Box<dyn SessionCalls>,
-}
-
-/// The C handle on one of the core's sessions; one macro so that the type
-/// of `$s` (the core's `Session`) is inferred, never named.
-macro_rules! handle {
-    ($s:expr) => {
-        session(
-            $s,
-            |s, name| s.lock(name),
-            |s| s.close(),
-            |s| {
-                let st = s.stats();
-                Snapshot {
-                    lease: st.lease,
-                    keepalives: st.keepalives,
-                    locks: st.locks,
-                    last_keepalive_rtt: st.last_keepalive_rtt,
-                }
-            },
-        )
-    };
+    session: Session,
 }
 
 /// A new session of `client` with its own lease, keepalive loop and
@@ -117,7 +38,12 @@ pub unsafe extern "C" fn lk_session_new(
             true => client.client.options().clone(),
             false => unsafe { timing_of(options) }?,
         };
-        boxed(dest, handle!(client.client.session(opts)?));
+        boxed(
+            dest,
+            lk_session {
+                session: client.client.session(opts)?,
+            },
+        );
         Ok(())
     })
 }
@@ -133,7 +59,12 @@ pub unsafe extern "C" fn lk_client_session(
     ffi!({
         let client = unsafe { arg(client, "client") }?;
         let dest = unsafe { out(session_out, "session_out") }?;
-        boxed(dest, handle!(client.client.default_session().clone()));
+        boxed(
+            dest,
+            lk_session {
+                session: client.client.default_session().clone(),
+            },
+        );
         Ok(())
     })
 }
@@ -160,8 +91,10 @@ pub unsafe extern "C" fn lk_session_lock_new(
 /// Releases every lock of the session and revokes its lease (one request
 /// deletes every key). Returns once revoked, or after a keepalive timeout
 /// if the service does not answer (the revoke goes on meanwhile). The
-/// locks stay valid handles but refuse to acquire again (`LK_RELEASED`);
-/// free them as usual. Closing twice is harmless.
+/// locks stay valid handles but refuse to acquire again (`LK_RELEASED`),
+/// and no new lock is made on it (`LK_RELEASED`); free them as usual.
+/// Closing twice is harmless. The client's default session closes only
+/// with the client: closing it is `LK_INVALID_ARGUMENT`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_session_close(session: *const lk_session) -> lk_status {
     ffi!({
@@ -182,8 +115,7 @@ pub unsafe extern "C" fn lk_session_lease(
         let dest = unsafe { out(lease_out, "lease_out") }?;
         *dest = session
             .session
-            .snapshot()
-            .lease
+            .lease()
             .ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?;
         Ok(())
     })
@@ -227,7 +159,7 @@ pub unsafe extern "C" fn lk_session_stats(
                 dest.version
             )));
         }
-        let st = session.session.snapshot();
+        let st = session.session.stats();
         *dest = lk_session_stats {
             version: dest.version,
             lease: st.lease.unwrap_or(0),

@@ -406,11 +406,10 @@ static void close_releases_all(void) {
   CHECK(l == 5 && stats_of(s).lease == 0);
 
   OK(lk_session_close(s)); /* twice: harmless */
-  /* A lock made on a closed session refuses too. */
-  struct lk_lock *late;
-  OK(lk_session_lock_new(s, "close-late", &late));
-  EXPECT(lk_lock_acquire(late, 100, NULL), LK_RELEASED);
-  lk_lock_free(late);
+  /* A closed session makes no new lock. */
+  struct lk_lock *late = NULL;
+  EXPECT(lk_session_lock_new(s, "close-late", &late), LK_RELEASED);
+  CHECK(late == NULL);
 
   /* The other session goes on. */
   CHECK(state_of(blocker) == LK_STATE_HOLDING);
@@ -505,6 +504,10 @@ static void free_orders(void) {
   const int64_t dl = lease_of(d);
   CHECK(lease_of(d2) == dl);
   CHECK(stats_of(d2).locks == 2);
+  /* The default session closes only with its client. */
+  EXPECT(lk_session_close(d2), LK_INVALID_ARGUMENT);
+  CHECK(strstr(lk_last_error(), "default session") != NULL);
+  CHECK(state_of(x) == LK_STATE_HOLDING);
   lk_session_free(d2);
   lk_client_free(c); /* the handle and the locks keep the session */
   struct lk_lock *z;
