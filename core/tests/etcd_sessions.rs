@@ -231,14 +231,33 @@ impl Etcd {
         Etcd { rt, c }
     }
 
+    /// Runs a read; a failure (a connection to a member that was killed
+    /// and restarted, say) is tried again, for up to 10 s.
+    fn read<T, F, Fut>(&self, what: &str, f: F) -> T
+    where
+        F: Fn(etcd_client::Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let end = system_now() + Duration::from_secs(10);
+        loop {
+            match self.rt.block_on(f(self.c.clone())) {
+                Ok(r) => return r,
+                Err(e) if system_now() < end => {
+                    eprintln!("{what}: {e}; trying again");
+                    thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("{what}: {e}"),
+            }
+        }
+    }
+
     /// The keys attached to `lease` (none when it is gone).
     fn lease_keys(&self, lease: i64) -> Vec<String> {
-        let mut c = self.c.clone();
         let opts = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
-        let r = self
-            .rt
-            .block_on(c.lease_time_to_live(lease, Some(opts)))
-            .expect("lease time to live");
+        let r = self.read("lease time to live", |mut c| {
+            let opts = opts.clone();
+            async move { c.lease_time_to_live(lease, Some(opts)).await }
+        });
         r.keys()
             .iter()
             .map(|k| String::from_utf8_lossy(k).into_owned())
@@ -247,25 +266,25 @@ impl Etcd {
 
     /// Keys under `prefix`.
     fn count(&self, prefix: &str) -> usize {
-        let mut c = self.c.clone();
         let opts = etcd_client::GetOptions::new()
             .with_prefix()
             .with_keys_only();
-        self.rt
-            .block_on(c.get(prefix, Some(opts)))
-            .expect("get")
-            .kvs()
-            .len()
+        self.read("get", |mut c| {
+            let opts = opts.clone();
+            async move { c.get(prefix, Some(opts)).await }
+        })
+        .kvs()
+        .len()
     }
 
     /// The create revision of `key`, if it exists.
     fn create_revision(&self, key: &str) -> Option<i64> {
-        let mut c = self.c.clone();
-        let r = self.rt.block_on(c.get(key, None)).expect("get");
+        let r = self.read("get", |mut c| async move { c.get(key, None).await });
         r.kvs().first().map(|kv| kv.create_revision())
     }
 
-    /// A plain delete, as an operator's; returns how many keys went.
+    /// A plain delete, as an operator's (not tried again); returns how
+    /// many keys went.
     fn delete(&self, key: &str) -> i64 {
         let mut c = self.c.clone();
         self.rt
