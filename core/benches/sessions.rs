@@ -3,8 +3,10 @@
 //! a. etcd, uncontended acquire + release per second on one live session,
 //!    beside the floor: one put (with a lease) + one delete of a key through
 //!    `etcd_client`, from this process, to the same member. Rounds
-//!    alternate dlock / floor (the order flips every round); per-round
-//!    ops/s, the medians and their ratio (target >= 0.9).
+//!    alternate dlock / floors (the order turns every round); per-round
+//!    ops/s, the medians and their ratio (target >= 0.9). A second
+//!    baseline, the two transactions dlock sends (etcd's Mutex) through
+//!    `etcd_client`, tells the protocol's share of the gap from dlock's.
 //! b. etcd, 10,000 locks held on one session (default options: keepalive
 //!    every 5 s): keepalive messages reaching etcd per interval (every
 //!    member's `/metrics`, `grpc_server_msg_received_total` of
@@ -150,11 +152,15 @@ fn parent() {
         println!("\n== a. etcd: uncontended acquire+release on one live session vs the floor");
         let a = run_part("a");
         let ratio = f(&a, "median_dlock") / f(&a, "median_floor");
+        let txn_ratio = f(&a, "median_dlock") / f(&a, "median_txn_floor");
         println!(
-            "medians: dlock {:.0} ops/s, floor {:.0} ops/s, ratio {ratio:.3} (target >= 0.9); median of per-round ratios {:.3}",
+            "medians: dlock {:.0} ops/s, floor {:.0} ops/s, ratio {ratio:.3} (target >= 0.9); median of per-round ratios {:.3}; txn floor {:.0} ops/s (dlock / it {txn_ratio:.3}); txn+watch floor {:.0} ops/s (dlock / it {:.3})",
             f(&a, "median_dlock"),
             f(&a, "median_floor"),
             f(&a, "median_round_ratio"),
+            f(&a, "median_txn_floor"),
+            f(&a, "median_watch_floor"),
+            f(&a, "median_dlock") / f(&a, "median_watch_floor"),
         );
         row(
             &mut table,
@@ -162,6 +168,21 @@ fn parent() {
             format!("{:.0}", f(&a, "median_dlock")),
             format!("{:.0} (put+delete floor)", f(&a, "median_floor")),
             &format!("ratio {ratio:.3}, target >= 0.9"),
+        );
+        row(
+            &mut table,
+            "a. the same two txns without dlock (ops/s, median)",
+            format!("{:.0}", f(&a, "median_dlock")),
+            format!("{:.0} (txn floor)", f(&a, "median_txn_floor")),
+            &format!("ratio {txn_ratio:.3}"),
+        );
+        let watch_ratio = f(&a, "median_dlock") / f(&a, "median_watch_floor");
+        row(
+            &mut table,
+            "a. the txns + a watcher per hold, without dlock",
+            format!("{:.0}", f(&a, "median_dlock")),
+            format!("{:.0} (txn+watch floor)", f(&a, "median_watch_floor")),
+            &format!("ratio {watch_ratio:.3}: dlock's own share"),
         );
 
         println!("\n== b. etcd: {locks} locks on one session, default options");
@@ -313,55 +334,94 @@ fn part_a() -> Value {
         (c, l)
     });
     let put = etcd_client::PutOptions::new().with_lease(floor_lease);
+    let txn_name = name("a-txn", 0);
     rt.block_on(floor_cycle(&mut etcd, &floor_key, &put));
+    rt.block_on(txn_cycle(&mut etcd, &txn_name, floor_lease, None));
+    // One Watch stream, as a session's key watch keeps: a watcher per key
+    // held, created after the lock txn, canceled before the delete.
+    let watch_name = name("a-watch", 0);
+    let mut watch = rt.block_on(async {
+        let (sender, mut replies) = etcd
+            .watch(
+                name("a-watch-anchor", 0),
+                Some(etcd_client::WatchOptions::new().with_watch_id(1)),
+            )
+            .await
+            .expect("watch stream")
+            .split();
+        tokio::spawn(async move { while let Ok(Some(_)) = replies.message().await {} });
+        (sender, 1i64)
+    });
+    rt.block_on(txn_cycle(
+        &mut etcd,
+        &watch_name,
+        floor_lease,
+        Some(&mut watch),
+    ));
 
-    let mut dl = Vec::new();
-    let mut fl = Vec::new();
+    // ops/s per round: dlock, the put+delete floor, the txn floor, the
+    // txn + watcher floor.
+    let mut runs: [Vec<f64>; 4] = Default::default();
     println!(
-        "round  dlock ops/s  floor ops/s  ratio  (op = acquire+release | put+delete; {cycles} per round)"
+        "round  dlock ops/s  floor ops/s  ratio  txn-floor ops/s  ratio  txn+watch ops/s  ratio"
+    );
+    println!(
+        "       (op = acquire+release | put+delete | dlock's two txns | the txns and a watcher created and canceled; {cycles} per round)"
     );
     for r in 0..rounds {
-        let run_dlock = || {
+        // The order turns every round.
+        for k in 0..4 {
+            let kind = (r + k) % 4;
             let t = Instant::now();
-            for _ in 0..cycles {
-                lock.acquire(TIMEOUT).expect("acquire");
-                lock.release().expect("release");
-            }
-            cycles as f64 / t.elapsed().as_secs_f64()
-        };
-        let mut run_floor = || {
-            let t = Instant::now();
-            rt.block_on(async {
-                for _ in 0..cycles {
-                    floor_cycle(&mut etcd, &floor_key, &put).await;
+            match kind {
+                0 => {
+                    for _ in 0..cycles {
+                        lock.acquire(TIMEOUT).expect("acquire");
+                        lock.release().expect("release");
+                    }
                 }
-            });
-            cycles as f64 / t.elapsed().as_secs_f64()
-        };
-        let (d, fo) = if r % 2 == 0 {
-            let d = run_dlock();
-            (d, run_floor())
-        } else {
-            let fo = run_floor();
-            (run_dlock(), fo)
-        };
-        println!("{r:>5}  {d:>11.0}  {fo:>11.0}  {:.3}", d / fo);
-        dl.push(d);
-        fl.push(fo);
+                1 => rt.block_on(async {
+                    for _ in 0..cycles {
+                        floor_cycle(&mut etcd, &floor_key, &put).await;
+                    }
+                }),
+                2 => rt.block_on(async {
+                    for _ in 0..cycles {
+                        txn_cycle(&mut etcd, &txn_name, floor_lease, None).await;
+                    }
+                }),
+                _ => rt.block_on(async {
+                    for _ in 0..cycles {
+                        txn_cycle(&mut etcd, &watch_name, floor_lease, Some(&mut watch)).await;
+                    }
+                }),
+            }
+            runs[kind].push(cycles as f64 / t.elapsed().as_secs_f64());
+        }
+        let (d, fo, tx, tw) = (runs[0][r], runs[1][r], runs[2][r], runs[3][r]);
+        println!(
+            "{r:>5}  {d:>11.0}  {fo:>11.0}  {:.3}  {tx:>15.0}  {:.3}  {tw:>15.0}  {:.3}",
+            d / fo,
+            d / tx,
+            d / tw
+        );
     }
     let same_lease = session.lease() == Some(lease);
     println!(
-        "dlock's lease the same through every round: {same_lease} (no grant/revoke per cycle); floor on {}",
+        "dlock's lease the same through every round: {same_lease} (no grant/revoke per cycle); floors on {}",
         members[0]
     );
     rt.block_on(async {
         let _ = etcd.lease_revoke(floor_lease).await;
     });
     session.close().expect("close");
-    let ratios: Vec<f64> = dl.iter().zip(&fl).map(|(d, f)| d / f).collect();
+    let [dl, fl, tl, wl] = &runs;
+    let ratios: Vec<f64> = dl.iter().zip(fl).map(|(d, f)| d / f).collect();
     json!({
-        "median_dlock": median(&dl),
-        "median_floor": median(&fl),
+        "median_dlock": median(dl),
+        "median_floor": median(fl),
+        "median_txn_floor": median(tl),
+        "median_watch_floor": median(wl),
         "median_round_ratio": median(&ratios),
         "same_lease": same_lease,
     })
@@ -371,6 +431,70 @@ fn part_a() -> Value {
 async fn floor_cycle(etcd: &mut etcd_client::Client, key: &str, put: &etcd_client::PutOptions) {
     etcd.put(key, "", Some(put.clone())).await.expect("put");
     etcd.delete(key, None).await.expect("delete");
+}
+
+/// The two transactions an uncontended acquire+release sends (etcd's
+/// Mutex: put our key if absent and read the oldest key under the
+/// prefix; delete our key if its create revision is still ours), without
+/// dlock: tells the protocol's cost from dlock's own.
+/// With `watch`, also creates a watcher of the key on that stream after
+/// the lock txn and cancels it before the delete, as a session does.
+async fn txn_cycle(
+    etcd: &mut etcd_client::Client,
+    name: &str,
+    lease: i64,
+    watch: Option<&mut (etcd_client::WatchRequestSender, i64)>,
+) {
+    use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
+    let key = format!("{name}/{lease:x}");
+    let prefix = format!("{name}/");
+    let first = || {
+        TxnOp::get(
+            prefix.as_str(),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1),
+            ),
+        )
+    };
+    let lock = Txn::new()
+        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(
+                key.as_str(),
+                "",
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            ),
+            first(),
+        ])
+        .or_else([TxnOp::get(key.as_str(), None), first()]);
+    let r = etcd.txn(lock).await.expect("lock txn");
+    assert!(r.succeeded(), "the txn floor's key was there already");
+    let rev = r.header().expect("a header").revision();
+    let watch = watch.map(|(sender, id)| {
+        *id += 1;
+        (sender, *id)
+    });
+    if let Some((sender, id)) = watch {
+        let opts = etcd_client::WatchOptions::new()
+            .with_start_revision(rev + 1)
+            .with_watch_id(id);
+        sender
+            .watch(key.as_str(), Some(opts))
+            .await
+            .expect("watch create");
+        sender.cancel(id).await.expect("watch cancel");
+    }
+    let unlock = Txn::new()
+        .when([Compare::create_revision(
+            key.as_str(),
+            CompareOp::Equal,
+            rev,
+        )])
+        .and_then([TxnOp::delete(key.as_str(), None)]);
+    etcd.txn(unlock).await.expect("unlock txn");
 }
 
 /// b / c: `DLOCK_BENCH_LOCKS` locks of distinct names on one session,
