@@ -215,9 +215,10 @@ fn parent() {
                 &format!("b. etcd RSS per held lock ({how})"),
                 format!("{:.0} B", f(&b, "rss_per_lock_bytes")),
                 format!(
-                    "empty process {} KiB; handle alone {:.0} B",
+                    "empty process {} KiB; handle alone {:.0} B; trimmed {:.0} B",
                     f(&empty, "rss_kib"),
-                    f(&b, "rss_per_handle_bytes")
+                    f(&b, "rss_per_handle_bytes"),
+                    f(&b, "rss_per_lock_trimmed_bytes")
                 ),
                 "target <= 1024 B",
             );
@@ -225,7 +226,12 @@ fn parent() {
                 &mut table,
                 &format!("b. etcd time to acquire {locks} ({how})"),
                 format!("{:.2} s", f(&b, "acquire_s")),
-                format!("{:.0} locks/s", locks as f64 / f(&b, "acquire_s")),
+                format!(
+                    "{:.0} locks/s; {:.1} µs each, thread round trip {:.1} µs",
+                    locks as f64 / f(&b, "acquire_s"),
+                    f(&b, "acquire_s") * 1e6 / locks as f64,
+                    f(&b, "round_trip_us")
+                ),
                 &format!("release all {:.2} s", f(&b, "release_s")),
             );
         }
@@ -242,9 +248,10 @@ fn parent() {
             &format!("c. embedded RSS per held lock ({how})"),
             format!("{:.0} B", f(&c, "rss_per_lock_bytes")),
             format!(
-                "empty process {} KiB; handle alone {:.0} B",
+                "empty process {} KiB; handle alone {:.0} B; trimmed {:.0} B",
                 f(&empty, "rss_kib"),
-                f(&c, "rss_per_handle_bytes")
+                f(&c, "rss_per_handle_bytes"),
+                f(&c, "rss_per_lock_trimmed_bytes")
             ),
             "target <= 1024 B",
         );
@@ -252,7 +259,12 @@ fn parent() {
             &mut table,
             &format!("c. embedded time to acquire {locks} ({how})"),
             format!("{:.3} s", f(&c, "acquire_s")),
-            format!("{:.0} locks/s", locks as f64 / f(&c, "acquire_s")),
+            format!(
+                "{:.0} locks/s; {:.1} µs each, thread round trip {:.1} µs",
+                locks as f64 / f(&c, "acquire_s"),
+                f(&c, "acquire_s") * 1e6 / locks as f64,
+                f(&c, "round_trip_us")
+            ),
             &format!("release all {:.3} s", f(&c, "release_s")),
         );
     }
@@ -520,6 +532,11 @@ fn part_many(etcd: bool, concurrent: bool) -> Value {
     drop(warm);
     let lease = session.lease();
 
+    // The machine's own floor for a blocking call: a round trip between
+    // two threads (every sequential acquire is at least one, to the
+    // driver thread and back).
+    let round_trip_us = thread_round_trip().as_secs_f64() * 1e6;
+    let mut tenths: Vec<f64> = Vec::new();
     let rss_before = rss_kib();
     let t = Instant::now();
     let locks: Vec<Lock> = (0..n)
@@ -529,13 +546,24 @@ fn part_many(etcd: bool, concurrent: bool) -> Value {
     let locks = if concurrent {
         acquire_concurrently(locks, setting("DLOCK_BENCH_CONCURRENCY", 64))
     } else {
-        for l in &locks {
-            l.acquire(TIMEOUT).expect("acquire");
+        // Per tenth: does an acquisition cost more with more locks held?
+        for tenth in locks.chunks(n.div_ceil(10)) {
+            let t = Instant::now();
+            for l in tenth {
+                l.acquire(TIMEOUT).expect("acquire");
+            }
+            tenths.push(t.elapsed().as_secs_f64() * 1e6 / tenth.len() as f64);
         }
         locks
     };
     let acquire_s = t.elapsed().as_secs_f64();
     let rss_after = rss_kib();
+    // The same with the allocator's free memory handed back first: the
+    // part of the growth that is garbage, not held.
+    // SAFETY: glibc's malloc_trim, no arguments to get wrong.
+    unsafe { libc::malloc_trim(0) };
+    let rss_trimmed = rss_kib();
+    let per_lock_trimmed = (rss_trimmed.saturating_sub(rss_before) * 1024) as f64 / n as f64;
     let per_lock = (rss_after.saturating_sub(rss_before) * 1024) as f64 / n as f64;
     assert_eq!(session.lease(), lease, "the lease changed while acquiring");
     let label = if etcd { "etcd" } else { "embedded" };
@@ -545,12 +573,28 @@ fn part_many(etcd: bool, concurrent: bool) -> Value {
         n as f64 / acquire_s
     );
 
+    println!(
+        "{label} {tag}: after malloc_trim(0) VmRSS {rss_trimmed} KiB: {per_lock_trimmed:.0} B per held lock"
+    );
+    println!(
+        "{label} {tag}: {:.1} µs per acquisition; a bare thread round trip (std mpsc) {round_trip_us:.1} µs in this run",
+        acquire_s * 1e6 / n as f64
+    );
+    if !tenths.is_empty() {
+        let list: Vec<String> = tenths.iter().map(|t| format!("{t:.0}")).collect();
+        println!(
+            "{label} {tag}: µs per acquisition by tenth of the {n} (more locks held each tenth): {}",
+            list.join(" ")
+        );
+    }
     let mut out = json!({
+        "round_trip_us": round_trip_us,
         "acquire_s": acquire_s,
         "rss_before_kib": rss_before,
         "rss_after_kib": rss_after,
         "rss_per_lock_bytes": per_lock,
         "rss_per_handle_bytes": per_handle,
+        "rss_per_lock_trimmed_bytes": per_lock_trimmed,
     });
     if etcd {
         let members = members().expect("DLOCK_TEST_MEMBERS");
@@ -584,6 +628,33 @@ fn part_many(etcd: bool, concurrent: bool) -> Value {
     drop(locks);
     session.close().expect("close");
     out
+}
+
+/// The median over 5 runs of 2,000 round trips between two threads over
+/// std channels.
+fn thread_round_trip() -> Duration {
+    let (to, from_main) = std::sync::mpsc::sync_channel::<u32>(1);
+    let (back, from_echo) = std::sync::mpsc::sync_channel::<u32>(1);
+    let echo = std::thread::spawn(move || {
+        while let Ok(x) = from_main.recv() {
+            if back.send(x).is_err() {
+                return;
+            }
+        }
+    });
+    let runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for i in 0..2000 {
+                to.send(i).expect("echo thread");
+                from_echo.recv().expect("echo thread");
+            }
+            t.elapsed().as_secs_f64() / 2000.0
+        })
+        .collect();
+    drop(to);
+    echo.join().expect("echo thread");
+    Duration::from_secs_f64(median(&runs))
 }
 
 /// Acquires every lock with `acquire_async` on a current-thread tokio
