@@ -387,7 +387,10 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
     // taken again under it (design §23).
     assert_eq!(keys[0].2, old_lease, "reacquired under the session's lease");
     lock.release().unwrap();
-    assert!(lock_keys(&env, &name).is_empty(), "released: the key is gone");
+    assert!(
+        lock_keys(&env, &name).is_empty(),
+        "released: the key is gone"
+    );
     let leases = env.etcdctl(&["lease", "list"]);
     assert!(leases.contains(&format!("{old_lease:x}")), "{leases}");
 }

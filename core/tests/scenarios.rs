@@ -23,12 +23,6 @@ struct Holder {
     events: EventStream,
 }
 
-/// A map of sessions by client and session word: `dlock::Session` is not
-/// exported at the crate root, so its type comes from `Client::default_session`.
-fn session_map<S>(_: fn(&Client) -> &S) -> HashMap<(String, String), S> {
-    HashMap::new()
-}
-
 #[derive(Default)]
 struct RustFace {
     service: Option<MemoryService>,
@@ -70,7 +64,7 @@ impl Face for RustFace {
         // Per client word one client; per client and session word one
         // session; made in holder order, as are the locks.
         let mut clients: HashMap<String, Client> = HashMap::new();
-        let mut sessions = session_map(Client::default_session);
+        let mut sessions: HashMap<(String, String), dlock::Session> = HashMap::new();
         for (i, h) in scenario.holders.iter().enumerate() {
             let place = scenario.placement_at(i);
             let client = match clients.get(&place.client) {
