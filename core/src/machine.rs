@@ -1122,6 +1122,17 @@ impl Holder {
             .get(&lock)
             .is_some_and(|s| s.lock_req == Some(req) && s.acquiring());
         if !mine || !current {
+            if current
+                && self
+                    .locks
+                    .get(&lock)
+                    .is_some_and(|s| s.token == Some(token))
+            {
+                // A second reply to the acquisition held now: deleting its
+                // key by token would take the lock from under it.
+                tracing::debug!(lock, %token, "duplicate lock reply: ignored");
+                return;
+            }
             if current {
                 // An acquisition given up on: delete its key, by token (a
                 // later acquisition's key has a higher one).
