@@ -623,7 +623,8 @@ pub struct Holder {
     keepalive_retry_at: Option<Instant>,
     /// Send time of the last request that may have renewed the lease.
     last_renewal: Option<Instant>,
-    /// The TTL granted for the current lease.
+    /// The longest TTL granted for the current lease (by its grant or a
+    /// keepalive).
     granted_ttl: Duration,
     /// Closed: no acquisition any more.
     closed: bool,
@@ -1243,6 +1244,9 @@ impl Holder {
             self.lease_gone(now, Reason::LeaseLost);
             return;
         }
+        // A held revoke's fallback (last renewal + TTL) must not come
+        // before the expiry of a renewal this TTL was granted for.
+        self.granted_ttl = self.granted_ttl.max(ttl);
         let d = p.sent_at + ttl - self.opts.margin;
         let deadline = self.deadline.map_or(d, |old| old.max(d));
         if self.deadline != Some(deadline) {
