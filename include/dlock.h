@@ -10,9 +10,10 @@
  *   thread's last message. Out-parameters come last and are written only on
  *   success.
  * - Pointers are NULL (LK_NULL_PARAMETER unless documented as optional) or
- *   valid; strings are NUL-terminated UTF-8. Handles (lk_client, lk_lock,
- *   lk_memory, lk_fence_gate) are thread-safe: share them between threads;
- *   free each once, when no other thread uses it. *_free(NULL) does nothing.
+ *   valid; strings are NUL-terminated UTF-8. Handles (lk_client, lk_session,
+ *   lk_lock, lk_memory, lk_fence_gate) are thread-safe: share them between
+ *   threads; free each once, when no other thread uses it. *_free(NULL) does
+ *   nothing.
  * - A permit (struct lk_permit) lives in the caller's storage: declare it
  *   with LK_PERMIT_INIT, end it once with lk_permit_end (again: no effect).
  *   The type has no typedef because lk_permit() is the function that grants
@@ -60,6 +61,9 @@
 /* Asks lk_lock_stats for the fields of this header's version. */
 #define LK_LOCK_STATS_INIT { LK_LOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 
+/* Asks lk_session_stats for the fields of this header's version. */
+#define LK_SESSION_STATS_INIT { LK_SESSION_STATS_VERSION, 0, 0, 0, 0 }
+
 /* An empty permit: lk_permit_end on it does nothing. */
 #define LK_PERMIT_INIT { { 0, 0, 0, 0 } }
 
@@ -93,6 +97,9 @@
 
 // The version of `struct lk_lock_stats` this header describes.
 #define LK_LOCK_STATS_VERSION 1
+
+// The version of `struct lk_session_stats` this header describes.
+#define LK_SESSION_STATS_VERSION 1
 
 // The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 // (`lk_status_name`) are the error codes every dlock binding shares.
@@ -201,6 +208,11 @@ struct lk_lock;
 // switches, in this process. Handles to one service share it.
 struct lk_memory;
 
+// One lease shared by many locks: one keepalive loop, one deadline. A
+// failed keepalive drains every lock of it, a lost lease fences them all,
+// a deleted lock key fences that lock alone. Its locks keep it alive.
+struct lk_session;
+
 // Settings of a client. Start from `LK_CLIENT_OPTIONS_INIT` or
 // `lk_client_options_init()`, then change fields: the defaults are the
 // core's, and `version` lets later releases add fields.
@@ -299,6 +311,22 @@ struct lk_permit {
   uint64_t _private[4];
 };
 
+// What `lk_session_stats` reports. Set `version` (`LK_SESSION_STATS_INIT`)
+// before the call: later releases add fields at the end and fill only
+// those of the version asked for.
+struct lk_session_stats {
+  // `LK_SESSION_STATS_VERSION` (or any earlier version).
+  unsigned int version;
+  // The lease id; 0: none granted now.
+  int64_t lease;
+  // Keepalives sent.
+  uint64_t keepalives;
+  // Locks of the session (handles, and released locks not yet done).
+  uint64_t locks;
+  // Round trip of the last confirmed keepalive (µs); 0: none yet.
+  uint64_t last_keepalive_rtt_us;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -373,6 +401,15 @@ enum lk_status lk_memory_holder(const struct lk_memory *memory,
 // `LK_REASON_LOCK_LOST`). `LK_NOT_HELD` if nobody held it.
 enum lk_status lk_memory_delete_lock_key(const struct lk_memory *memory, const char *name);
 
+// Revokes `lease` on the service, as an operator running `etcdctl lease
+// revoke` would: every lock held under it fences (reason
+// `LK_REASON_LEASE_LOST`), the locks of other leases go on. `*found_out`
+// (may be NULL) says whether the lease existed. Lease ids:
+// `lk_session_lease`.
+enum lk_status lk_memory_revoke_lease(const struct lk_memory *memory,
+                                      int64_t lease,
+                                      bool *found_out);
+
 // Reads `key` from the service's key-value store (what guarded writes
 // wrote). On success `*found_out` says whether the key exists and
 // `*len_out` is the value's length (0 if not found); the first
@@ -412,8 +449,10 @@ enum lk_status lk_link_declare_lease_lost(const struct lk_client *client);
 // still refuses after the deadline (it reads the clock itself).
 enum lk_status lk_stall_driver(uint64_t ms);
 
-// Creates a handle on the lock `name` (1 to 1024 bytes of UTF-8) through
-// `client`. Not acquired yet: set callbacks, then `lk_lock_acquire`.
+// Creates a handle on the lock `name` (1 to 1024 bytes of UTF-8) on
+// `client`'s default session (whose lease its other locks share;
+// `lk_session_lock_new` for another session). Not acquired yet: set
+// callbacks, then `lk_lock_acquire`.
 enum lk_status lk_lock_new(const struct lk_client *client,
                            const char *name,
                            struct lk_lock **lock_out);
@@ -423,7 +462,8 @@ enum lk_status lk_lock_new(const struct lk_client *client,
 const char *lk_lock_name(const struct lk_lock *lock);
 
 // Frees a lock handle (NULL: nothing), releasing the lock without waiting
-// for the revoke (`lk_lock_close` or `lk_lock_release` first to wait).
+// for its key's delete (`lk_lock_close` or `lk_lock_release` first to
+// wait).
 // After it returns, none of the lock's callbacks runs again: it waits for
 // the events queued before it and for one of its callbacks running now, so
 // do not call it holding a mutex that a callback takes. May be called from
@@ -433,7 +473,7 @@ const char *lk_lock_name(const struct lk_lock *lock);
 // memory only: the parent's lease is left alone.
 void lk_lock_free(struct lk_lock *lock);
 
-// Releases the lock (waiting for the revoke as `lk_lock_release` does) and
+// Releases the lock (waiting for the delete as `lk_lock_release` does) and
 // ends its callbacks: the events up to the release are delivered, then,
 // once it returns, none of the lock's callbacks runs again. The handle
 // stays valid (free it with `lk_lock_free`); permits in flight stay safe
@@ -452,9 +492,10 @@ enum lk_status lk_lock_acquire(const struct lk_lock *lock,
 // at most about two keepalive timeouts. `token_out` may be NULL.
 enum lk_status lk_lock_try_acquire(const struct lk_lock *lock, uint64_t *token_out);
 
-// Releases the lock: no permit is valid from now on. Returns once the
-// lease is revoked, or after a keepalive timeout if the service does not
-// answer. The handle stays usable (acquire again, or free it).
+// Releases the lock: no permit is valid from now on. Returns once its key
+// is deleted (the session's lease lives on for its other locks), or after
+// a keepalive timeout if the service does not answer. The handle stays
+// usable (acquire again, or free it).
 enum lk_status lk_lock_release(const struct lk_lock *lock);
 
 // The lock's current state.
@@ -537,6 +578,55 @@ enum lk_status lk_lock_guarded_delete(const struct lk_lock *lock,
                                       uint64_t token,
                                       const uint8_t *key,
                                       size_t key_len);
+
+// A new session of `client` with its own lease, keepalive loop and
+// deadline, so its locks fence independently of the client's other
+// locks. Timing and `reacquire` come from `options` (NULL: the client's
+// own; any version from 1 to `LK_CLIENT_OPTIONS_VERSION`); the other
+// fields (endpoints, TLS, `memory`) are the client's and ignored here.
+// `LK_INVALID_OPTION` for timings that break a rule. The lease is granted
+// on the first acquisition.
+enum lk_status lk_session_new(const struct lk_client *client,
+                              const struct lk_client_options *options,
+                              struct lk_session **session_out);
+
+// A handle on the client's default session, the one `lk_lock_new`'s locks
+// share (its stats, its lease, or more locks on it). Free it with
+// `lk_session_free`; the session lives on with the client and its locks.
+enum lk_status lk_client_session(const struct lk_client *client, struct lk_session **session_out);
+
+// A handle on the lock `name` (1 to 1024 bytes of UTF-8) on `session`, as
+// `lk_lock_new` on a client: not acquired yet. Two handles of one name on
+// one session exclude each other (the second waits).
+enum lk_status lk_session_lock_new(const struct lk_session *session,
+                                   const char *name,
+                                   struct lk_lock **lock_out);
+
+// Releases every lock of the session and revokes its lease (one request
+// deletes every key). Returns once revoked, or after a keepalive timeout
+// if the service does not answer (the revoke goes on meanwhile). The
+// locks stay valid handles but refuse to acquire again (`LK_RELEASED`),
+// and no new lock is made on it (`LK_RELEASED`); free them as usual.
+// Closing twice is harmless. The client's default session closes only
+// with the client: closing it is `LK_INVALID_ARGUMENT`.
+enum lk_status lk_session_close(const struct lk_session *session);
+
+// The session's current lease id (granted on its first acquisition);
+// `LK_NOT_HELD` while none is granted.
+enum lk_status lk_session_lease(const struct lk_session *session, int64_t *lease_out);
+
+// Fills `*stats_out` (whose `version` the caller set) with the session's
+// lease, keepalives sent, locks and last keepalive round trip. Cheap
+// (atomics). `LK_INVALID_ARGUMENT` for a version this library does not
+// know.
+enum lk_status lk_session_stats(const struct lk_session *session,
+                                struct lk_session_stats *stats_out);
+
+// Frees a session handle (NULL: nothing). The session ends (its lease
+// revoked) once every handle on it and every lock of it is freed, so
+// locks may be freed before or after it. In a forked child it frees
+// memory only.
+void lk_session_free(struct lk_session *session);
 
 // An empty gate.
 enum lk_status lk_fence_gate_new(struct lk_fence_gate **gate_out);

@@ -29,6 +29,9 @@ rc=0
 cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
 cat "$out" >>"$log"
 
+printf '\n==> %s\n' "etcd: the backend's own tests (unlock, the key watch of a session)"
+DLOCK_TEST_ENDPOINTS=$DLOCK_TEST_MEMBERS cargo test -p dlock --locked --lib etcd -- --nocapture 2>&1 | tee -a "$log" | grep -E '^test |test result' || rc=1
+
 printf '\n==> %s\n' "etcd: the examples' stories on the cluster"
 scripts/etcd-examples.sh "$log" || rc=1
 scripts/test-c-etcd.sh "$log" || rc=1

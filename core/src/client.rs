@@ -188,7 +188,7 @@ impl Client {
         clock: Clock,
         link: Option<MemoryBackend>,
     ) -> Client {
-        let session = Session::start(backend.clone(), options.clone(), clock.clone());
+        let session = Session::start(backend.clone(), options.clone(), clock.clone(), true);
         Client {
             backend,
             options,
@@ -250,6 +250,7 @@ impl Client {
             self.backend.clone(),
             options,
             self.clock.clone(),
+            false,
         ))
     }
 }
@@ -274,6 +275,10 @@ struct SessionInner {
     clock: Clock,
     shared: Arc<Shared>,
     drained: Arc<tokio::sync::Notify>,
+    /// The client's default session: closed only with the client.
+    default: bool,
+    /// [`Session::close`] was called: no new lock.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for SessionInner {
@@ -309,7 +314,7 @@ pub struct SessionStats {
 }
 
 impl Session {
-    fn start(backend: Arc<dyn Backend>, options: Options, clock: Clock) -> Session {
+    fn start(backend: Arc<dyn Backend>, options: Options, clock: Clock, default: bool) -> Session {
         let shared = Arc::new(Shared::default());
         let drained = Arc::new(tokio::sync::Notify::new());
         let commands = spawn_session(
@@ -326,6 +331,8 @@ impl Session {
                 clock,
                 shared,
                 drained,
+                default,
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -335,6 +342,23 @@ impl Session {
             return Err(Error::Forked);
         }
         self.inner.commands.send(c).map_err(|_| Error::Shutdown)
+    }
+
+    fn closing(&self) -> Result<(), Error> {
+        if self.inner.default {
+            return Err(Error::InvalidArgument(
+                "the client's default session closes with the client; close or drop its locks instead".into(),
+            ));
+        }
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether this is its client's default session.
+    pub fn is_default(&self) -> bool {
+        self.inner.default
     }
 
     /// The session's options.
@@ -381,6 +405,9 @@ impl Session {
                 name.len()
             )));
         }
+        if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Released);
+        }
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let gate = Arc::new(Gate::new(
@@ -395,6 +422,12 @@ impl Session {
             gate: gate.clone(),
             callbacks: callbacks.clone(),
         })?;
+        // Counted here, so `stats()` sees the lock at once; the driver
+        // uncounts it once done with it.
+        self.inner
+            .shared
+            .locks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Lock {
             gate,
             callbacks,
@@ -408,8 +441,11 @@ impl Session {
     /// request deletes every key); returns once revoked, or after a
     /// keepalive timeout if the service does not answer (the revoke goes on
     /// in the background until it does). The session's locks stay usable
-    /// as handles but refuse to acquire again ([`Error::Released`]).
+    /// as handles but refuse to acquire again, and the session makes no new
+    /// lock ([`Error::Released`]). The client's default session closes only
+    /// with its client: closing it is [`Error::InvalidArgument`].
     pub fn close(&self) -> Result<(), Error> {
+        self.closing()?;
         let (done, rx) = Reply::blocking();
         self.send(Command::Close { done })?;
         rx.recv().map_err(|_| Error::Shutdown)
@@ -417,6 +453,7 @@ impl Session {
 
     /// [`Session::close`] for async code.
     pub async fn close_async(&self) -> Result<(), Error> {
+        self.closing()?;
         let (done, rx) = Reply::future();
         self.send(Command::Close { done })?;
         rx.await.map_err(|_| Error::Shutdown)
@@ -687,8 +724,10 @@ impl Lock {
     }
 
     /// Called once per fenced token with the number of permits then in
-    /// flight: stop the work now. The lease is revoked (letting the next
-    /// holder in) only after this returned and the last permit ended.
+    /// flight: stop the work now. After a lease fence, the session's lease
+    /// is revoked (letting the next holders in) only after this returned
+    /// and the last permit ended (a key deleted by an operator is gone
+    /// already).
     pub fn on_fence(&self, f: impl Fn(Token, u64) + Send + Sync + 'static) {
         self.callbacks.on_fence(f);
     }

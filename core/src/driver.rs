@@ -339,7 +339,6 @@ impl SessionTask {
                 callbacks,
             } => {
                 self.machine.add_lock(lock, name.clone());
-                self.shared.locks.fetch_add(1, Relaxed);
                 self.locks.insert(
                     lock,
                     Entry {

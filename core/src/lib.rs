@@ -51,6 +51,7 @@ mod options;
 pub use backend::Backend;
 pub use client::{
     BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_NAME_LEN, OwnedPermit, Permit,
+    Session, SessionStats,
 };
 pub use clock::{Clock, Instant, ManualClock};
 pub use codes::Code;

@@ -274,6 +274,13 @@ impl MemoryService {
         }
     }
 
+    /// Whether `lease` lives on the server (not revoked, not expired).
+    pub fn lease_alive(&self, lease: LeaseId) -> bool {
+        let mut st = self.lock();
+        st.expire(self.0.clock.now());
+        st.leases.contains_key(&lease)
+    }
+
     /// Revokes a lease on the server, as an operator would.
     pub fn revoke_lease(&self, lease: LeaseId) -> bool {
         let found = self.lock().remove_lease(lease);

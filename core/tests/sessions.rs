@@ -84,6 +84,9 @@ fn the_locks_of_a_session_share_one_lease_and_release_costs_no_revoke() {
     assert!(locks.iter().all(|l| l.state() == State::Holding));
     assert_eq!(session.lease(), Some(lease));
     assert_eq!(session.stats().locks, 50);
+    let extra = c.lock("sessions/one-lease/extra").unwrap();
+    assert_eq!(session.stats().locks, 51, "counted at once");
+    drop(extra);
 }
 
 #[test]
@@ -196,8 +199,15 @@ fn closing_a_session_releases_its_locks_and_revokes_its_lease() {
     s.close().unwrap();
     assert!(locks.iter().all(|l| l.state() == State::Released));
     assert!((0..10).all(|i| service.holder(&format!("sessions/close/{i}")).is_none()));
-    assert!(!service.revoke_lease(lease), "already revoked");
+    assert!(!service.lease_alive(lease), "revoked before close returned");
     assert_eq!(locks[0].acquire(ms(500)).unwrap_err(), Error::Released);
+    assert_eq!(s.lock("sessions/close/late").unwrap_err(), Error::Released);
+    s.close().unwrap(); // twice: harmless
+    // The default session closes only with its client.
+    match c.default_session().close() {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("default session"), "{m}"),
+        other => panic!("expected invalid_argument, got {other:?}"),
+    }
     // The client's default session is untouched.
     let d = c.lock("sessions/close/0").unwrap();
     d.acquire(ms(2000)).unwrap();
@@ -218,7 +228,8 @@ fn dropping_a_session_and_its_locks_revokes_its_lease() {
     drop(l);
     // The key goes with the drop (published before it returns), the lease
     // with the session's task once nothing is left.
-    assert!(eventually(ms(2000), || !service.revoke_lease(lease)));
+    assert!(service.lease_alive(lease));
+    assert!(eventually(ms(2000), || !service.lease_alive(lease)));
     assert_eq!(service.holder("sessions/drop"), None);
 }
 

@@ -184,6 +184,16 @@ fn timing(o: &lk_client_options) -> Options {
     }
 }
 
+/// The timing and `reacquire` fields of the caller's options, of any
+/// known version (`lk_session_new`).
+///
+/// # Safety
+/// `o` points to an options struct of the version it states.
+pub(crate) unsafe fn timing_of(o: *const lk_client_options) -> Result<Options, Fail> {
+    // SAFETY: the caller's rule.
+    Ok(timing(&unsafe { read_options(o) }?))
+}
+
 fn path(p: Option<&str>) -> Option<PathBuf> {
     p.map(PathBuf::from)
 }
@@ -401,6 +411,28 @@ pub unsafe extern "C" fn lk_memory_delete_lock_key(
                 crate::lk_status::LK_NOT_HELD,
                 format!("nobody holds `{name}`"),
             ));
+        }
+        Ok(())
+    })
+}
+
+/// Revokes `lease` on the service, as an operator running `etcdctl lease
+/// revoke` would: every lock held under it fences (reason
+/// `LK_REASON_LEASE_LOST`), the locks of other leases go on. `*found_out`
+/// (may be NULL) says whether the lease existed. Lease ids:
+/// `lk_session_lease`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_memory_revoke_lease(
+    memory: *const lk_memory,
+    lease: i64,
+    found_out: *mut bool,
+) -> crate::lk_status {
+    ffi!({
+        let memory = unsafe { arg(memory, "memory") }?;
+        let found = memory.service.revoke_lease(lease);
+        // SAFETY: NULL or a valid out-parameter (header rules).
+        if let Some(f) = unsafe { found_out.as_mut() } {
+            *f = found;
         }
         Ok(())
     })

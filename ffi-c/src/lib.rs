@@ -20,7 +20,10 @@ use dlock_core::{Code, Error, Reason, Refused, State};
 
 pub mod client;
 pub mod lock;
-// After `lock`: the header lists items in this order.
+// After `lock`, in this order: the header lists items as declared here
+// (and rustfmt would sort one group).
+pub mod session;
+// After `session`.
 pub mod fence;
 
 /// The outcome of every fallible `lk_` function. `LK_OK` is 0; the names

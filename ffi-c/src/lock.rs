@@ -28,8 +28,20 @@ unsafe impl Send for UserData {}
 // SAFETY: as above.
 unsafe impl Sync for UserData {}
 
-/// Creates a handle on the lock `name` (1 to 1024 bytes of UTF-8) through
-/// `client`. Not acquired yet: set callbacks, then `lk_lock_acquire`.
+impl lk_lock {
+    /// The handle of `lock`, called `name` (a C string's: no NUL inside).
+    pub(crate) fn new(lock: Lock, name: &str) -> lk_lock {
+        lk_lock {
+            lock,
+            name: CString::new(name).unwrap_or_default(),
+        }
+    }
+}
+
+/// Creates a handle on the lock `name` (1 to 1024 bytes of UTF-8) on
+/// `client`'s default session (whose lease its other locks share;
+/// `lk_session_lock_new` for another session). Not acquired yet: set
+/// callbacks, then `lk_lock_acquire`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_new(
     client: *const lk_client,
@@ -40,15 +52,7 @@ pub unsafe extern "C" fn lk_lock_new(
         let client = unsafe { arg(client, "client") }?;
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(lock_out, "lock_out") }?;
-        let lock = client.client.lock(name)?;
-        boxed(
-            dest,
-            lk_lock {
-                lock,
-                // From a C string: no NUL inside.
-                name: CString::new(name).unwrap_or_default(),
-            },
-        );
+        boxed(dest, lk_lock::new(client.client.lock(name)?, name));
         Ok(())
     })
 }
@@ -64,7 +68,8 @@ pub unsafe extern "C" fn lk_lock_name(lock: *const lk_lock) -> *const c_char {
 }
 
 /// Frees a lock handle (NULL: nothing), releasing the lock without waiting
-/// for the revoke (`lk_lock_close` or `lk_lock_release` first to wait).
+/// for its key's delete (`lk_lock_close` or `lk_lock_release` first to
+/// wait).
 /// After it returns, none of the lock's callbacks runs again: it waits for
 /// the events queued before it and for one of its callbacks running now, so
 /// do not call it holding a mutex that a callback takes. May be called from
@@ -82,7 +87,7 @@ pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
     })
 }
 
-/// Releases the lock (waiting for the revoke as `lk_lock_release` does) and
+/// Releases the lock (waiting for the delete as `lk_lock_release` does) and
 /// ends its callbacks: the events up to the release are delivered, then,
 /// once it returns, none of the lock's callbacks runs again. The handle
 /// stays valid (free it with `lk_lock_free`); permits in flight stay safe
@@ -135,9 +140,10 @@ pub unsafe extern "C" fn lk_lock_try_acquire(
     })
 }
 
-/// Releases the lock: no permit is valid from now on. Returns once the
-/// lease is revoked, or after a keepalive timeout if the service does not
-/// answer. The handle stays usable (acquire again, or free it).
+/// Releases the lock: no permit is valid from now on. Returns once its key
+/// is deleted (the session's lease lives on for its other locks), or after
+/// a keepalive timeout if the service does not answer. The handle stays
+/// usable (acquire again, or free it).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_release(lock: *const lk_lock) -> lk_status {
     ffi!({

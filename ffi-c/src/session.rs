@@ -1,0 +1,188 @@
+//! Sessions: many locks on one lease. Each function converts and calls the
+//! core's `Session`; what sharing a lease means (one put per acquire, one
+//! drain and one fence for all on a lost keepalive or lease) is the core's.
+
+use std::ffi::{c_char, c_uint};
+
+use dlock_core::{Options, Session};
+
+use crate::client::{lk_client, lk_client_options, timing_of};
+use crate::lk_status::{self, LK_NOT_HELD};
+use crate::lock::lk_lock;
+use crate::{Fail, arg, boxed, ffi, out, text};
+
+/// One lease shared by many locks: one keepalive loop, one deadline. A
+/// failed keepalive drains every lock of it, a lost lease fences them all,
+/// a deleted lock key fences that lock alone. Its locks keep it alive.
+pub struct lk_session {
+    session: Session,
+}
+
+/// A new session of `client` with its own lease, keepalive loop and
+/// deadline, so its locks fence independently of the client's other
+/// locks. Timing and `reacquire` come from `options` (NULL: the client's
+/// own; any version from 1 to `LK_CLIENT_OPTIONS_VERSION`); the other
+/// fields (endpoints, TLS, `memory`) are the client's and ignored here.
+/// `LK_INVALID_OPTION` for timings that break a rule. The lease is granted
+/// on the first acquisition.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_new(
+    client: *const lk_client,
+    options: *const lk_client_options,
+    session_out: *mut *mut lk_session,
+) -> lk_status {
+    ffi!({
+        let client = unsafe { arg(client, "client") }?;
+        let dest = unsafe { out(session_out, "session_out") }?;
+        let opts: Options = match options.is_null() {
+            true => client.client.options().clone(),
+            false => unsafe { timing_of(options) }?,
+        };
+        boxed(
+            dest,
+            lk_session {
+                session: client.client.session(opts)?,
+            },
+        );
+        Ok(())
+    })
+}
+
+/// A handle on the client's default session, the one `lk_lock_new`'s locks
+/// share (its stats, its lease, or more locks on it). Free it with
+/// `lk_session_free`; the session lives on with the client and its locks.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_client_session(
+    client: *const lk_client,
+    session_out: *mut *mut lk_session,
+) -> lk_status {
+    ffi!({
+        let client = unsafe { arg(client, "client") }?;
+        let dest = unsafe { out(session_out, "session_out") }?;
+        boxed(
+            dest,
+            lk_session {
+                session: client.client.default_session().clone(),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// A handle on the lock `name` (1 to 1024 bytes of UTF-8) on `session`, as
+/// `lk_lock_new` on a client: not acquired yet. Two handles of one name on
+/// one session exclude each other (the second waits).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_lock_new(
+    session: *const lk_session,
+    name: *const c_char,
+    lock_out: *mut *mut lk_lock,
+) -> lk_status {
+    ffi!({
+        let session = unsafe { arg(session, "session") }?;
+        let name = unsafe { text(name, "name") }?;
+        let dest = unsafe { out(lock_out, "lock_out") }?;
+        let lock = session.session.lock(name)?;
+        boxed(dest, lk_lock::new(lock, name));
+        Ok(())
+    })
+}
+
+/// Releases every lock of the session and revokes its lease (one request
+/// deletes every key). Returns once revoked, or after a keepalive timeout
+/// if the service does not answer (the revoke goes on meanwhile). The
+/// locks stay valid handles but refuse to acquire again (`LK_RELEASED`),
+/// and no new lock is made on it (`LK_RELEASED`); free them as usual.
+/// Closing twice is harmless. The client's default session closes only
+/// with the client: closing it is `LK_INVALID_ARGUMENT`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_close(session: *const lk_session) -> lk_status {
+    ffi!({
+        unsafe { arg(session, "session") }?.session.close()?;
+        Ok(())
+    })
+}
+
+/// The session's current lease id (granted on its first acquisition);
+/// `LK_NOT_HELD` while none is granted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_lease(
+    session: *const lk_session,
+    lease_out: *mut i64,
+) -> lk_status {
+    ffi!({
+        let session = unsafe { arg(session, "session") }?;
+        let dest = unsafe { out(lease_out, "lease_out") }?;
+        *dest = session
+            .session
+            .lease()
+            .ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?;
+        Ok(())
+    })
+}
+
+/// The version of `struct lk_session_stats` this header describes.
+pub const LK_SESSION_STATS_VERSION: c_uint = 1;
+
+/// What `lk_session_stats` reports. Set `version` (`LK_SESSION_STATS_INIT`)
+/// before the call: later releases add fields at the end and fill only
+/// those of the version asked for.
+#[repr(C)]
+pub struct lk_session_stats {
+    /// `LK_SESSION_STATS_VERSION` (or any earlier version).
+    pub version: c_uint,
+    /// The lease id; 0: none granted now.
+    pub lease: i64,
+    /// Keepalives sent.
+    pub keepalives: u64,
+    /// Locks of the session (handles, and released locks not yet done).
+    pub locks: u64,
+    /// Round trip of the last confirmed keepalive (µs); 0: none yet.
+    pub last_keepalive_rtt_us: u64,
+}
+
+/// Fills `*stats_out` (whose `version` the caller set) with the session's
+/// lease, keepalives sent, locks and last keepalive round trip. Cheap
+/// (atomics). `LK_INVALID_ARGUMENT` for a version this library does not
+/// know.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_stats(
+    session: *const lk_session,
+    stats_out: *mut lk_session_stats,
+) -> lk_status {
+    ffi!({
+        let session = unsafe { arg(session, "session") }?;
+        let dest = unsafe { out(stats_out, "stats_out") }?;
+        if !(1..=LK_SESSION_STATS_VERSION).contains(&dest.version) {
+            return Err(Fail::invalid(format!(
+                "lk_session_stats.version is {}, this library knows 1 to {LK_SESSION_STATS_VERSION}: start from LK_SESSION_STATS_INIT",
+                dest.version
+            )));
+        }
+        let st = session.session.stats();
+        *dest = lk_session_stats {
+            version: dest.version,
+            lease: st.lease.unwrap_or(0),
+            keepalives: st.keepalives,
+            locks: st.locks,
+            last_keepalive_rtt_us: st
+                .last_keepalive_rtt
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        };
+        Ok(())
+    })
+}
+
+/// Frees a session handle (NULL: nothing). The session ends (its lease
+/// revoked) once every handle on it and every lock of it is freed, so
+/// locks may be freed before or after it. In a forked child it frees
+/// memory only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_free(session: *mut lk_session) {
+    ffi!(value {
+        if !session.is_null() {
+            // SAFETY: made by lk_session_new / lk_client_session, freed once.
+            drop(unsafe { Box::from_raw(session) });
+        }
+    })
+}
