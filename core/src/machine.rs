@@ -623,7 +623,8 @@ pub struct Holder {
     keepalive_retry_at: Option<Instant>,
     /// Send time of the last request that may have renewed the lease.
     last_renewal: Option<Instant>,
-    /// The TTL granted for the current lease.
+    /// The longest TTL granted for the current lease (by its grant or a
+    /// keepalive).
     granted_ttl: Duration,
     /// Closed: no acquisition any more.
     closed: bool,
@@ -1122,6 +1123,17 @@ impl Holder {
             .get(&lock)
             .is_some_and(|s| s.lock_req == Some(req) && s.acquiring());
         if !mine || !current {
+            if current
+                && self
+                    .locks
+                    .get(&lock)
+                    .is_some_and(|s| s.token == Some(token))
+            {
+                // A second reply to the acquisition held now: deleting its
+                // key by token would take the lock from under it.
+                tracing::debug!(lock, %token, "duplicate lock reply: ignored");
+                return;
+            }
             if current {
                 // An acquisition given up on: delete its key, by token (a
                 // later acquisition's key has a higher one).
@@ -1232,6 +1244,9 @@ impl Holder {
             self.lease_gone(now, Reason::LeaseLost);
             return;
         }
+        // A held revoke's fallback (last renewal + TTL) must not come
+        // before the expiry of a renewal this TTL was granted for.
+        self.granted_ttl = self.granted_ttl.max(ttl);
         let d = p.sent_at + ttl - self.opts.margin;
         let deadline = self.deadline.map_or(d, |old| old.max(d));
         if self.deadline != Some(deadline) {

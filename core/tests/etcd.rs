@@ -383,11 +383,16 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
     assert!(t2 > token, "{t2} > {token}");
     let keys = lock_keys(&env, &name);
     assert_eq!(keys.len(), 1, "{keys:?}");
-    assert_ne!(keys[0].2, old_lease, "reacquired under a new lease");
-    // The old lease was revoked, not left to expire.
-    let leases = env.etcdctl(&["lease", "list"]);
-    assert!(!leases.contains(&format!("{old_lease:x}")), "{leases}");
+    // Only the key went: the session's lease lives on, and the lock is
+    // taken again under it (design §23).
+    assert_eq!(keys[0].2, old_lease, "reacquired under the session's lease");
     lock.release().unwrap();
+    assert!(
+        lock_keys(&env, &name).is_empty(),
+        "released: the key is gone"
+    );
+    let leases = env.etcdctl(&["lease", "list"]);
+    assert!(leases.contains(&format!("{old_lease:x}")), "{leases}");
 }
 
 /// The watch of the lock key re-opens after its stream fails: a key deleted

@@ -14,7 +14,10 @@ use dlock::{
 use dlock_scenarios::{Config, Face, Fault, Observed, Scenario, Step, TraceSink, WAIT_LIMIT};
 
 struct Holder {
+    /// The link of the holder's client (shared with the other holders of
+    /// that client).
     link: MemoryBackend,
+    /// On the holder's session (`lock.session()`).
     lock: Arc<Lock>,
     /// The lock's pull-style events, opened before anything happens.
     events: EventStream,
@@ -58,22 +61,43 @@ impl Face for RustFace {
             reacquire: true,
         };
         let service = MemoryService::new();
-        for h in &scenario.holders {
-            // The backend choice as every face makes it: a config, and the
-            // embedded link's fault switches from the client.
-            let client = Client::connect(
-                ClientConfig::embedded_in(service.clone()).with_options(options.clone()),
-            )
-            .map_err(|e| e.to_string())?;
+        // Per client word one client; per client and session word one
+        // session; made in holder order, as are the locks.
+        let mut clients: HashMap<String, Client> = HashMap::new();
+        let mut sessions: HashMap<(String, String), dlock::Session> = HashMap::new();
+        for (i, h) in scenario.holders.iter().enumerate() {
+            let place = scenario.placement_at(i);
+            let client = match clients.get(&place.client) {
+                Some(c) => c.clone(),
+                None => {
+                    // The backend choice as every face makes it: a config,
+                    // and the embedded link's fault switches from the client.
+                    let c = Client::connect(
+                        ClientConfig::embedded_in(service.clone()).with_options(options.clone()),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    clients.insert(place.client.clone(), c.clone());
+                    c
+                }
+            };
             let link = client
                 .link()
                 .ok_or("an embedded client has a link")?
                 .clone();
-            let lock = Arc::new(
-                client
-                    .lock(&format!("scenario/\"{}\"", scenario.name))
-                    .map_err(|e| e.to_string())?,
-            );
+            let key = (place.client.clone(), place.session.clone());
+            let session = match sessions.get(&key) {
+                Some(s) => s.clone(),
+                None => {
+                    let s = if place.default_session() {
+                        client.default_session().clone()
+                    } else {
+                        client.session(options.clone()).map_err(|e| e.to_string())?
+                    };
+                    sessions.insert(key, s.clone());
+                    s
+                }
+            };
+            let lock = Arc::new(session.lock(&place.lock).map_err(|e| e.to_string())?);
             // The event's Display is the trace line.
             let (t, n) = (trace.clone(), h.clone());
             lock.on_event(move |e| t.push(format!("{n} {e}")));
@@ -152,6 +176,22 @@ impl Face for RustFace {
                     Fault::LeaseLost => link.declare_lease_lost(),
                     Fault::FreezeExpiry => service.freeze_expiry(true),
                     Fault::ThawExpiry => service.freeze_expiry(false),
+                    Fault::DeleteKey => {
+                        let name = self.lock(holder)?.name();
+                        if !link.service().delete_lock_key(name) {
+                            return Err(format!("delete_key: nobody holds `{name}`"));
+                        }
+                    }
+                    Fault::RevokeLease => {
+                        let lock = self.lock(holder)?;
+                        let lease = lock
+                            .session()
+                            .lease()
+                            .ok_or("revoke_lease: the holder's session has no lease")?;
+                        if !link.service().revoke_lease(lease) {
+                            return Err(format!("revoke_lease: no lease {lease} on the service"));
+                        }
+                    }
                 }
                 Observed::Done
             }
@@ -196,8 +236,8 @@ fn scenarios() {
         .unwrap();
     let files = dlock_scenarios::scenario_files(&dir).unwrap();
     assert!(
-        files.len() >= 8,
-        "expected the eight scenarios, found {files:?}"
+        files.len() >= 14,
+        "expected the fourteen scenarios, found {files:?}"
     );
     let summary = dlock_scenarios::play_dir(&dir, &mut RustFace::default(), &Config::from_env());
     assert_eq!(summary.failed, 0, "\n{}", summary.failures.join("\n"));

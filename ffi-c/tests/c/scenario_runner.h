@@ -37,13 +37,26 @@ struct lks_settings {
   uint64_t margin_ms;
 };
 
-/* What `setup` gets; every pointer is valid until `setup` returns. */
+/* What `setup` gets; every pointer is valid until `setup` returns. The
+ * holder_* arrays have n_holders entries each, in holder order, none NULL
+ * (the runner fills in the layout's defaults). Create clients, sessions and
+ * locks in holder order: the core handles a session's locks in creation
+ * order, and the traces rely on it. */
 struct lks_scenario {
   const char *name;
   const char *about;
-  struct lks_settings settings; /* for every holder; reacquire on */
+  struct lks_settings settings; /* for every holder and session; reacquire on */
   const char *const *holders;   /* holder names */
   size_t n_holders;
+  /* The layout. Holders with the same client word share one client (one
+   * link to the service); default: the holder's own name. */
+  const char *const *holder_client;
+  /* The session word within the client: "default" is the client's own
+   * session, any other word one session made for it (lk_session_new with
+   * the settings above); holders with the same client and word share it. */
+  const char *const *holder_session;
+  /* The lock's full name; default: scenario/"<name>", shared. */
+  const char *const *holder_lock;
 };
 
 /* The `do` of a step. `wait` never reaches a face: the runner does it. */
@@ -56,7 +69,7 @@ enum lks_do {
   LKS_DO_STATE = 5,        /* -> LKS_SAW_WORD: the state's name */
   LKS_DO_TOKEN = 6,        /* -> LKS_SAW_TOKEN (has_token false: none) */
   LKS_DO_RELEASE = 7,      /* blocking release */
-  LKS_DO_FAULT = 8,        /* `fault` on the holder's link or its service */
+  LKS_DO_FAULT = 8,        /* `fault` on the link of the holder's client, or its service */
   LKS_DO_STALL_DRIVER = 9, /* block the driver thread for `ms` */
   LKS_DO_CLOSE = 10,       /* close the lock: releases; no callback after */
   LKS_DO_EVENTS = 11       /* -> LKS_SAW_EVENTS: the pull-style event stream */
@@ -72,7 +85,9 @@ enum lks_fault {
   LKS_FAULT_STOP_FAILING = 6,
   LKS_FAULT_LEASE_LOST = 7,
   LKS_FAULT_FREEZE_EXPIRY = 8,
-  LKS_FAULT_THAW_EXPIRY = 9
+  LKS_FAULT_THAW_EXPIRY = 9,
+  LKS_FAULT_DELETE_KEY = 10,  /* the service deletes the key holding the holder's lock name */
+  LKS_FAULT_REVOKE_LEASE = 11 /* the service revokes the holder's session's current lease */
 };
 
 /* One step, flat; strings valid until `perform` returns, NULL when absent. */
@@ -116,9 +131,10 @@ struct lks_observed {
 struct lks_face {
   void *ctx;
   void (*warm_up)(void *ctx);
-  /* Per holder: a client with its own link to one fresh memory service and
-   * a lock named scenario/"<name>", its callbacks pushing to `sink`. On
-   * failure set *error (valid until setup returns) and return nonzero. */
+  /* One fresh memory service; per client word a client (its own link), per
+   * session word a session, per holder a lock named holder_lock[i] on it,
+   * its callbacks pushing to `sink`. On failure set *error (valid until
+   * setup returns) and return nonzero. */
   int (*setup)(void *ctx, const struct lks_scenario *scenario, const struct lks_sink *sink,
                const char **error);
   int (*perform)(void *ctx, const struct lks_step *step, struct lks_observed *out);

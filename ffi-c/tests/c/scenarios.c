@@ -20,11 +20,28 @@
 #define MAX_PERMITS 16
 #define MAX_THREADS 16
 #define LINE_LEN 200
+#define WORD_LEN 64
+#define NAME_LEN 256
+
+/* One client per client word of the layout (its own link). */
+struct client {
+  char word[WORD_LEN];
+  struct lk_client *client;
+};
+
+/* One session per client and session word ("default": the client's). */
+struct session {
+  const struct client *client;
+  char word[WORD_LEN];
+  struct lk_session *session;
+};
 
 struct holder {
   char name[32];
   const struct lks_sink *sink;
-  struct lk_client *client;
+  const struct client *client;   /* shared by the holders of its word */
+  const struct session *session; /* shared likewise */
+  char lock_name[NAME_LEN];
   struct lk_lock *lock;
 };
 
@@ -43,6 +60,10 @@ struct acquirer {
 /* The face's state for the scenario being played. */
 struct face {
   struct lk_memory *service;
+  struct client clients[MAX_HOLDERS];
+  int n_clients;
+  struct session sessions[MAX_HOLDERS];
+  int n_sessions;
   struct holder holders[MAX_HOLDERS];
   int n_holders;
   struct labelled permits[MAX_PERMITS];
@@ -115,6 +136,40 @@ static struct labelled *permit_of(struct face *f, const char *label) {
 
 static void teardown(void *ctx);
 
+static int setup_failed(struct face *f, const char *what) {
+  snprintf(f->err, sizeof f->err, "%s: %s", what, lk_last_error());
+  return -1;
+}
+
+/* The client of `word`, made on first use. */
+static const struct client *client_of(struct face *f, const struct lk_client_options *o,
+                                      const char *word) {
+  for (int i = 0; i < f->n_clients; i++)
+    if (strcmp(f->clients[i].word, word) == 0) return &f->clients[i];
+  struct client *c = &f->clients[f->n_clients];
+  if (lk_client_new(o, &c->client) != LK_OK) return NULL;
+  snprintf(c->word, sizeof c->word, "%s", word);
+  f->n_clients++;
+  return c;
+}
+
+/* The session of `word` on client `c`, made on first use: the client's
+ * own for "default", else a new one with the client's options (the
+ * scenario's settings). */
+static const struct session *session_of(struct face *f, const struct client *c, const char *word) {
+  for (int i = 0; i < f->n_sessions; i++)
+    if (f->sessions[i].client == c && strcmp(f->sessions[i].word, word) == 0)
+      return &f->sessions[i];
+  struct session *s = &f->sessions[f->n_sessions];
+  enum lk_status st = strcmp(word, "default") == 0 ? lk_client_session(c->client, &s->session)
+                                                   : lk_session_new(c->client, NULL, &s->session);
+  if (st != LK_OK) return NULL;
+  s->client = c;
+  snprintf(s->word, sizeof s->word, "%s", word);
+  f->n_sessions++;
+  return s;
+}
+
 static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink *sink,
                  const char **error) {
   struct face *f = ctx;
@@ -127,55 +182,75 @@ static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink 
   o.retry_interval_ms = s->settings.retry_interval_ms;
   o.margin_ms = s->settings.margin_ms;
   o.reacquire = true;
-  if (lk_memory_new(&f->service) != LK_OK) {
-    snprintf(f->err, sizeof f->err, "lk_memory_new: %s", lk_last_error());
-    return -1;
-  }
+  if (lk_memory_new(&f->service) != LK_OK) return setup_failed(f, "lk_memory_new");
   o.memory = f->service;
-  char name[256];
-  snprintf(name, sizeof name, "scenario/\"%s\"", s->name);
   if (s->n_holders > MAX_HOLDERS) {
     snprintf(f->err, sizeof f->err, "more than %d holders", MAX_HOLDERS);
     return -1;
   }
+  /* In holder order: clients, sessions and locks as the layout says. */
   for (size_t i = 0; i < s->n_holders; i++) {
-    struct holder *h = &f->holders[f->n_holders];
-    snprintf(h->name, sizeof h->name, "%s", s->holders[i]);
-    h->sink = sink;
-    if (lk_client_new(&o, &h->client) != LK_OK) {
-      snprintf(f->err, sizeof f->err, "lk_client_new: %s", lk_last_error());
+    if (strlen(s->holders[i]) >= sizeof f->holders[0].name ||
+        strlen(s->holder_client[i]) >= WORD_LEN || strlen(s->holder_session[i]) >= WORD_LEN ||
+        strlen(s->holder_lock[i]) >= NAME_LEN) {
+      snprintf(f->err, sizeof f->err, "holder %s: a name or word too long for this face",
+               s->holders[i]);
       return -1;
     }
+    struct holder *h = &f->holders[f->n_holders];
+    snprintf(h->name, sizeof h->name, "%s", s->holders[i]);
+    snprintf(h->lock_name, sizeof h->lock_name, "%s", s->holder_lock[i]);
+    h->sink = sink;
+    if (!(h->client = client_of(f, &o, s->holder_client[i])))
+      return setup_failed(f, "lk_client_new");
+    if (!(h->session = session_of(f, h->client, s->holder_session[i])))
+      return setup_failed(f, "session");
     f->n_holders++;
-    if (lk_lock_new(h->client, name, &h->lock) != LK_OK ||
+    if (lk_session_lock_new(h->session->session, h->lock_name, &h->lock) != LK_OK ||
         lk_set_on_state_change(h->lock, on_state, h) != LK_OK ||
         lk_set_on_acquired(h->lock, on_acquired, h) != LK_OK ||
         lk_set_on_fence(h->lock, on_fence, h) != LK_OK ||
-        lk_set_on_drained(h->lock, on_drained, h) != LK_OK) {
-      snprintf(f->err, sizeof f->err, "lock setup: %s", lk_last_error());
-      return -1;
-    }
+        lk_set_on_drained(h->lock, on_drained, h) != LK_OK)
+      return setup_failed(f, "lock setup");
   }
   return 0;
 }
 
+/* The service revokes the current lease of the holder's session. */
+static int revoke_lease(struct face *f, const struct holder *h, struct lks_observed *out) {
+  int64_t lease = 0;
+  bool found = false;
+  enum lk_status s = lk_session_lease(h->session->session, &lease);
+  if (s != LK_OK)
+    return failed(f, out, "revoke_lease: the session of %s has no lease (%s)", h->name,
+                  lk_status_name((int)s));
+  if (lk_memory_revoke_lease(f->service, lease, &found) != LK_OK)
+    return failed(f, out, "revoke_lease: %s", lk_last_error());
+  return found ? 0 : failed(f, out, "revoke_lease: no lease %" PRId64 " on the service", lease);
+}
+
+/* Link faults act on the link of the holder's client (every session of it). */
 static int fault(struct face *f, const struct lks_step *step, struct holder *h,
                  struct lks_observed *out) {
+  const struct lk_client *c = h->client->client;
   enum lk_status s;
   switch ((enum lks_fault)step->fault) {
-    case LKS_FAULT_PARTITION: s = lk_link_partition(h->client); break;
-    case LKS_FAULT_HEAL: s = lk_link_heal(h->client); break;
-    case LKS_FAULT_DROP_REPLIES: s = lk_link_drop_keepalive_replies(h->client, true); break;
-    case LKS_FAULT_KEEP_REPLIES: s = lk_link_drop_keepalive_replies(h->client, false); break;
-    case LKS_FAULT_DELAY_REPLIES: s = lk_link_delay_keepalive_replies(h->client, step->ms); break;
-    case LKS_FAULT_FAIL_KEEPALIVES: s = lk_link_fail_keepalives(h->client, "injected failure"); break;
-    case LKS_FAULT_STOP_FAILING: s = lk_link_fail_keepalives(h->client, NULL); break;
-    case LKS_FAULT_LEASE_LOST: s = lk_link_declare_lease_lost(h->client); break;
+    case LKS_FAULT_PARTITION: s = lk_link_partition(c); break;
+    case LKS_FAULT_HEAL: s = lk_link_heal(c); break;
+    case LKS_FAULT_DROP_REPLIES: s = lk_link_drop_keepalive_replies(c, true); break;
+    case LKS_FAULT_KEEP_REPLIES: s = lk_link_drop_keepalive_replies(c, false); break;
+    case LKS_FAULT_DELAY_REPLIES: s = lk_link_delay_keepalive_replies(c, step->ms); break;
+    case LKS_FAULT_FAIL_KEEPALIVES: s = lk_link_fail_keepalives(c, "injected failure"); break;
+    case LKS_FAULT_STOP_FAILING: s = lk_link_fail_keepalives(c, NULL); break;
+    case LKS_FAULT_LEASE_LOST: s = lk_link_declare_lease_lost(c); break;
     case LKS_FAULT_FREEZE_EXPIRY: s = lk_memory_freeze_expiry(f->service, true); break;
     case LKS_FAULT_THAW_EXPIRY: s = lk_memory_freeze_expiry(f->service, false); break;
+    /* LK_NOT_HELD when nobody holds the name. */
+    case LKS_FAULT_DELETE_KEY: s = lk_memory_delete_lock_key(f->service, h->lock_name); break;
+    case LKS_FAULT_REVOKE_LEASE: return revoke_lease(f, h, out);
     default: return failed(f, out, "unknown fault %s", step->fault_name);
   }
-  return s == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
+  return s == LK_OK ? 0 : failed(f, out, "%s: %s", step->fault_name, lk_last_error());
 }
 
 static int perform(void *ctx, const struct lks_step *step, struct lks_observed *out) {
@@ -271,10 +346,9 @@ static void teardown(void *ctx) {
     if (f->holders[i].lock) lk_lock_release(f->holders[i].lock);
   join_acquires(f, NULL);
   for (int i = 0; i < MAX_PERMITS; i++) lk_permit_end(&f->permits[i].permit);
-  for (int i = 0; i < f->n_holders; i++) {
-    lk_lock_free(f->holders[i].lock);
-    lk_client_free(f->holders[i].client);
-  }
+  for (int i = 0; i < f->n_holders; i++) lk_lock_free(f->holders[i].lock);
+  for (int i = 0; i < f->n_sessions; i++) lk_session_free(f->sessions[i].session);
+  for (int i = 0; i < f->n_clients; i++) lk_client_free(f->clients[i].client);
   lk_memory_free(f->service);
   memset(f, 0, sizeof *f);
 }
@@ -286,16 +360,22 @@ static void warm_up(void *ctx) {
   (void)ctx;
   struct lk_memory *m = NULL;
   struct lk_client *c = NULL;
+  struct lk_session *s = NULL;
   struct lk_lock *l = NULL;
   struct lk_client_options o = short_options();
   struct lk_permit p = LK_PERMIT_INIT;
+  int64_t lease = 0;
+  bool found = false;
   if (lk_memory_new(&m) == LK_OK) o.memory = m;
-  if (lk_client_new(&o, &c) == LK_OK && lk_lock_new(c, "warm-up", &l) == LK_OK &&
+  if (lk_client_new(&o, &c) == LK_OK && lk_session_new(c, NULL, &s) == LK_OK &&
+      lk_session_lock_new(s, "warm-up", &l) == LK_OK &&
       lk_lock_acquire(l, WAIT_LIMIT_MS, NULL) == LK_OK && lk_permit(l, &p) == LK_OK) {
     lk_permit_end(&p);
     lk_lock_release(l);
+    if (lk_session_lease(s, &lease) == LK_OK) lk_memory_revoke_lease(m, lease, &found);
   }
   lk_lock_free(l);
+  lk_session_free(s);
   lk_client_free(c);
   lk_memory_free(m);
 }
@@ -306,8 +386,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   int n = lks_count_files(argv[1]);
-  if (n < 8) {
-    fprintf(stderr, "expected the eight scenarios in %s, found %d\n", argv[1], n);
+  if (n < 14) {
+    fprintf(stderr, "expected the fourteen scenarios in %s, found %d\n", argv[1], n);
     return 1;
   }
   static struct face f;

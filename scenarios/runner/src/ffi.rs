@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::trace::Inner;
-use crate::{Config, Face, Fault, Observed, Scenario, Step, TraceSink, play_dir, scenario_files};
+use crate::{
+    Config, Face, Fault, Observed, Placement, Scenario, Step, TraceSink, play_dir, scenario_files,
+};
 
 /// `struct lks_sink`: opaque to C; a `TraceSink`'s shared state.
 #[allow(non_camel_case_types)]
@@ -31,6 +33,10 @@ pub struct LksScenario {
     pub settings: LksSettings,
     pub holders: *const *const c_char,
     pub n_holders: usize,
+    // Added with the layout; per holder (`n_holders` each), never NULL.
+    pub holder_client: *const *const c_char,
+    pub holder_session: *const *const c_char,
+    pub holder_lock: *const *const c_char,
 }
 
 // enum lks_do
@@ -47,7 +53,8 @@ pub const LKS_DO_STALL_DRIVER: c_int = 9;
 pub const LKS_DO_CLOSE: c_int = 10;
 pub const LKS_DO_EVENTS: c_int = 11;
 
-fn fault_code(f: Fault) -> c_int {
+/// `enum lks_fault`'s number of `f`.
+pub(crate) fn fault_code(f: Fault) -> c_int {
     match f {
         Fault::Partition => 0,
         Fault::Heal => 1,
@@ -59,6 +66,8 @@ fn fault_code(f: Fault) -> c_int {
         Fault::LeaseLost => 7,
         Fault::FreezeExpiry => 8,
         Fault::ThawExpiry => 9,
+        Fault::DeleteKey => 10,
+        Fault::RevokeLease => 11,
     }
 }
 
@@ -153,8 +162,23 @@ impl Face for CFace<'_> {
         let setup = self.face.setup.ok_or("the face has no setup")?;
         let name = cstring(&scenario.name);
         let about = cstring(&scenario.about);
-        let holders: Vec<CString> = scenario.holders.iter().map(|h| cstring(h)).collect();
-        let ptrs: Vec<*const c_char> = holders.iter().map(|h| h.as_ptr()).collect();
+        // Per holder: its name, client, session and lock; the strings live
+        // until `setup` returns.
+        let layout: Vec<_> = (0..scenario.holders.len())
+            .map(|i| scenario.placement_at(i))
+            .collect();
+        let column = |f: fn(&Placement) -> &str| -> Vec<CString> {
+            layout.iter().map(|p| cstring(f(p))).collect()
+        };
+        let columns = [
+            scenario.holders.iter().map(|h| cstring(h)).collect(),
+            column(|p| &p.client),
+            column(|p| &p.session),
+            column(|p| &p.lock),
+        ];
+        let [holders, clients, sessions, locks] = columns
+            .each_ref()
+            .map(|v| v.iter().map(|c| c.as_ptr()).collect::<Vec<_>>());
         let s = &scenario.settings;
         let c = LksScenario {
             name: name.as_ptr(),
@@ -166,8 +190,11 @@ impl Face for CFace<'_> {
                 retry_interval_ms: s.retry_interval_ms,
                 margin_ms: s.margin_ms,
             },
-            holders: ptrs.as_ptr(),
-            n_holders: ptrs.len(),
+            holders: holders.as_ptr(),
+            n_holders: holders.len(),
+            holder_client: clients.as_ptr(),
+            holder_session: sessions.as_ptr(),
+            holder_lock: locks.as_ptr(),
         };
         let sink = Arc::into_raw(trace.0);
         self.sink = Some(sink);

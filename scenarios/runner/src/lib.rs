@@ -16,6 +16,7 @@
 //! The crate does not depend on `dlock`: it knows the scenario format, not
 //! the library under test.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,18 +34,93 @@ pub use trace::{Event, Expected, TraceSink, check_trace, show};
 /// trace may take.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(10);
 
+/// The word of a [`Placement::session`] that means the client's default
+/// session (also what an absent `session` means).
+pub const DEFAULT_SESSION: &str = "default";
+
 /// One scenario file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     pub name: String,
     pub about: String,
     pub settings: Settings,
-    /// The holders' names: each is its own client with its own link to one
-    /// fresh memory service, and a lock on the same name.
+    /// The holders' names, in the order a face creates their clients,
+    /// sessions and locks (locks of one session are handled in creation
+    /// order, which fixes the trace order of events at one instant).
     pub holders: Vec<String>,
+    /// Where each holder's lock lives, one per holder in the order of
+    /// [`Scenario::holders`], every default filled in (see [`Placement`]).
+    pub layout: Vec<Placement>,
     pub steps: Vec<Timed>,
     /// The trace the callbacks must produce, in order, and no other event.
     pub trace: Vec<Expected>,
+}
+
+impl Scenario {
+    /// The lock name every holder without a `lock` of its own shares:
+    /// `scenario/"<name>"`.
+    pub fn default_lock(&self) -> String {
+        default_lock(&self.name)
+    }
+
+    /// The placement of `holder` (`None`: no such holder).
+    pub fn placement(&self, holder: &str) -> Option<Placement> {
+        let i = self.holders.iter().position(|h| h == holder)?;
+        Some(self.placement_at(i))
+    }
+
+    /// The placement of the `i`th holder: its [`Scenario::layout`] entry,
+    /// or the defaults when there is none (a scenario built by hand).
+    pub fn placement_at(&self, i: usize) -> Placement {
+        self.layout.get(i).cloned().unwrap_or_else(|| Placement {
+            client: self.holders.get(i).cloned().unwrap_or_default(),
+            session: DEFAULT_SESSION.into(),
+            lock: self.default_lock(),
+        })
+    }
+}
+
+fn default_lock(scenario: &str) -> String {
+    format!("scenario/\"{scenario}\"")
+}
+
+/// Where one holder's lock lives: the `layout` entry of the holder, with
+/// the defaults filled in.
+///
+/// Holders with the same `client` share one client (one link to the
+/// service: a link fault hits every session of it); holders with the same
+/// `client` and `session` share one session (one lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The client's word; default: the holder's own name (every holder its
+    /// own client).
+    pub client: String,
+    /// The session's word within its client: [`DEFAULT_SESSION`] (also
+    /// when absent) for the client's default session, any other word for
+    /// one session made for it with the scenario's settings.
+    pub session: String,
+    /// The lock's full name; default: [`Scenario::default_lock`], the one
+    /// name every holder shares.
+    pub lock: String,
+}
+
+impl Placement {
+    /// Whether the holder's lock is on its client's default session.
+    pub fn default_session(&self) -> bool {
+        self.session == DEFAULT_SESSION
+    }
+}
+
+/// A `layout` entry as written: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlacement {
+    #[serde(default)]
+    client: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    lock: Option<String>,
 }
 
 /// The lock options of every holder (reacquire on), in milliseconds.
@@ -104,7 +180,8 @@ pub enum Step {
     /// Wait (up to 10 s) until `event` appears in the trace at or after the
     /// event the previous `wait` matched. Done by the runner.
     Wait { event: String },
-    /// Switch a fault on the holder's link (or its service).
+    /// Switch a fault on the link of the holder's client, or act on the
+    /// service (`delete_key`, `revoke_lease`, `*_expiry`).
     Fault {
         holder: String,
         fault: Fault,
@@ -137,6 +214,12 @@ pub enum Fault {
     LeaseLost,
     FreezeExpiry,
     ThawExpiry,
+    /// The service deletes the key that holds the holder's lock name, its
+    /// lease living on (an operator's `etcdctl del`).
+    DeleteKey,
+    /// The service revokes the current lease of the holder's session (an
+    /// operator's `etcdctl lease revoke`).
+    RevokeLease,
 }
 
 impl Fault {
@@ -152,6 +235,8 @@ impl Fault {
             Fault::LeaseLost => "lease_lost",
             Fault::FreezeExpiry => "freeze_expiry",
             Fault::ThawExpiry => "thaw_expiry",
+            Fault::DeleteKey => "delete_key",
+            Fault::RevokeLease => "revoke_lease",
         }
     }
 }
@@ -224,9 +309,12 @@ pub trait Face {
     /// costs (thread start, valgrind's translation) fall outside the windows.
     fn warm_up(&mut self) {}
 
-    /// Creates one memory service, and per holder a client with its own link
-    /// and a lock named `scenario/"<name>"`, with callbacks that push
-    /// `"<holder> <event>"` lines to `trace` (see the README's events).
+    /// Creates one memory service and, in holder order, per
+    /// [`Scenario::layout`]: a client per client word (its own link), a
+    /// session per session word of it (the default one for
+    /// [`DEFAULT_SESSION`]), and per holder a lock named by its
+    /// [`Placement::lock`], with callbacks that push `"<holder> <event>"`
+    /// lines to `trace` (see the README's events).
     fn setup(&mut self, scenario: &Scenario, trace: TraceSink) -> Result<(), String>;
 
     /// Performs one step (never [`Step::Wait`]); `Err` for a call that failed
@@ -252,14 +340,50 @@ struct RawScenario {
     about: String,
     settings: Settings,
     holders: Vec<String>,
+    #[serde(default)]
+    layout: BTreeMap<String, RawPlacement>,
     steps: Vec<Value>,
     trace: Vec<String>,
 }
 
+/// The placements of `holders` from the file's `layout`, defaults filled.
+fn layout(
+    scenario: &str,
+    holders: &[String],
+    mut raw: BTreeMap<String, RawPlacement>,
+) -> Result<Vec<Placement>, String> {
+    if let Some(h) = raw.keys().find(|h| !holders.contains(h)) {
+        return Err(format!("layout: no holder `{h}`"));
+    }
+    let mut seen = Vec::new();
+    holders
+        .iter()
+        .map(|h| {
+            if seen.contains(&h) {
+                return Err(format!("holders: `{h}` twice"));
+            }
+            seen.push(h);
+            let p = raw.remove(h).unwrap_or_default();
+            let word = |v: Option<String>, field: &str, default: String| match v {
+                Some(v) if v.is_empty() => Err(format!("layout: `{h}`: an empty `{field}`")),
+                Some(v) => Ok(v),
+                None => Ok(default),
+            };
+            Ok(Placement {
+                client: word(p.client, "client", h.clone())?,
+                session: word(p.session, "session", DEFAULT_SESSION.into())?,
+                lock: word(p.lock, "lock", default_lock(scenario))?,
+            })
+        })
+        .collect()
+}
+
 /// Parses a scenario's JSON and checks what a face would otherwise trip
-/// over: unknown holders, labels never given, a delay without `ms`.
+/// over: unknown holders (in steps and `layout`), labels never given, a
+/// delay without `ms`.
 pub fn parse(text: &str) -> Result<Scenario, String> {
     let raw: RawScenario = serde_json::from_str(text).map_err(|e| format!("bad JSON: {e}"))?;
+    let layout = layout(&raw.name, &raw.holders, raw.layout)?;
     let mut steps = Vec::with_capacity(raw.steps.len());
     let mut labels: Vec<String> = Vec::new();
     for (i, v) in raw.steps.into_iter().enumerate() {
@@ -307,6 +431,7 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         about: raw.about,
         settings: raw.settings,
         holders: raw.holders,
+        layout,
         steps,
         trace,
     })

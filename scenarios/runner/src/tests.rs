@@ -11,6 +11,21 @@ fn doc(holders: &str, steps: &str, trace: &str) -> String {
     )
 }
 
+/// A file with a `layout` (no steps, no trace).
+fn laid_out(holders: &str, layout: &str) -> Result<Scenario, String> {
+    parse(&format!(
+        r#"{{"name": "t", {SETTINGS}, "holders": {holders}, "layout": {layout}, "steps": [], "trace": []}}"#
+    ))
+}
+
+fn place(client: &str, session: &str, lock: &str) -> Placement {
+    Placement {
+        client: client.into(),
+        session: session.into(),
+        lock: lock.into(),
+    }
+}
+
 fn ev(at_ms: u64, line: &str) -> Event {
     Event {
         at_ms,
@@ -38,6 +53,8 @@ fn parses_every_step() {
         {"do": "wait", "event": "a drained"},
         {"do": "fault", "holder": "a", "fault": "delay_replies", "ms": 1500},
         {"do": "fault", "holder": "a", "fault": "thaw_expiry"},
+        {"do": "fault", "holder": "b", "fault": "delete_key"},
+        {"do": "fault", "holder": "b", "fault": "revoke_lease"},
         {"do": "stall_driver", "ms": 2000},
         {"do": "close", "holder": "b"},
         {"do": "events", "holder": "a", "expect": ["drained", "acquired token=1"]}
@@ -106,6 +123,16 @@ fn parses_every_step() {
                 fault: Fault::ThawExpiry,
                 ms: None
             },
+            Step::Fault {
+                holder: h("b"),
+                fault: Fault::DeleteKey,
+                ms: None
+            },
+            Step::Fault {
+                holder: h("b"),
+                fault: Fault::RevokeLease,
+                ms: None
+            },
             Step::StallDriver { ms: 2000 },
             Step::Close { holder: h("b") },
             Step::Events {
@@ -131,9 +158,100 @@ fn parses_every_step() {
         ]
     );
     let names: Vec<_> = st.iter().map(Step::name).collect();
-    assert_eq!(names[15], "events");
+    assert_eq!(names[17], "events");
     assert_eq!(st[0].holder(), Some("a"));
-    assert_eq!(st[13].holder(), None);
+    assert_eq!(st[15].holder(), None);
+    // No layout: every holder its own client, default session, one name.
+    let shared = r#"scenario/"t""#;
+    assert_eq!(s.default_lock(), shared);
+    assert_eq!(
+        s.layout,
+        [place("a", "default", shared), place("b", "default", shared)]
+    );
+}
+
+#[test]
+fn layout_fills_defaults() {
+    let s = laid_out(
+        r#"["a", "b", "c", "d"]"#,
+        r#"{"a": {"client": "s", "lock": "x"},
+            "b": {"client": "s", "session": "two"},
+            "c": {"session": "default", "lock": "x"}}"#,
+    )
+    .unwrap();
+    let shared = r#"scenario/"t""#;
+    assert_eq!(
+        s.layout,
+        [
+            place("s", "default", "x"),
+            place("s", "two", shared),
+            place("c", "default", "x"),
+            place("d", "default", shared),
+        ]
+    );
+    assert!(s.layout[0].default_session() && !s.layout[1].default_session());
+    assert_eq!(s.placement("b"), Some(place("s", "two", shared)));
+    assert_eq!(s.placement("z"), None);
+    // A scenario built by hand without a layout: the defaults.
+    let bare = Scenario {
+        layout: Vec::new(),
+        ..s.clone()
+    };
+    assert_eq!(bare.placement_at(1), place("b", DEFAULT_SESSION, shared));
+    // An empty layout is no layout.
+    assert_eq!(
+        laid_out(r#"["a"]"#, "{}").unwrap().layout,
+        [place("a", "default", shared)]
+    );
+}
+
+#[test]
+fn layout_refuses_bad_entries() {
+    let bad =
+        |holders: &str, layout: &str| laid_out(holders, layout).expect_err("should not parse");
+    let e = bad(r#"["a"]"#, r#"{"z": {"client": "s"}}"#);
+    assert!(e.contains("layout: no holder `z`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"clinet": "s"}}"#);
+    assert!(e.contains("clinet"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"lock": ""}}"#);
+    assert!(e.contains("`a`: an empty `lock`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"session": 2}}"#);
+    assert!(e.starts_with("bad JSON"), "{e}");
+    let e = bad(r#"["a"]"#, r#"["a"]"#);
+    assert!(e.starts_with("bad JSON"), "{e}");
+    let e = bad(r#"["a", "a"]"#, "{}");
+    assert!(e.contains("`a` twice"), "{e}");
+}
+
+/// The C header's `enum lks_fault` has the numbers `ffi` hands a C face.
+#[test]
+fn header_fault_numbers() {
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ffi-c/tests/c/scenario_runner.h"),
+    )
+    .unwrap();
+    let all = [
+        Fault::Partition,
+        Fault::Heal,
+        Fault::DropReplies,
+        Fault::KeepReplies,
+        Fault::DelayReplies,
+        Fault::FailKeepalives,
+        Fault::StopFailing,
+        Fault::LeaseLost,
+        Fault::FreezeExpiry,
+        Fault::ThawExpiry,
+        Fault::DeleteKey,
+        Fault::RevokeLease,
+    ];
+    for f in all {
+        let line = format!(
+            "LKS_FAULT_{} = {}",
+            f.as_str().to_uppercase(),
+            ffi::fault_code(f)
+        );
+        assert!(header.contains(&line), "the header lacks `{line}`");
+    }
 }
 
 #[test]
@@ -176,6 +294,14 @@ fn refuses_bad_files() {
         )
         .contains("melt")
     );
+    assert!(
+        bad(
+            r#"["a"]"#,
+            r#"{"do": "fault", "holder": "z", "fault": "delete_key"}"#,
+            ""
+        )
+        .contains("no holder `z`")
+    );
     assert!(bad(r#"["a"]"#, "", r#""a drained @5..x""#).contains("trace entry 0"));
     assert!(bad(r#"["a"]"#, "", r#""a drained @9..5""#).contains("lo..hi"));
     assert!(parse("{").unwrap_err().starts_with("bad JSON"));
@@ -186,7 +312,7 @@ fn refuses_bad_files() {
 fn loads_the_repository_files() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let files = scenario_files(&dir).unwrap();
-    assert!(files.len() >= 8, "{files:?}");
+    assert!(files.len() >= 14, "{files:?}");
     for f in files {
         let s = load(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         assert!(
