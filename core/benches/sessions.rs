@@ -4,15 +4,20 @@
 //!    beside the floor: one put (with a lease) + one delete of a key through
 //!    `etcd_client`, from this process, to the same member. Rounds
 //!    alternate dlock / floors (the order turns every round); per-round
-//!    ops/s, the medians and their ratio (target >= 0.9). A second
-//!    baseline, the two transactions dlock sends (etcd's Mutex) through
-//!    `etcd_client`, tells the protocol's share of the gap from dlock's.
+//!    ops/s, the medians and their ratio (target >= 0.9). Two more
+//!    baselines tell the protocol's share of the gap from dlock's own: the
+//!    two transactions dlock sends (etcd's Mutex) through `etcd_client`,
+//!    and the same with a watcher of the key created and canceled on one
+//!    Watch stream, as a session's key watch does.
 //! b. etcd, 10,000 locks held on one session (default options: keepalive
 //!    every 5 s): keepalive messages reaching etcd per interval (every
 //!    member's `/metrics`, `grpc_server_msg_received_total` of
 //!    `LeaseKeepAlive`, summed; target 1 per session), client RSS per held
 //!    lock (target <= 1 KiB) and the time to acquire them all, sequentially
 //!    and with bounded concurrency (`acquire_async` on a tokio runtime).
+//!    Beside them: the RSS of an empty process, of the handles alone, after
+//!    `malloc_trim`; a bare thread round trip (the floor of any blocking
+//!    call on this machine); sequential times per tenth of the locks.
 //! c. the same 10,000 locks on the embedded backend: RSS per lock and time.
 //!
 //! Every part runs in a child process of its own (this binary, `--part`),
