@@ -22,7 +22,7 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo clippy -p dlock --test etcd --test etcd_faults --test etcd_parity --test examples_etcd --test c_worker --test c_worker_etcd \
+cargo clippy -p dlock --test etcd --test etcd_faults --test etcd_parity --test etcd_sessions --test examples_etcd --test c_worker --test c_worker_etcd \
   --locked -- -D warnings # test = false targets
 
 step "cargo test (PROPTEST_CASES=${PROPTEST_CASES:=10000})"
