@@ -217,10 +217,6 @@ impl Callbacks {
             q.end();
         }
     }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(SeqCst)
-    }
 }
 
 /// Queues `job` on the callback thread, starting it on first use. A forked

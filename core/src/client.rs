@@ -414,13 +414,11 @@ impl Session {
             self.inner.clock.clone(),
             self.inner.drained.clone(),
         ));
-        let callbacks = Arc::new(Callbacks::default());
         let name: Arc<str> = name.into();
         self.send(Command::Add {
             lock: id,
             name: name.clone(),
             gate: gate.clone(),
-            callbacks: callbacks.clone(),
         })?;
         // Counted here, so `stats()` sees the lock at once; the driver
         // uncounts it once done with it.
@@ -430,7 +428,8 @@ impl Session {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Lock {
             gate,
-            callbacks,
+            callbacks: std::sync::OnceLock::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
             session: self.clone(),
             id,
             name,
@@ -493,7 +492,11 @@ pub struct LockStats {
 /// callback may call any method of the lock, even [`Lock::close`].
 pub struct Lock {
     gate: Arc<Gate>,
-    callbacks: Arc<Callbacks>,
+    /// Made on the first callback or stream (most locks of a large session
+    /// have none) and handed to the driver then.
+    callbacks: std::sync::OnceLock<Arc<Callbacks>>,
+    /// [`Lock::close`] was called.
+    closed: std::sync::atomic::AtomicBool,
     session: Session,
     id: LockId,
     name: Arc<str>,
@@ -610,7 +613,10 @@ impl Lock {
             Err(Error::Shutdown) => Ok(()),
             r => r,
         };
-        self.callbacks.close();
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(callbacks) = self.callbacks.get() {
+            callbacks.close();
+        }
         released
     }
 
@@ -621,8 +627,11 @@ impl Lock {
             Err(Error::Shutdown) => Ok(()),
             r => r,
         };
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let Some(callbacks) = self.callbacks.get().cloned() else {
+            return released;
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let callbacks = self.callbacks.clone();
         std::thread::Builder::new()
             .name("dlock-close".into())
             .spawn(move || {
@@ -636,7 +645,7 @@ impl Lock {
 
     /// Whether [`Lock::close`] was called (callbacks are off).
     pub fn is_closed(&self) -> bool {
-        self.callbacks.is_closed()
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The current state.
@@ -711,16 +720,34 @@ impl Lock {
         })
     }
 
+    /// The lock's callbacks, made (and handed to the driver) on first use.
+    fn listeners(&self) -> &Arc<Callbacks> {
+        self.callbacks.get_or_init(|| {
+            let callbacks = Arc::new(Callbacks::default());
+            if self.is_closed() {
+                callbacks.close_now();
+            }
+            let listen = Command::Listen {
+                lock: self.id,
+                callbacks: callbacks.clone(),
+            };
+            // Refused only when the driver is gone (or in a fork child):
+            // then no event comes anyway.
+            let _ = self.session.send(listen);
+            callbacks
+        })
+    }
+
     /// Called with every event of the lock, in order (beside the `on_*`
     /// callbacks of its kind).
     pub fn on_event(&self, f: impl Fn(&LockEvent) + Send + Sync + 'static) {
-        self.callbacks.on_event(f);
+        self.listeners().on_event(f);
     }
 
     /// The lock's events from now on, for callers that pull (async code,
     /// bindings); the stream ends when the lock is closed or dropped.
     pub fn events(&self) -> EventStream {
-        self.callbacks.stream()
+        self.listeners().stream()
     }
 
     /// Called once per fenced token with the number of permits then in
@@ -729,23 +756,23 @@ impl Lock {
     /// and the last permit ended (a key deleted by an operator is gone
     /// already).
     pub fn on_fence(&self, f: impl Fn(Token, u64) + Send + Sync + 'static) {
-        self.callbacks.on_fence(f);
+        self.listeners().on_fence(f);
     }
 
     /// Called on every state change.
     pub fn on_state_change(&self, f: impl Fn(StateChange) + Send + Sync + 'static) {
-        self.callbacks.on_state_change(f);
+        self.listeners().on_state_change(f);
     }
 
     /// Called on every acquisition (first and after a fence) with its token.
     pub fn on_acquired(&self, f: impl Fn(Token) + Send + Sync + 'static) {
-        self.callbacks.on_acquired(f);
+        self.listeners().on_acquired(f);
     }
 
     /// Called once the lock has left `Holding` (drain or fence) and no permit
     /// is in flight any more.
     pub fn on_drained(&self, f: impl Fn() + Send + Sync + 'static) {
-        self.callbacks.on_drained(f);
+        self.listeners().on_drained(f);
     }
 
     fn write_command(
@@ -844,10 +871,12 @@ impl Drop for Lock {
         if self.session.send(drop).is_ok() && wait {
             let _ = rx.recv();
         }
-        if wait {
-            self.callbacks.close();
-        } else {
-            self.callbacks.close_now();
+        if let Some(callbacks) = self.callbacks.get() {
+            if wait {
+                callbacks.close();
+            } else {
+                callbacks.close_now();
+            }
         }
         self.gate.orphan();
     }

@@ -140,6 +140,10 @@ pub(crate) enum Command {
         lock: LockId,
         name: Arc<str>,
         gate: Arc<Gate>,
+    },
+    /// The lock's first callback or stream: deliver its events from now on.
+    Listen {
+        lock: LockId,
         callbacks: Arc<Callbacks>,
     },
     Acquire {
@@ -226,17 +230,69 @@ pub(crate) fn spawn_session(
 
 /// The driver's side of one lock.
 struct Entry {
-    name: Arc<str>,
     gate: Arc<Gate>,
-    callbacks: Arc<Callbacks>,
-    waiters: Vec<Reply<Result<Token, Error>>>,
-    releases: Vec<Reply<()>>,
+    /// None until the handle's first callback or stream: no trip to the
+    /// callback thread for a lock nobody listens to.
+    callbacks: Option<Arc<Callbacks>>,
+    /// The calls waiting on this lock, while any does (a held lock keeps
+    /// nothing here).
+    waiting: Option<Box<Waiting>>,
     /// The lock call in flight, with its lease.
     call: Option<(LeaseId, AbortHandle)>,
     /// The token whose key is watched.
     watched: Option<Token>,
     /// The handle is gone: forget the lock once the machine is done with it.
     dropped: bool,
+}
+
+/// The calls waiting on one lock.
+#[derive(Default)]
+struct Waiting {
+    acquires: Vec<Reply<Result<Token, Error>>>,
+    releases: Vec<Reply<()>>,
+}
+
+impl Entry {
+    fn waiting(&mut self) -> &mut Waiting {
+        self.waiting.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the box once nothing waits.
+    fn tidy(&mut self) {
+        if self
+            .waiting
+            .as_ref()
+            .is_some_and(|w| w.acquires.is_empty() && w.releases.is_empty())
+        {
+            self.waiting = None;
+        }
+    }
+
+    fn take_acquires(&mut self) -> Vec<Reply<Result<Token, Error>>> {
+        let taken = self
+            .waiting
+            .as_mut()
+            .map(|w| std::mem::take(&mut w.acquires))
+            .unwrap_or_default();
+        self.tidy();
+        taken
+    }
+
+    fn pop_acquire(&mut self) -> Option<Reply<Result<Token, Error>>> {
+        let popped = self.waiting.as_mut().and_then(|w| w.acquires.pop());
+        self.tidy();
+        popped
+    }
+
+    fn take_releases(&mut self) -> Vec<Reply<()>> {
+        let taken = self
+            .waiting
+            .as_mut()
+            .map(|w| std::mem::take(&mut w.releases))
+            .unwrap_or_default();
+        self.tidy();
+        taken
+    }
 }
 
 struct SessionTask {
@@ -332,21 +388,19 @@ impl SessionTask {
 
     fn command(&mut self, now: Instant, cmd: Command) {
         match cmd {
-            Command::Add {
-                lock,
-                name,
-                gate,
-                callbacks,
-            } => {
-                self.machine.add_lock(lock, name.clone());
+            Command::Listen { lock, callbacks } => {
+                if let Some(e) = self.locks.get_mut(&lock) {
+                    e.callbacks = Some(callbacks);
+                }
+            }
+            Command::Add { lock, name, gate } => {
+                self.machine.add_lock(lock, name);
                 self.locks.insert(
                     lock,
                     Entry {
-                        name,
                         gate,
-                        callbacks,
-                        waiters: Vec::new(),
-                        releases: Vec::new(),
+                        callbacks: None,
+                        waiting: None,
                         call: None,
                         watched: None,
                         dropped: false,
@@ -362,7 +416,7 @@ impl SessionTask {
                 let Some(e) = self.locks.get_mut(&lock) else {
                     return reply.send(Err(Error::Released));
                 };
-                e.waiters.push(reply);
+                e.waiting().acquires.push(reply);
                 let until = timeout.map(|t| now + t);
                 self.machine
                     .handle(now, Event::Acquire { lock, wait, until });
@@ -371,7 +425,7 @@ impl SessionTask {
                 let Some(e) = self.locks.get_mut(&lock) else {
                     return done.send(());
                 };
-                e.releases.push(done);
+                e.waiting().releases.push(done);
                 self.release_check.push(lock);
                 self.touched.insert(lock);
                 self.machine.handle(now, Event::Release { lock });
@@ -399,8 +453,7 @@ impl SessionTask {
             return;
         };
         let now = self.clock.now();
-        let name = &self.locks[&lock].name;
-        tracing::warn!(lock = %name, token = %g.token, why = ?g.why, "the lock key is gone");
+        tracing::warn!(lock = ?self.machine.name(lock), token = %g.token, why = ?g.why, "the lock key is gone");
         match (g.why, self.watch.as_ref()) {
             (LockGone::KeyDeleted, _) => {
                 self.machine.handle(
@@ -552,7 +605,7 @@ impl SessionTask {
                     let Some(e) = self.locks.get_mut(&lock) else {
                         continue;
                     };
-                    let name = e.name.clone();
+                    let name = self.machine.name(lock).expect("a lock of the machine");
                     let task = runtime().spawn(
                         async move {
                             let out = match b.lock(&name, lease, wait).await {
@@ -607,8 +660,8 @@ impl SessionTask {
                     let Some(e) = self.locks.get_mut(&lock) else {
                         continue;
                     };
-                    let done = std::mem::take(&mut e.releases);
-                    let name = e.name.clone();
+                    let done = e.take_releases();
+                    let name = self.machine.name(lock).expect("a lock of the machine");
                     let unlock = self.unlock(lock, req, name, lease, token, done);
                     runtime().spawn(unlock.instrument(self.span.clone()));
                 }
@@ -659,7 +712,7 @@ impl SessionTask {
                         continue;
                     };
                     let in_flight = e.gate.in_flight();
-                    tracing::warn!(lock = %e.name, %token, in_flight, "fenced");
+                    tracing::warn!(lock = ?self.machine.name(lock), %token, in_flight, "fenced");
                     // The machine holds the lease's revoke until on_fence
                     // has returned: say so from the callback thread.
                     let tx = self.events_tx.clone();
@@ -683,7 +736,8 @@ impl SessionTask {
                     self.deliver(lock, LockEvent::Acquired { token, at }, None);
                     if let Some(e) = self.locks.get_mut(&lock) {
                         e.call = None;
-                        for w in e.waiters.drain(..) {
+                        // Taken, not drained: a held lock keeps no capacity.
+                        for w in e.take_acquires() {
                             w.send(Ok(token));
                         }
                     }
@@ -692,14 +746,14 @@ impl SessionTask {
                     touched.insert(lock);
                     let err = self.error_of(error);
                     if let Some(e) = self.locks.get_mut(&lock) {
-                        for w in e.waiters.drain(..) {
+                        for w in e.take_acquires() {
                             w.send(Err(err.clone()));
                         }
                     }
                 }
                 Action::AcquireRefused { lock, error } => {
                     let err = self.error_of(error);
-                    if let Some(w) = self.locks.get_mut(&lock).and_then(|e| e.waiters.pop()) {
+                    if let Some(w) = self.locks.get_mut(&lock).and_then(Entry::pop_acquire) {
                         w.send(Err(err));
                     }
                 }
@@ -714,7 +768,7 @@ impl SessionTask {
         finish(std::mem::take(&mut self.publish_acks));
         for lock in std::mem::take(&mut self.release_check) {
             if let Some(e) = self.locks.get_mut(&lock) {
-                finish(std::mem::take(&mut e.releases));
+                finish(e.take_releases());
             }
         }
         if !self.closes.is_empty() && self.machine.lease().is_none() {
@@ -752,7 +806,9 @@ impl SessionTask {
         }
         self.tokens.insert(token, lock);
         if let Some((_, w)) = &self.watch {
-            w.add(&e.name, token);
+            if let Some(name) = self.machine.name(lock) {
+                w.add(&name, token);
+            }
         }
     }
 
@@ -788,8 +844,8 @@ impl SessionTask {
     }
 
     fn deliver(&self, lock: LockId, event: LockEvent, then: Option<crate::callbacks::Job>) {
-        match self.locks.get(&lock) {
-            Some(e) => e.callbacks.deliver(event, then),
+        match self.locks.get(&lock).and_then(|e| e.callbacks.as_ref()) {
+            Some(callbacks) => callbacks.deliver(event, then),
             None => {
                 if let Some(then) = then {
                     then();
@@ -808,7 +864,9 @@ impl SessionTask {
             w.reply.send(Err(Error::Fenced(w.token.get())));
             return;
         };
-        let (b, name, ttl) = (self.backend.clone(), e.name.clone(), self.opts.ttl);
+        let _ = e;
+        let name = self.machine.name(lock).expect("a lock of the machine");
+        let (b, ttl) = (self.backend.clone(), self.opts.ttl);
         runtime().spawn(
             async move {
                 let write = b.guarded_write(&name, lease, w.token, &w.key, w.value.as_deref());
@@ -872,7 +930,7 @@ impl SessionTask {
     fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
         let mut done = std::mem::take(&mut self.closes);
         for e in self.locks.values_mut() {
-            done.append(&mut e.releases);
+            done.append(&mut e.take_releases());
         }
         let b = self.backend.clone();
         let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);

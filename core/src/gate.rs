@@ -56,8 +56,10 @@ pub(crate) struct Counters {
 }
 
 /// Shared between a lock's handle, its permits and its driver task. The
-/// fields `permit()` touches come first, on one cache line.
-#[repr(C, align(64))]
+/// fields `permit()` touches come first (32 bytes). Not cache-line aligned:
+/// a session holds thousands of gates, and an aligned allocation costs
+/// more than a gate.
+#[repr(C)]
 pub(crate) struct Gate {
     seq: AtomicU64,
     token: AtomicU64,

@@ -731,6 +731,11 @@ impl Holder {
             .flatten()
     }
 
+    /// The name of `lock`.
+    pub fn name(&self, lock: LockId) -> Option<std::sync::Arc<str>> {
+        self.locks.get(&lock).map(|s| s.name.clone())
+    }
+
     /// The state of `lock` (`Released` once removed).
     pub fn state(&self, lock: LockId) -> State {
         self.locks.get(&lock).map_or(State::Released, |s| s.state)
