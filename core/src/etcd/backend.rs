@@ -53,6 +53,13 @@ const CHECK_BATCH: usize = 64;
 /// Watch requests sent in one go (the stream's request queue holds 100).
 const SEND_BATCH: usize = 64;
 
+/// A key is watched once it has been held this long: most short holds are
+/// released before, and so cost no watcher (a create and a cancel on the
+/// stream, and the server's work for them). Nothing is missed: a watcher
+/// starts from the revision after the acquisition, so it replays a delete
+/// that came meanwhile, at most this much later.
+const WATCH_AFTER: Duration = Duration::from_millis(20);
+
 /// The etcd backend. Clones share connections and streams.
 #[derive(Clone)]
 pub(crate) struct EtcdBackend(Arc<Inner>);
@@ -810,6 +817,8 @@ struct KeysState {
     /// Keys waiting for a watcher on the current stream. May hold tokens
     /// removed or no longer waiting since: skipped.
     queued: VecDeque<Token>,
+    /// Keys added, with when they join `queued` ([`WATCH_AFTER`]).
+    fresh: VecDeque<(Token, TokioInstant)>,
     /// Watchers to cancel on the current stream.
     cancels: Vec<i64>,
     /// Keys to read back: their watcher was canceled (history compacted).
@@ -974,12 +983,19 @@ impl KeyWatch for EtcdKeyWatch {
                 phase: Phase::Queued,
             },
         );
-        s.queued.push_back(token);
+        s.fresh
+            .push_back((token, TokioInstant::now() + WATCH_AFTER));
         // Tokens removed while waiting stay queued until popped; keep them
         // from piling up while no stream takes them.
-        if s.queued.len() > 2 * s.keys.len() + 64 {
-            let KeysState { keys, queued, .. } = &mut *s;
+        if s.queued.len() + s.fresh.len() > 2 * s.keys.len() + 64 {
+            let KeysState {
+                keys,
+                queued,
+                fresh,
+                ..
+            } = &mut *s;
             queued.retain(|t| keys.get(t).is_some_and(|e| e.phase == Phase::Queued));
+            fresh.retain(|(t, _)| keys.get(t).is_some_and(|e| e.phase == Phase::Queued));
         }
         drop(s);
         self.keys.wake.notify_one();
@@ -1033,6 +1049,8 @@ struct KeysTask {
     checking: Job<Result<(i64, Vec<bool>), BackendError>>,
     /// No read-back starts before (after one failed).
     check_at: Option<TokioInstant>,
+    /// When the oldest fresh key is due for a watcher.
+    create_at: Option<TokioInstant>,
     asking: Job<LockGone>,
     /// The lease is known gone: every key gone since went with it.
     lease_lost: bool,
@@ -1123,6 +1141,15 @@ impl KeysTask {
         if s.closed || self.gone.is_closed() {
             return false;
         }
+        // Keys held for WATCH_AFTER now wait for a watcher.
+        while let Some(&(token, at)) = s.fresh.front() {
+            if at > now {
+                break;
+            }
+            s.fresh.pop_front();
+            s.queued.push_back(token);
+        }
+        self.create_at = s.fresh.front().map(|(_, at)| *at);
         // A stream opens with the first key to watch (etcd's create
         // request opens it).
         if self.replies.is_none() && self.opening.is_none() && self.reopen_at.is_none() {
@@ -1205,7 +1232,12 @@ impl KeysTask {
     }
 
     async fn wait(&mut self) -> Wake {
-        let timer = self.reopen_at.into_iter().chain(self.check_at).min();
+        let timer = self
+            .reopen_at
+            .into_iter()
+            .chain(self.check_at)
+            .chain(self.create_at)
+            .min();
         tokio::select! {
             _ = self.keys.wake.notified() => Wake::Poked,
             _ = until(timer) => Wake::Poked,
@@ -1420,6 +1452,7 @@ impl Backend for EtcdBackend {
             reopen_at: None,
             checking: None,
             check_at: None,
+            create_at: None,
             asking: None,
             lease_lost: false,
             refusals: 0,
