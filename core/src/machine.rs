@@ -1159,14 +1159,7 @@ impl Holder {
         s.queued = false;
         if s.last_token.is_some_and(|last| token <= last) {
             tracing::error!(%token, last = ?s.last_token, "lock service returned a token that is not higher; acquiring again");
-            let req = self.req();
-            self.slot(lock).unlocking = Some(req);
-            self.actions.push_back(Action::Unlock {
-                req,
-                lock,
-                lease,
-                token: Some(token),
-            });
+            self.unlock_key(lock, lease, Some(token));
             return;
         }
         s.token = Some(token);
@@ -1212,6 +1205,13 @@ impl Holder {
         if self.keys.get(&name) != Some(&lock) || self.locks[&lock].unlocking.is_some() {
             return;
         }
+        self.unlock_key(lock, lease, None);
+    }
+
+    /// Deletes the key of `lock` under `lease` (with `token`, or whatever
+    /// is there); the lock waits for [`Event::Unlocked`] before putting it
+    /// again.
+    fn unlock_key(&mut self, lock: LockId, lease: LeaseId, token: Option<Token>) {
         let req = self.req();
         let s = self.slot(lock);
         s.lock_req = None;
@@ -1220,7 +1220,7 @@ impl Holder {
             req,
             lock,
             lease,
-            token: None,
+            token,
         });
     }
 
@@ -1379,16 +1379,7 @@ impl Holder {
         s.acquire_retry_at = None;
         match (token, self.lease) {
             (Some(token), Some(lease)) if self.keys.get(&name) == Some(&lock) => {
-                let req = self.req();
-                let s = self.slot(lock);
-                s.lock_req = None;
-                s.unlocking = Some(req);
-                self.actions.push_back(Action::Unlock {
-                    req,
-                    lock,
-                    lease,
-                    token: Some(token),
-                });
+                self.unlock_key(lock, lease, Some(token));
             }
             _ => self.drop_key(lock),
         }
