@@ -1920,7 +1920,18 @@ mod tests {
             return;
         };
         let members = std::env::var("DLOCK_TEST_MEMBERS").unwrap_or_default();
-        let pids: Vec<i32> = std::env::var("DLOCK_TEST_PIDS")
+        // The env file has the current pids (other tests restart members);
+        // the variable those of the cluster's start.
+        let fresh = std::env::var("DLOCK_TEST_ENV_FILE")
+            .ok()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("export DLOCK_TEST_PIDS="))
+                    .map(str::to_owned)
+            });
+        let pids: Vec<i32> = fresh
+            .or_else(|| std::env::var("DLOCK_TEST_PIDS").ok())
             .unwrap_or_default()
             .split(',')
             .filter_map(|p| p.parse().ok())
