@@ -91,6 +91,9 @@ struct Inner {
     /// Keys read back after their watchers were canceled.
     #[cfg(test)]
     read_back: AtomicUsize,
+    /// Watcher create requests sent (the stream's first included).
+    #[cfg(test)]
+    creates: AtomicUsize,
 }
 
 /// The lock requests of one key in flight.
@@ -257,6 +260,8 @@ impl EtcdBackend {
             why_asked: AtomicUsize::new(0),
             #[cfg(test)]
             read_back: AtomicUsize::new(0),
+            #[cfg(test)]
+            creates: AtomicUsize::new(0),
         })))
     }
 
@@ -1154,6 +1159,8 @@ impl KeysTask {
         // request opens it).
         if self.replies.is_none() && self.opening.is_none() && self.reopen_at.is_none() {
             if let Some((key, options)) = s.next_create() {
+                #[cfg(test)]
+                self.backend.0.creates.fetch_add(1, Ordering::Relaxed);
                 let i = self.backend.current();
                 self.endpoint = i;
                 // Subscribed first: an abandonment while opening counts.
@@ -1175,7 +1182,11 @@ impl KeysTask {
                     match s.cancels.pop() {
                         Some(id) => batch.push(Request::Cancel(id)),
                         None => match s.next_create() {
-                            Some((key, options)) => batch.push(Request::Create(key, options)),
+                            Some((key, options)) => {
+                                #[cfg(test)]
+                                self.backend.0.creates.fetch_add(1, Ordering::Relaxed);
+                                batch.push(Request::Create(key, options))
+                            }
                             None => break,
                         },
                     }
@@ -2085,6 +2096,46 @@ mod tests {
         }
         let spent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
         assert_eq!(spent, [2, 0, 0, 0, 0], "requests by method {methods:?}");
+        drop(watch);
+        f.backend.revoke(lease).await.unwrap();
+    }
+
+    /// A key released within WATCH_AFTER costs no watcher; one held longer
+    /// gets one, and a delete made before it started is still reported.
+    #[tokio::test]
+    async fn etcd_key_watch_watches_only_keys_held_past_watch_after() {
+        let _alone = CLUSTER.write().await;
+        let Some(mut f) = fixture("watch-after").await else {
+            return;
+        };
+        let lease = f.lease().await;
+        let (tx, mut rx) = unbounded_channel();
+        let watch = f.backend.watch_keys(lease, tx);
+        let backend = f.backend.clone();
+        let creates = || backend.0.creates.load(Ordering::Relaxed);
+        let name = format!("{}/short", f.prefix);
+        let before = creates();
+        for _ in 0..20 {
+            let t = f.backend.lock(&name, lease, false).await.unwrap();
+            watch.add(&name, t);
+            // Held while the watch's task runs (it shares this runtime),
+            // released well within WATCH_AFTER.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            watch.remove(t);
+            f.backend.unlock(&name, lease, Some(t)).await.unwrap();
+        }
+        tokio::time::sleep(WATCH_AFTER * 5).await;
+        assert_eq!(creates(), before, "short holds created watchers");
+        // Held: deleted at once by an operator, before its watcher exists.
+        let name = format!("{}/held", f.prefix);
+        let t = f.backend.lock(&name, lease, false).await.unwrap();
+        watch.add(&name, t);
+        f.delete(&lock_key(&name, lease)).await;
+        let g = recv(&mut rx).await;
+        assert_eq!((g.token, g.why), (t, LockGone::KeyDeleted));
+        assert_eq!(creates(), before + 1, "one watcher for the held key");
         drop(watch);
         f.backend.revoke(lease).await.unwrap();
     }
