@@ -928,10 +928,8 @@ impl SessionTask {
     /// we know is ours and dead must never outlive an outage (etcd restores
     /// leases with a fresh TTL when it comes back).
     fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
+        // A lock's own release waits for its key's delete, not a revoke.
         let mut done = std::mem::take(&mut self.closes);
-        for e in self.locks.values_mut() {
-            done.append(&mut e.take_releases());
-        }
         let b = self.backend.clone();
         let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
         async move {

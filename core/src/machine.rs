@@ -600,6 +600,15 @@ impl Slot {
     fn holding(&self) -> bool {
         matches!(self.state, State::Holding | State::Draining)
     }
+
+    /// Sets how the next acquisition waits and forgets the last one's
+    /// timers and queue place.
+    fn start_attempt(&mut self, wait: bool, give_up_at: Option<Instant>) {
+        self.wait = wait;
+        self.give_up_at = give_up_at;
+        self.queued = false;
+        self.acquire_retry_at = None;
+    }
 }
 
 /// The sans-IO holder of one session: one lease, one keepalive loop, one
@@ -1009,10 +1018,7 @@ impl Holder {
         match self.slot(lock).state {
             State::Idle | State::Released | State::Fenced => {
                 let s = self.slot(lock);
-                s.wait = wait;
-                s.give_up_at = until;
-                s.queued = false;
-                s.acquire_retry_at = None;
+                s.start_attempt(wait, until);
                 self.transition(lock, State::Acquiring, Reason::Acquire);
                 self.try_lock(now, lock);
             }
@@ -1226,11 +1232,7 @@ impl Holder {
 
     fn fail_acquire(&mut self, lock: LockId, error: AcquireError, reason: Reason) {
         self.drop_key(lock);
-        let s = self.slot(lock);
-        s.give_up_at = None;
-        s.wait = false;
-        s.queued = false;
-        s.acquire_retry_at = None;
+        self.slot(lock).start_attempt(false, None);
         self.transition(lock, State::Idle, reason);
         self.actions
             .push_back(Action::AcquireFailed { lock, error });
@@ -1300,11 +1302,8 @@ impl Holder {
         self.transition(lock, State::Fenced, reason);
         self.actions.push_back(Action::Fence { lock, token });
         if self.opts.reacquire && !self.closed {
-            let s = self.slot(lock);
-            s.wait = true;
-            s.give_up_at = None;
-            s.queued = false;
-            s.acquire_retry_at = None;
+            // A reacquisition always waits its turn, with no deadline.
+            self.slot(lock).start_attempt(true, None);
             self.transition(lock, State::Reacquiring, Reason::Reacquire);
         }
         Some(token)
@@ -1374,9 +1373,8 @@ impl Holder {
         let name = s.name.clone();
         let s = self.slot(lock);
         s.token = None;
-        s.give_up_at = None;
-        s.queued = false;
-        s.acquire_retry_at = None;
+        let wait = s.wait;
+        s.start_attempt(wait, None);
         match (token, self.lease) {
             (Some(token), Some(lease)) if self.keys.get(&name) == Some(&lock) => {
                 self.unlock_key(lock, lease, Some(token));
