@@ -178,7 +178,10 @@ fn manual_clock_jump_past_the_deadline() {
     assert_eq!(acquired.recv_timeout(EVENT).unwrap(), t1);
     assert_eq!(lock.time_left(), Some(Duration::from_millis(1500)));
     let p = lock.permit().unwrap();
-    // A suspend of 20 s: nothing runs, the clock jumps.
+    // A suspend of 20 s: nothing runs, the clock jumps. The driver is held
+    // meanwhile (queued before the jump wakes it), or it could fence and
+    // reacquire before the next line reads the gate.
+    dlock::memory::stall_driver(Duration::from_millis(300));
     manual.advance(Duration::from_secs(20));
     assert_eq!(
         lock.permit().unwrap_err(),
