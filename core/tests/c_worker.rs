@@ -17,6 +17,9 @@ fn worker_stops_cleanly_at_the_fence() {
     let bin = std::env::var_os("DLOCK_C_WORKER")
         .expect("DLOCK_C_WORKER names the C worker binary (scripts/test-c.sh builds it)");
     let mut child = Command::new(&bin)
+        // cargo test puts target/debug/deps first on the library path: the
+        // worker must load the release libdlock.so it was linked with.
+        .env_remove("LD_LIBRARY_PATH")
         .env_remove("DLOCK_ENDPOINTS")
         .env("DLOCK_STORY", "json")
         .stdout(Stdio::piped())

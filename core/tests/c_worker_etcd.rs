@@ -28,6 +28,9 @@ fn worker_on_etcd_is_fenced_by_etcdctl_del() {
     let cluster = etcd_cluster::Cluster::from_env();
     cluster.etcdctl(&["del", RESULT_KEY]);
     let mut child = Command::new(&bin)
+        // cargo test puts target/debug/deps first on the library path: the
+        // worker must load the release libdlock.so it was linked with.
+        .env_remove("LD_LIBRARY_PATH")
         .env("DLOCK_ENDPOINTS", cluster.members.join(","))
         .env("DLOCK_STORY", "json")
         .stdout(Stdio::piped())
