@@ -1035,6 +1035,11 @@ mod proxy_tests {
     use super::proxy::{Mode, Proxy};
 
     /// An echo server on a free port; counts the bytes it received.
+    /// A proxy on an address of its own (see `Proxy::start_on`).
+    fn proxy(upstream: SocketAddr) -> Proxy {
+        Proxy::start_on("127.0.0.77", upstream)
+    }
+
     fn echo() -> (SocketAddr, Arc<AtomicU64>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -1095,7 +1100,7 @@ mod proxy_tests {
     #[test]
     fn pass_forwards_both_ways() {
         let (up, _) = echo();
-        let p = Proxy::start(up);
+        let p = proxy(up);
         let mut s = connect(&p);
         s.write_all(b"hello").unwrap();
         assert_eq!(read_n(&mut s, 5), b"hello");
@@ -1109,7 +1114,7 @@ mod proxy_tests {
     #[test]
     fn blackhole_holds_bytes_until_healed() {
         let (up, received) = echo();
-        let p = Proxy::start(up);
+        let p = proxy(up);
         let mut s = connect(&p);
         s.write_all(b"a").unwrap();
         assert_eq!(read_n(&mut s, 1), b"a");
@@ -1134,7 +1139,7 @@ mod proxy_tests {
     #[test]
     fn delay_delays_replies_only() {
         let (up, received) = echo();
-        let p = Proxy::start(up);
+        let p = proxy(up);
         let mut s = connect(&p);
         let d = Duration::from_millis(300);
         p.set(Mode::Delay(d));
@@ -1155,7 +1160,7 @@ mod proxy_tests {
     #[test]
     fn drop_replies_passes_requests() {
         let (up, received) = echo();
-        let p = Proxy::start(up);
+        let p = proxy(up);
         let mut s = connect(&p);
         p.set(Mode::DropReplies);
         s.write_all(b"abc").unwrap();
@@ -1171,7 +1176,7 @@ mod proxy_tests {
     #[test]
     fn reset_resets_open_connections_only() {
         let (up, _) = echo();
-        let p = Proxy::start(up);
+        let p = proxy(up);
         let mut s = connect(&p);
         s.write_all(b"a").unwrap();
         assert_eq!(read_n(&mut s, 1), b"a");
@@ -1193,7 +1198,7 @@ mod proxy_tests {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let dead = l.local_addr().unwrap();
         drop(l);
-        let p = Proxy::start(dead);
+        let p = proxy(dead);
         let mut s = connect(&p);
         let mut buf = [0u8; 1];
         assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));

@@ -65,7 +65,15 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy to `upstream` on a free loopback port, in [`Mode::Pass`].
     pub fn start(upstream: SocketAddr) -> Proxy {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        Proxy::start_on("127.0.0.1", upstream)
+    }
+
+    /// [`Proxy::start`] listening on the loopback address `ip` (any of
+    /// 127/8): the proxy's own unit tests take one that no dlock client of
+    /// the other tests dials, so a client still retrying a closed proxy's
+    /// port cannot land in their counts.
+    pub fn start_on(ip: &str, upstream: SocketAddr) -> Proxy {
+        let std_listener = std::net::TcpListener::bind((ip, 0)).expect("bind proxy");
         std_listener.set_nonblocking(true).expect("nonblocking");
         let addr = std_listener.local_addr().expect("proxy address");
         let (mode, _) = watch::channel(Mode::Pass);
