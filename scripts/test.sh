@@ -32,6 +32,12 @@ trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 ./scripts/test-c.sh "$log" # the C face (issue 4): its own `c: N passed, N failed` line
 ./scripts/test-etcd.sh "$log" # a real etcd cluster: Rust, C and examples; appends to the log
+# The other faces (issues 10-12), each with its own script that builds what it
+# needs, starts its own etcd cluster for its etcd tests, appends cargo output
+# to the log and prints its own `<face>: N passed, N failed` line.
+for face in python node cli; do
+  if [[ -e scripts/test-$face.sh ]]; then ./scripts/test-$face.sh "$log"; fi
+done
 
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
