@@ -98,7 +98,7 @@ struct lks_step {
   const char *label;      /* permit: its `as`; end, valid: the permit's */
   int fault;              /* enum lks_fault; -1 unless LKS_DO_FAULT */
   const char *fault_name; /* "partition", ... */
-  uint64_t ms;            /* stall_driver; fault delay_replies */
+  uint64_t ms;            /* stall_driver; fault delay_replies; events: how many to read */
 };
 
 /* What the face saw. */

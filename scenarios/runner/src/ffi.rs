@@ -223,7 +223,9 @@ impl Face for CFace<'_> {
             Step::Fault { fault, ms, .. } => (LKS_DO_FAULT, None, Some(*fault), ms.unwrap_or(0)),
             Step::StallDriver { ms } => (LKS_DO_STALL_DRIVER, None, None, *ms),
             Step::Close { .. } => (LKS_DO_CLOSE, None, None, 0),
-            Step::Events { .. } => (LKS_DO_EVENTS, None, None, 0),
+            // `ms` carries the number of events the step expects, so a
+            // face knows how many to read.
+            Step::Events { expect, .. } => (LKS_DO_EVENTS, None, None, expect.len() as u64),
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         };
         let do_name = cstring(step.name());
