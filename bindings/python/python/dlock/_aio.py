@@ -1,0 +1,17 @@
+"""The asyncio end of the native bridge: outcomes arrive through
+``loop.call_soon_threadsafe(complete, fut, value, exc)``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Optional
+
+
+def complete(fut: "asyncio.Future[Any]", value: Any, exc: Optional[BaseException]) -> None:
+    """Completes ``fut`` unless it was cancelled meanwhile."""
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(value)
+    else:
+        fut.set_exception(exc)

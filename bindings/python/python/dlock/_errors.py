@@ -1,0 +1,129 @@
+"""The exceptions of dlock: one class per code word of the core's table.
+
+Every class has ``.code``, the word the C, Node and Rust faces use too.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Dict, Optional, Type
+
+
+class Error(Exception):
+    """Any dlock failure; ``.code`` is the core's code word."""
+
+    code: ClassVar[str] = "error"
+
+
+class PermitRefused(Error):
+    """``lock.permit()`` refused: no new unit of work may start."""
+
+
+class Draining(PermitRefused):
+    """A keepalive failed; no new work until one is confirmed."""
+
+    code: ClassVar[str] = "draining"
+
+
+class Fenced(PermitRefused):
+    """The lock must be assumed lost (permit refused, or a guarded write
+    refused: ``.token`` is the token that no longer holds)."""
+
+    code: ClassVar[str] = "fenced"
+    token: Optional[int] = None
+
+
+class Released(PermitRefused):
+    """The lock was released (or closed)."""
+
+    code: ClassVar[str] = "released"
+
+
+class NotHeld(PermitRefused):
+    """The lock is not held (not acquired yet)."""
+
+    code: ClassVar[str] = "not_held"
+
+
+class Timeout(Error, TimeoutError):
+    """The wait for one's turn ran out."""
+
+    code: ClassVar[str] = "timeout"
+
+
+class WouldBlock(Error):
+    """``try_acquire``: another holder has the lock."""
+
+    code: ClassVar[str] = "would_block"
+
+
+class AlreadyHeld(Error):
+    """This handle holds the lock, or an acquire of it is in progress."""
+
+    code: ClassVar[str] = "already_held"
+
+
+class InvalidOption(Error, ValueError):
+    """A setting breaks a rule (docs/design.md §14)."""
+
+    code: ClassVar[str] = "invalid_option"
+
+
+class InvalidArgument(Error, ValueError):
+    """An argument is not acceptable."""
+
+    code: ClassVar[str] = "invalid_argument"
+
+
+class BackendError(Error):
+    """The lock service failed or could not be reached (for a guarded write
+    the outcome is unknown)."""
+
+    code: ClassVar[str] = "backend"
+
+
+class Shutdown(Error):
+    """dlock's driver thread is gone (the process is shutting down)."""
+
+    code: ClassVar[str] = "shutdown"
+
+
+class Forked(Error):
+    """Called in a child of ``os.fork()``: the handles belong to the parent."""
+
+    code: ClassVar[str] = "forked"
+
+
+class Stale(Error):
+    """``FenceGate.admit``: a higher token was already seen (``.token``,
+    ``.highest``)."""
+
+    code: ClassVar[str] = "stale"
+    token: Optional[int] = None
+    highest: Optional[int] = None
+
+
+class Panic(Error):
+    """A bug in dlock: a panic was caught at the boundary."""
+
+    code: ClassVar[str] = "panic"
+
+
+BY_CODE: Dict[str, Type[Error]] = {
+    c.code: c
+    for c in (
+        Draining,
+        Fenced,
+        Released,
+        NotHeld,
+        Timeout,
+        WouldBlock,
+        AlreadyHeld,
+        InvalidOption,
+        InvalidArgument,
+        BackendError,
+        Shutdown,
+        Forked,
+        Stale,
+        Panic,
+    )
+}
