@@ -106,6 +106,11 @@ fn timeout_arg(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration
         .transpose()
 }
 
+/// `None` or the value, as Python prints it.
+fn py_opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "None".to_string(), |v| v.to_string())
+}
+
 fn secs_f64(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -611,8 +616,11 @@ struct SessionStats {
 impl SessionStats {
     fn __repr__(&self) -> String {
         format!(
-            "SessionStats(lease={:?}, keepalives={}, locks={}, last_keepalive_rtt={:?})",
-            self.lease, self.keepalives, self.locks, self.last_keepalive_rtt
+            "SessionStats(lease={}, keepalives={}, locks={}, last_keepalive_rtt={})",
+            py_opt(self.lease),
+            self.keepalives,
+            self.locks,
+            py_opt(self.last_keepalive_rtt)
         )
     }
 }
@@ -636,7 +644,7 @@ impl LockStats {
     fn __repr__(&self) -> String {
         format!(
             "LockStats(acquisitions={}, drains={}, resumes={}, fences_deadline={}, \
-             fences_lease_lost={}, fences_lock_lost={}, last_keepalive_rtt={:?}, slack={:?}, \
+             fences_lease_lost={}, fences_lock_lost={}, last_keepalive_rtt={}, slack={}, \
              in_flight={})",
             self.acquisitions,
             self.drains,
@@ -644,8 +652,8 @@ impl LockStats {
             self.fences_deadline,
             self.fences_lease_lost,
             self.fences_lock_lost,
-            self.last_keepalive_rtt,
-            self.slack,
+            py_opt(self.last_keepalive_rtt),
+            py_opt(self.slack),
             self.in_flight
         )
     }

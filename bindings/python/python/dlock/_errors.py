@@ -127,3 +127,8 @@ BY_CODE: Dict[str, Type[Error]] = {
         Panic,
     )
 }
+
+# Shown as dlock.Fenced etc., where users import them from.
+for _c in (Error, PermitRefused, *BY_CODE.values()):
+    _c.__module__ = "dlock"
+del _c

@@ -1,0 +1,563 @@
+"""The Python face on the embedded backend: API, errors, callbacks, threads,
+signals, asyncio, fork, exit and memory."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import List, Tuple
+
+import pytest
+
+import dlock
+from dlock import _dlock
+
+# Short timings so faults play out in about a second.
+FAST = dict(ttl=2.0, keepalive_interval=0.5, keepalive_timeout=0.2, retry_interval=0.2, margin=0.5)
+WITHIN = 10.0  # the bound of every wait for an event: far above what any takes
+
+
+def client(**kw: object) -> dlock.Client:
+    return dlock.Client(memory=dlock.MemoryService(), **kw)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- basics
+
+
+def test_acquire_permit_release() -> None:
+    c = client()
+    lock = c.lock("jobs")
+    assert lock.state is dlock.State.IDLE and lock.token is None
+    token = lock.acquire(5)
+    assert token >= 1 and lock.token == token and lock.state is dlock.State.HOLDING
+    assert lock.time_left is not None and 0 < lock.time_left <= c.options()["ttl"]
+    assert lock.deadline is not None and lock.deadline > dlock.now()
+    with lock.permit() as p:
+        assert p.token == token and p.valid() and p.remaining > 0
+        assert lock.in_flight == 1
+    assert not p.valid() and p.remaining == 0 and lock.in_flight == 0
+    stats = lock.stats()
+    assert stats.acquisitions == 1 and stats.in_flight == 0
+    lock.release()
+    assert lock.state is dlock.State.RELEASED
+    with pytest.raises(dlock.Released) as e:
+        lock.permit()
+    assert e.value.code == "released"
+
+
+def test_with_lock_acquires_or_raises_and_releases() -> None:
+    c = client()
+    with c.lock("w") as lock:
+        assert lock.state is dlock.State.HOLDING
+        other = c.lock("w")
+        with pytest.raises(dlock.WouldBlock):
+            other.try_acquire()
+        with pytest.raises(dlock.Timeout) as e:
+            other.acquire(0.2)
+        assert isinstance(e.value, TimeoutError) and e.value.code == "timeout"
+    assert lock.state is dlock.State.RELEASED
+    ran = False
+    holder = c.lock("w2")
+    holder.acquire()
+    with pytest.raises(dlock.Timeout):
+        waiter = c.lock("w2")
+        waiter.acquire(0.1)  # the body below must never run without the lock
+        ran = True
+    assert not ran
+
+
+def test_body_exception_releases() -> None:
+    c = client()
+    lock = c.lock("boom")
+    with pytest.raises(RuntimeError):
+        with lock:
+            raise RuntimeError("x")
+    assert lock.state is dlock.State.RELEASED
+
+
+def test_permit_refusals_are_permit_refused_with_codes() -> None:
+    c = client()
+    lock = c.lock("p")
+    with pytest.raises(dlock.NotHeld) as e:
+        lock.permit()
+    assert isinstance(e.value, dlock.PermitRefused) and isinstance(e.value, dlock.Error)
+    assert e.value.code == "not_held"
+    # a failed keepalive drains (fast timings: within an interval)
+    c2 = client(**FAST)
+    l2 = c2.lock("p")
+    drained = threading.Event()
+    l2.on_state_change(lambda a, b, r: drained.set() if b is dlock.State.DRAINING else None)
+    l2.acquire()
+    assert c2.link is not None
+    c2.link.fail_keepalives("cut")
+    assert drained.wait(WITHIN)
+    with pytest.raises(dlock.Draining) as d:
+        l2.permit()
+    assert d.value.code == "draining"
+
+
+def test_fenced_refusal_after_lease_lost() -> None:
+    c = client(**FAST)
+    lock = c.lock("f")
+    fenced = threading.Event()
+    lock.on_fence(lambda token, in_flight: fenced.set())
+    lock.acquire()
+    svc_link = c.link
+    assert svc_link is not None
+    svc_link.partition()
+    assert fenced.wait(WITHIN)
+    with pytest.raises(dlock.PermitRefused) as e:
+        lock.permit()
+    assert e.value.code in ("fenced", "not_held")
+    svc_link.heal()
+
+
+def test_every_core_code_has_its_class() -> None:
+    from dlock._errors import BY_CODE
+
+    for word in _dlock.codes():
+        if word in ("ok", "null_parameter"):
+            continue
+        cls = BY_CODE[word]
+        assert cls.code == word and issubclass(cls, dlock.Error)
+    for cls in (dlock.Draining, dlock.Fenced, dlock.Released, dlock.NotHeld):
+        assert issubclass(cls, dlock.PermitRefused)
+    assert issubclass(dlock.Timeout, TimeoutError)
+    assert [s.value for s in dlock.State] == _dlock.states()
+
+
+# ---------------------------------------------------------- bad arguments
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(ttl=1.0),
+        dict(ttl=-1.0),
+        dict(ttl=float("nan")),
+        dict(keepalive_interval=0.0),
+        dict(keepalive_timeout=10.0),
+        dict(margin=100.0),
+        dict(ttl=float("inf")),
+    ],
+)
+def test_bad_options_are_invalid_option(kw: dict) -> None:
+    with pytest.raises(dlock.InvalidOption) as e:
+        client(**kw)
+    assert isinstance(e.value, ValueError) and e.value.code == "invalid_option"
+
+
+def test_bad_arguments() -> None:
+    c = client()
+    with pytest.raises(TypeError):
+        c.lock(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.lock(b"bytes")  # type: ignore[arg-type]
+    for bad in ("", "x" * (dlock.MAX_NAME_LEN + 1), "a\0b"):
+        with pytest.raises(dlock.InvalidArgument) as e:
+            c.lock(bad)
+        assert isinstance(e.value, ValueError)
+    lock = c.lock("ok")
+    with pytest.raises(dlock.InvalidArgument):
+        lock.acquire(-1)
+    with pytest.raises(dlock.InvalidArgument):
+        lock.acquire(float("nan"))
+    with pytest.raises(TypeError):
+        lock.acquire("soon")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        dlock.Client(memory=dlock.MemoryService(), ttl="15")  # type: ignore[arg-type]
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client("not a url at all::")
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client(ca_file="/nope.pem")
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client("127.0.0.1:1", memory=dlock.MemoryService())
+    with pytest.raises(TypeError):
+        dlock.Client(12)  # type: ignore[arg-type]
+    # the state is intact after every refusal
+    assert lock.state is dlock.State.IDLE
+    lock.acquire(1)
+    with pytest.raises(dlock.AlreadyHeld) as e2:
+        lock.acquire(1)
+    assert e2.value.code == "already_held"
+    with pytest.raises(TypeError):
+        lock.guarded_put(lock.token or 0, 5, b"v")  # type: ignore[arg-type]
+    with pytest.raises(dlock.InvalidArgument):
+        lock.guarded_put(lock.token or 0, b"", b"v")
+    assert lock.state is dlock.State.HOLDING
+
+
+# --------------------------------------------------------------- callbacks
+
+
+def test_callbacks_in_order_and_exceptions_logged(caplog: pytest.LogCaptureFixture) -> None:
+    c = client(**FAST)
+    lock = c.lock("cb")
+    seen: List[Tuple[str, object]] = []
+    done = threading.Event()
+
+    @lock.on_acquired
+    def acquired(token: int) -> None:
+        seen.append(("acquired", token))
+        raise RuntimeError("a callback that raises")
+
+    @lock.on_state_change
+    def changed(old: dlock.State, new: dlock.State, reason: str) -> None:
+        seen.append(("state", (old, new, reason)))
+        if new is dlock.State.RELEASED:
+            done.set()
+
+    assert callable(acquired) and callable(changed)  # decorators give the function back
+    with caplog.at_level(logging.ERROR, logger="dlock"):
+        token = lock.acquire()
+        # the keepalive goes on: several intervals later the lock is held
+        time.sleep(3 * 0.5)
+        assert lock.state is dlock.State.HOLDING and lock.stats().fences_deadline == 0
+        lock.release()
+        assert done.wait(WITHIN)
+    assert ("acquired", token) in seen
+    assert seen[0] == ("state", (dlock.State.IDLE, dlock.State.ACQUIRING, "acquire"))
+    assert seen[-1][1] == (dlock.State.HOLDING, dlock.State.RELEASED, "release")
+    records = [r for r in caplog.records if r.name == "dlock"]
+    assert records and "on_acquired" in records[0].getMessage()
+    assert records[0].exc_info is not None and "a callback that raises" in str(records[0].exc_info[1])
+
+
+def test_callback_may_release_its_lock() -> None:
+    c = client()
+    lock = c.lock("self-release")
+    released = threading.Event()
+
+    @lock.on_acquired
+    def release_now(token: int) -> None:
+        lock.release()
+        released.set()
+
+    lock.acquire()
+    assert released.wait(WITHIN)
+    assert lock.state is dlock.State.RELEASED
+
+
+def test_fence_then_reacquire_with_higher_token() -> None:
+    c = client(**FAST)
+    lock = c.lock("re")
+    tokens: List[int] = []
+    fences: List[Tuple[int, int]] = []
+    again = threading.Event()
+    lock.on_fence(lambda t, n: fences.append((t, n)))
+
+    @lock.on_acquired
+    def got(t: int) -> None:
+        tokens.append(t)
+        if len(tokens) == 2:
+            again.set()
+
+    first = lock.acquire()
+    assert c.link is not None
+    c.link.declare_lease_lost()
+    assert again.wait(WITHIN)
+    assert fences == [(first, 0)] and tokens[1] > first
+    assert lock.state is dlock.State.HOLDING
+
+
+def test_events_iterator_ends_with_close() -> None:
+    c = client()
+    lock = c.lock("ev")
+    events = lock.events()
+    token = lock.acquire()
+    lock.close()
+    lines = [str(e) for e in events]
+    assert lines == [
+        "state Idle->Acquiring acquire",
+        "state Acquiring->Holding acquired",
+        f"acquired token={token}",
+        "state Holding->Released release",
+    ]
+    quiet = c.lock("quiet")
+    with pytest.raises(dlock.Timeout):
+        quiet.events().next(0.05)
+
+
+def test_async_for_events() -> None:
+    async def main() -> List[str]:
+        c = client()
+        lock = c.lock("aev")
+        events = lock.events()
+        await lock.acquire_async()
+        await lock.close_async()
+        return [e.kind async for e in events]
+
+    assert asyncio.run(main()) == ["state", "state", "acquired", "state"]
+
+
+# ------------------------------------------------------- threads, signals
+
+
+def test_other_threads_run_during_a_blocking_acquire() -> None:
+    c = client()
+    holder = c.lock("busy")
+    holder.acquire()
+    waiter = c.lock("busy")
+    result: List[object] = []
+    t = threading.Thread(target=lambda: result.append(waiter.acquire(WITHIN)))
+    t.start()
+    # this thread keeps running Python while the other waits
+    ticks = 0
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:
+        ticks += 1
+    assert ticks > 1000 and t.is_alive()
+    holder.release()
+    t.join(WITHIN)
+    assert result and isinstance(result[0], int)
+
+
+def test_ctrl_c_interrupts_a_blocking_acquire() -> None:
+    code = textwrap.dedent(
+        """
+        import sys, dlock
+        svc = dlock.MemoryService.named("ctrl-c")
+        c = dlock.Client(memory=svc)
+        holder = c.lock("held"); holder.acquire()
+        waiter = c.lock("held")
+        print("waiting", flush=True)
+        try:
+            waiter.acquire()          # forever, unless interrupted
+        except KeyboardInterrupt:
+            print("interrupted", waiter.state.value, flush=True)
+            holder.release()
+            # no lock left behind: the cancelled acquire holds nothing
+            other = c.lock("held"); other.acquire(2)
+            print("free", flush=True)
+            sys.exit(0)
+        sys.exit(3)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)  # let it block in acquire (the wait is what is tested)
+    started = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=WITHIN)
+    assert p.returncode == 0, out
+    assert time.monotonic() - started < 2.0
+    lines = out.split("\n")
+    assert lines[0].startswith("interrupted") and lines[1] == "free"
+
+
+# ---------------------------------------------------------------- asyncio
+
+
+def test_asyncio_acquire_release_and_async_with() -> None:
+    async def main() -> None:
+        c = client()
+        lock = c.lock("a")
+        token = await lock.acquire_async(5)
+        assert lock.token == token
+        await lock.release_async()
+        async with c.lock("a") as l2:
+            assert l2.state is dlock.State.HOLDING
+        assert l2.state is dlock.State.RELEASED
+
+    asyncio.run(main())
+
+
+def test_asyncio_cancellation_leaves_no_lock() -> None:
+    async def main() -> None:
+        c = client()
+        svc = c.memory
+        assert svc is not None
+        holder = c.lock("c")
+        await holder.acquire_async()
+        waiter = c.lock("c")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(waiter.acquire_async(), 0.2)
+        assert waiter.state is not dlock.State.HOLDING
+        await holder.release_async()
+        # nobody holds it now: a third handle gets it at once
+        third = c.lock("c")
+        await third.acquire_async(1)
+        assert svc.holder("c") == third.token
+        # a cancelled acquire that had already won releases too
+        t = asyncio.ensure_future(c.lock("d").acquire_async())
+        await asyncio.sleep(0)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        probe = c.lock("d")
+        await probe.acquire_async(2)
+
+    asyncio.run(main())
+
+
+def test_asyncio_timeout_error_and_loop_stays_free() -> None:
+    async def main() -> None:
+        c = client()
+        held = c.lock("t")
+        held.acquire()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        tk = asyncio.ensure_future(ticker())
+        with pytest.raises(dlock.Timeout):
+            await c.lock("t").acquire_async(0.3)
+        tk.cancel()
+        assert ticks >= 5
+
+    asyncio.run(main())
+
+
+# -------------------------------------------------------------- fork, exit
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
+    c = client()
+    lock = c.lock("fork")
+    token = lock.acquire()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code only
+        code = 0
+        try:
+            for call in (lock.permit, lock.release, lock.close, lambda: lock.acquire(1), lambda: c.lock("x")):
+                try:
+                    call()
+                    code |= 1
+                except dlock.Forked as e:
+                    if e.code != "forked":
+                        code |= 2
+            if not dlock.forked():
+                code |= 4
+            del lock
+            gc.collect()
+        except BaseException:
+            code |= 8
+        os.write(w, b"x")
+        os._exit(code)
+    os.close(w)
+    os.read(r, 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    # the parent still holds, with the same token
+    assert lock.state is dlock.State.HOLDING and lock.token == token
+    with lock.permit():
+        pass
+    assert not dlock.forked()
+
+
+def test_exit_while_holding_releases() -> None:
+    # The check is registered before dlock is imported, so (atexit runs
+    # last-in first-out) it runs after dlock's own exit handler.
+    code = textwrap.dedent(
+        """
+        import atexit
+        state = {}
+        atexit.register(lambda: print("holder", state["svc"].holder("held"), flush=True))
+        import dlock
+        svc = state["svc"] = dlock.MemoryService.named("exit")
+        lock = dlock.Client(memory=svc).lock("held")
+        lock.acquire()
+        print("holder", svc.holder("held"), flush=True)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WITHIN)
+    assert out.returncode == 0, out.stderr
+    held, after = out.stdout.split("\n")[:2]
+    assert held != "holder None" and after == "holder None", out.stdout
+
+
+# ------------------------------------------------------------------ misc
+
+
+def test_sessions_share_fate_and_close() -> None:
+    c = client(**FAST)
+    s = c.session()
+    a, b = s.lock("s/a"), s.lock("s/b")
+    a.acquire()
+    b.acquire()
+    assert s.stats().locks == 2 and s.lease is not None and a.session.lease == s.lease
+    assert not s.is_default and c.default_session.is_default
+    with pytest.raises(dlock.InvalidArgument):
+        c.default_session.close()
+    s.close()
+    assert a.state is dlock.State.RELEASED and b.state is dlock.State.RELEASED
+    with pytest.raises(dlock.Released):
+        s.lock("s/c")
+
+
+def test_fence_gate_and_guarded_writes_on_memory() -> None:
+    gate = dlock.FenceGate()
+    gate.admit("n", 2)
+    with pytest.raises(dlock.Stale) as e:
+        gate.admit("n", 1)
+    assert e.value.code == "stale" and e.value.token == 1 and e.value.highest == 2
+    assert gate.highest("n") == 2 and gate.highest("m") is None
+
+    c = client()
+    lock = c.lock("g")
+    token = lock.acquire()
+    lock.guarded_put(token, b"g-result", b"v1")
+    assert c.memory is not None and c.memory.get(b"g-result") == b"v1"
+    with pytest.raises(dlock.Fenced) as f:
+        lock.guarded_put(token + 100, "g-result", "v2")
+    assert f.value.code == "fenced" and f.value.token == token + 100
+    with pytest.raises(dlock.InvalidArgument):
+        lock.guarded_put(token, b"g/inside", b"v")
+    lock.guarded_delete(token, b"g-result")
+    assert c.memory.get(b"g-result") is None
+
+
+def test_environment_without_endpoints_is_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DLOCK_ENDPOINTS", raising=False)
+    c = dlock.Client()
+    assert c.link is not None and c.memory is not None
+    monkeypatch.setenv("DLOCK_ENDPOINTS", "not a url::")
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client()
+
+
+def test_memory_stays_flat_over_many_permits_and_locks() -> None:
+    def rss_kib() -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    c = client()
+    lock = c.lock("leak")
+    lock.acquire()
+
+    def round_() -> None:
+        for _ in range(10_000):
+            with lock.permit():
+                pass
+        for i in range(1_000):
+            c.lock(f"leak/{i % 10}")
+        gc.collect()
+
+    for _ in range(3):  # warm up allocator pools
+        round_()
+    before = rss_kib()
+    for _ in range(5):
+        round_()
+    grown = rss_kib() - before
+    assert lock.in_flight == 0
+    # 50,000 permits and 5,000 locks: a leak of even 100 bytes each would show
+    assert grown < 2048, f"RSS grew {grown} KiB"
+    assert sys.getrefcount(lock) <= 3
