@@ -27,3 +27,9 @@ need_build_tools() {
   command -v cargo >/dev/null || { echo "cargo not found; install Rust (rustup)" >&2; return 1; }
   need_debs protoc=protobuf-compiler
 }
+
+# The Python face's needs: python3 with venv and pip (Debian splits them).
+need_python() {
+  need_debs python3=python3 || return 1
+  python3 -c 'import ensurepip, venv' 2>/dev/null || need_debs /usr/share/doc/python3-venv=python3-venv
+}

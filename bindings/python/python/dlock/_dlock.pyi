@@ -4,12 +4,36 @@ import asyncio
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar, Union, final
 
+from typing_extensions import disjoint_base
+
+__all__ = [
+    "__version__",
+    "MAX_NAME_LEN",
+    "Client",
+    "Session",
+    "SessionStats",
+    "Lock",
+    "LockStats",
+    "Permit",
+    "Event",
+    "EventStream",
+    "MemoryService",
+    "Link",
+    "FenceGate",
+    "stall_driver",
+    "forked",
+    "codes",
+    "states",
+    "now",
+]
+
 __version__: str
 MAX_NAME_LEN: int
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _StrPath = Union[str, "os.PathLike[str]"]
 
+@disjoint_base
 class Client:
     def __new__(
         cls,
@@ -49,6 +73,7 @@ class Client:
         reacquire: Optional[bool] = None,
     ) -> Session: ...
 
+@disjoint_base
 class Session:
     @property
     def lease(self) -> Optional[int]: ...
@@ -90,6 +115,7 @@ class LockStats:
     @property
     def in_flight(self) -> int: ...
 
+@disjoint_base
 class Lock:
     def __new__(cls, owner: Union[Client, Session], name: str) -> Lock: ...
     @property

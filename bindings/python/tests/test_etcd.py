@@ -1,0 +1,124 @@
+"""The Python face on the test etcd cluster (scripts/etcd-cluster.sh):
+guarded writes, a fence on `etcdctl del`, TLS with client certificates and
+user auth. Skipped without the cluster's env, failed instead when
+DLOCK_TEST_REQUIRE_ETCD=1 (scripts/test-python.sh sets it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import uuid
+from typing import List, Tuple
+
+import pytest
+
+import dlock
+
+MEMBERS = os.environ.get("DLOCK_TEST_MEMBERS")
+if not MEMBERS:
+    if os.environ.get("DLOCK_TEST_REQUIRE_ETCD") == "1":
+        raise RuntimeError("DLOCK_TEST_REQUIRE_ETCD=1 but no DLOCK_TEST_MEMBERS: source target/etcd/env")
+    pytest.skip("no test etcd cluster (source target/etcd/env)", allow_module_level=True)
+
+FAST = dict(ttl=4.0, keepalive_interval=1.0, keepalive_timeout=0.5, retry_interval=0.5, margin=1.0)
+WITHIN = 15.0
+
+
+def name() -> str:
+    return f"py-test/{uuid.uuid4().hex[:12]}"
+
+
+def etcdctl(*args: str) -> str:
+    return subprocess.run(
+        ["etcdctl", f"--endpoints={MEMBERS}", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ETCDCTL_API": "3"},
+        timeout=WITHIN,
+    ).stdout
+
+
+def test_acquire_exclusion_and_guarded_writes() -> None:
+    c = dlock.Client(MEMBERS, **FAST)  # type: ignore[arg-type]
+    n = name()
+    key = f"{n}-result"
+    a, b = c.lock(n), c.session().lock(n)
+    token = a.acquire(5)
+    with pytest.raises(dlock.WouldBlock):
+        b.try_acquire()
+    with a.permit() as p:
+        a.guarded_put(p.token, key, b"from a")
+    assert etcdctl("get", key, "--print-value-only").strip() == "from a"
+    a.release()
+    t2 = b.acquire(5)
+    assert t2 > token
+    # the old token's late write is refused by etcd itself
+    with pytest.raises(dlock.Fenced) as e:
+        a.guarded_put(token, key, b"stale")
+    assert e.value.code == "fenced"
+    b.guarded_put(t2, key, "from b")
+    assert etcdctl("get", key, "--print-value-only").strip() == "from b"
+    b.guarded_delete(t2, key)
+    assert etcdctl("get", key, "--print-value-only").strip() == ""
+    b.release()
+
+
+def test_etcdctl_del_fences_at_once_and_reacquires() -> None:
+    c = dlock.Client(MEMBERS.split(","), **FAST)  # type: ignore[arg-type]
+    n = name()
+    lock = c.lock(n)
+    fences: List[Tuple[int, int]] = []
+    reasons: List[str] = []
+    again = threading.Event()
+    lock.on_fence(lambda t, f: fences.append((t, f)))
+    lock.on_state_change(lambda old, new, why: reasons.append(why))
+
+    @lock.on_acquired
+    def acquired(t: int) -> None:
+        if fences:
+            again.set()
+
+    token = lock.acquire(5)
+    etcdctl("del", "--prefix", f"{n}/")
+    assert again.wait(WITHIN)
+    assert fences == [(token, 0)] and "lock_lost" in reasons
+    with pytest.raises(dlock.Fenced):
+        lock.guarded_put(token, f"{n}-x", b"late")
+    assert lock.token is not None and lock.token > token
+    lock.close()
+
+
+def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLOCK_ENDPOINTS", MEMBERS or "")
+    c = dlock.Client(**FAST)  # type: ignore[arg-type]
+    assert c.link is None
+    with c.lock(name()) as lock:
+        assert lock.state is dlock.State.HOLDING
+
+
+def test_unreachable_cluster_is_backend_error() -> None:
+    with pytest.raises(dlock.BackendError) as e:
+        dlock.Client("http://127.0.0.1:9", connect_timeout=0.3)
+    assert e.value.code == "backend"
+
+
+def test_tls_client_certificate_and_user() -> None:
+    endpoint = os.environ.get("DLOCK_TEST_TLS_ENDPOINT")
+    if not endpoint:
+        pytest.skip("no TLS member")
+    c = dlock.Client(
+        endpoint,
+        ca_file=os.environ["DLOCK_TEST_CA"],
+        cert_file=os.environ["DLOCK_TEST_CERT"],
+        key_file=os.environ["DLOCK_TEST_KEY"],
+        user=os.environ["DLOCK_TEST_USER"],
+        password=os.environ["DLOCK_TEST_PASSWORD"],
+        **FAST,  # type: ignore[arg-type]
+    )
+    with c.lock(name()) as lock:
+        with lock.permit() as p:
+            assert p.valid()
+    with pytest.raises(dlock.InvalidArgument):
+        dlock.Client(endpoint, cert_file=os.environ["DLOCK_TEST_CERT"])  # a certificate without its key
