@@ -272,26 +272,21 @@ class PythonFace:
         link, service = h.link, self.service
         assert service is not None
         f = step.fault_name.decode()
-        if f == "partition":
-            link.partition()
-        elif f == "heal":
-            link.heal()
-        elif f == "drop_replies":
-            link.drop_keepalive_replies(True)
-        elif f == "keep_replies":
-            link.drop_keepalive_replies(False)
-        elif f == "delay_replies":
-            link.delay_keepalive_replies(step.ms / 1000)
-        elif f == "fail_keepalives":
-            link.fail_keepalives("injected failure")
-        elif f == "stop_failing":
-            link.fail_keepalives(None)
-        elif f == "lease_lost":
-            link.declare_lease_lost()
-        elif f == "freeze_expiry":
-            service.freeze_expiry(True)
-        elif f == "thaw_expiry":
-            service.freeze_expiry(False)
+        ms = step.ms / 1000
+        simple = {
+            "partition": link.partition,
+            "heal": link.heal,
+            "drop_replies": lambda: link.drop_keepalive_replies(True),
+            "keep_replies": lambda: link.drop_keepalive_replies(False),
+            "delay_replies": lambda: link.delay_keepalive_replies(ms),
+            "fail_keepalives": lambda: link.fail_keepalives("injected failure"),
+            "stop_failing": lambda: link.fail_keepalives(None),
+            "lease_lost": link.declare_lease_lost,
+            "freeze_expiry": lambda: service.freeze_expiry(True),
+            "thaw_expiry": lambda: service.freeze_expiry(False),
+        }
+        if f in simple:
+            simple[f]()
         elif f == "delete_key":
             if not service.delete_lock_key(h.lock.name):
                 raise RuntimeError(f"delete_key: nobody holds {h.lock.name!r}")
