@@ -348,3 +348,46 @@ pub unsafe extern "C" fn lks_count_files(dir: *const c_char) -> c_int {
         _ => -1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static SEEN_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    unsafe extern "C" fn perform(
+        _ctx: *mut c_void,
+        step: *const LksStep,
+        out: *mut LksObserved,
+    ) -> c_int {
+        // SAFETY: the runner passes valid pointers for the call.
+        let (step, out) = unsafe { (&*step, &mut *out) };
+        SEEN_MS.store(step.ms, Ordering::SeqCst);
+        out.kind = LKS_SAW_UNSUPPORTED;
+        0
+    }
+
+    /// A face binding the C ABI learns how many events an `events` step
+    /// expects from `ms`.
+    #[test]
+    fn an_events_step_carries_its_count_in_ms() {
+        let vtable = LksFace {
+            ctx: std::ptr::null_mut(),
+            warm_up: None,
+            setup: None,
+            perform: Some(perform),
+            teardown: None,
+        };
+        let mut face = CFace {
+            face: &vtable,
+            sink: None,
+        };
+        let step = Step::Events {
+            holder: "a".into(),
+            expect: vec!["drained".into(), "acquired token=2".into()],
+        };
+        assert_eq!(face.perform(&step).unwrap(), Observed::Unsupported);
+        assert_eq!(SEEN_MS.load(Ordering::SeqCst), 2);
+    }
+}
