@@ -124,14 +124,16 @@ fn bytes_arg(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(b.as_bytes().to_vec());
     }
     v.extract::<Vec<u8>>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{what} must be bytes or str, not {}",
-            v.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        ))
+        PyTypeError::new_err(format!("{what} must be bytes or str, not {}", type_name(v)))
     })
+}
+
+/// The name of `v`'s type, for a `TypeError`.
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }
 
 // ------------------------------------------------------------- callbacks
@@ -233,33 +235,29 @@ impl Task {
         };
         *slot = None;
         drop(slot);
-        Python::try_attach(|py| self.deliver(py, outcome));
+        Python::try_attach(|py| {
+            let _closed_loop = self.deliver(py, outcome);
+        });
     }
 
-    fn deliver(&self, py: Python<'_>, outcome: Outcome) {
+    /// Hands `outcome` to the future's loop. An error here means the loop is
+    /// closed: nobody awaits the outcome any more.
+    fn deliver(&self, py: Python<'_>, outcome: Outcome) -> PyResult<()> {
         let (value, exc): (Py<PyAny>, Py<PyAny>) = match outcome {
-            Outcome::Token(Ok(t)) => (
-                t.into_pyobject(py)
-                    .map_or(py.None(), |t| t.into_any().unbind()),
-                py.None(),
-            ),
+            Outcome::Token(Ok(t)) => (t.into_pyobject(py)?.into_any().unbind(), py.None()),
             Outcome::Unit(Ok(())) | Outcome::Ready => (py.None(), py.None()),
             Outcome::Token(Err(e)) | Outcome::Unit(Err(e)) => {
                 (py.None(), core_err(py, e).into_value(py).into_any())
             }
         };
-        let done = (|| -> PyResult<()> {
-            let complete = COMPLETE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-                Ok(py.import("dlock._aio")?.getattr("complete")?.unbind())
-            })?;
-            self.event_loop.bind(py).call_method1(
-                "call_soon_threadsafe",
-                (complete, &self.py_future, value, exc),
-            )?;
-            Ok(())
-        })();
-        // A closed loop: nobody awaits the outcome any more.
-        let _ = done;
+        let complete = COMPLETE.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+            Ok(py.import("dlock._aio")?.getattr("complete")?.unbind())
+        })?;
+        self.event_loop.bind(py).call_method1(
+            "call_soon_threadsafe",
+            (complete, &self.py_future, value, exc),
+        )?;
+        Ok(())
     }
 }
 
@@ -693,10 +691,7 @@ impl Lock {
         let name = name.cast::<PyString>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "a lock name must be a str, not {}",
-                name.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                type_name(name)
             ))
         })?;
         let name = name.to_cow()?;
