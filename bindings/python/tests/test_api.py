@@ -430,11 +430,15 @@ def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
     c = client()
     lock = c.lock("fork")
     token = lock.acquire()
+    permit = lock.permit()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report by exit code only
         code = 0
         try:
+            if permit.valid():
+                code |= 16
+            permit.end()
             for call in (lock.permit, lock.release, lock.close, lambda: lock.acquire(1), lambda: c.lock("x")):
                 try:
                     call()
@@ -456,6 +460,8 @@ def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
     assert os.WEXITSTATUS(status) == 0
     # the parent still holds, with the same token
     assert lock.state is dlock.State.HOLDING and lock.token == token
+    assert permit.valid()
+    permit.end()
     with lock.permit():
         pass
     assert not dlock.forked()
