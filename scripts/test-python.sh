@@ -30,9 +30,9 @@ step "python: the test virtualenv ($venv)"
 
 step "python: the scenario runner and the wheel"
 cargo build --release --locked -p dlock-scenarios
-rm -rf target/wheels/dlock-*.whl
-"$venv/bin/maturin" build --release --locked -m bindings/python/Cargo.toml -o target/wheels
-"$py" -m pip install -q --force-reinstall --no-deps target/wheels/dlock-*.whl
+rm -rf target/py-wheel
+"$venv/bin/maturin" build --release --locked -m bindings/python/Cargo.toml -o target/py-wheel
+"$py" -m pip install -q --force-reinstall --no-deps target/py-wheel/dlock-*.whl
 
 step "python: pip install ./bindings/python in a fresh virtualenv"
 rm -rf "$fresh"
