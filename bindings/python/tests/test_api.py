@@ -426,6 +426,7 @@ def test_asyncio_timeout_error_and_loop_stays_free() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # 3.12+: the very case tested
 def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
     c = client()
     lock = c.lock("fork")
