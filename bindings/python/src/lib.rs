@@ -884,10 +884,7 @@ impl Lock {
     /// The lock's events from now on (ends with the close).
     fn _events(&self) -> EventStream {
         EventStream {
-            slot: Arc::new(Mutex::new(StreamSlot {
-                stream: Some(self.inner.events()),
-                ready: None,
-            })),
+            slot: Arc::new(Mutex::new(StreamSlot::new(self.inner.events()))),
         }
     }
 
@@ -1075,11 +1072,65 @@ impl Event {
 }
 
 struct StreamSlot {
-    /// None while an async read has it.
+    /// None while a read has it.
     stream: Option<dlock::EventStream>,
     /// An event an async read got, waiting to be taken (kept if the read
     /// was cancelled, for the next read).
     ready: Option<dlock::LockEvent>,
+    /// The stream gave its end.
+    ended: bool,
+    /// Bumped when an async read is done; wakes the reads that joined it.
+    reads_done: u64,
+    joined: Vec<Waker>,
+}
+
+impl StreamSlot {
+    fn new(stream: dlock::EventStream) -> StreamSlot {
+        StreamSlot {
+            stream: Some(stream),
+            ready: None,
+            ended: false,
+            reads_done: 0,
+            joined: Vec::new(),
+        }
+    }
+
+    /// Puts the stream back with what a read got.
+    fn read_done(&mut self, stream: dlock::EventStream, got: Option<dlock::LockEvent>) {
+        self.stream = Some(stream);
+        match got {
+            Some(e) => self.ready = Some(e),
+            None => self.ended = true,
+        }
+        self.reads_done += 1;
+        for w in self.joined.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+fn lock_slot(slot: &Mutex<StreamSlot>) -> std::sync::MutexGuard<'_, StreamSlot> {
+    slot.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Completes once the async read in progress when it was made is done (a
+/// read that a cancelled `async for` step left behind, say).
+struct ReadDone {
+    slot: Arc<Mutex<StreamSlot>>,
+    seen: u64,
+}
+
+impl Future for ReadDone {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut slot = lock_slot(&self.slot);
+        if slot.reads_done != self.seen {
+            return Poll::Ready(Outcome::Ready);
+        }
+        slot.joined.push(cx.waker().clone());
+        Poll::Pending
+    }
 }
 
 /// A lock's events, in order (see `dlock.Lock.events`).
@@ -1105,9 +1156,12 @@ impl EventStream {
     fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Event>> {
         let timeout = timeout_arg(py, timeout)?;
         let until = timeout.map(|t| std::time::Instant::now() + t);
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock_slot(&self.slot);
         if let Some(e) = slot.ready.take() {
             return Ok(Some(Event::from(&e)));
+        }
+        if slot.ended {
+            return Ok(None);
         }
         let Some(mut stream) = slot.stream.take() else {
             return Err(busy(py));
@@ -1128,36 +1182,49 @@ impl EventStream {
                 }
             }
         };
-        self.slot.lock().unwrap_or_else(|e| e.into_inner()).stream = Some(stream);
-        Ok(got?.as_ref().map(Event::from))
+        let mut slot = lock_slot(&self.slot);
+        slot.stream = Some(stream);
+        let got = got?;
+        slot.ended |= got.is_none();
+        Ok(got.as_ref().map(Event::from))
     }
 
     /// Starts an async read: `fut` completes (with None) once an event is
-    /// ready for `_take_ready`, or the stream ended.
+    /// ready for `_take_ready`, the stream ended (`_ended`), or the read in
+    /// progress that this one joined is done (then read again).
     fn _next_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.ready.is_some() {
+        let mut slot = lock_slot(&self.slot);
+        if slot.ready.is_some() || slot.ended {
             drop(slot);
             return bridge_spawn(py, r#loop, fut, async { Outcome::Ready });
         }
         let Some(mut stream) = slot.stream.take() else {
-            return Err(busy(py));
+            let done = ReadDone {
+                slot: self.slot.clone(),
+                seen: slot.reads_done,
+            };
+            drop(slot);
+            return bridge_spawn(py, r#loop, fut, done);
         };
         drop(slot);
         let shared = self.slot.clone();
         bridge_spawn(py, r#loop, fut, async move {
-            let e = stream.recv().await;
-            let mut slot = shared.lock().unwrap_or_else(|e| e.into_inner());
-            slot.stream = Some(stream);
-            slot.ready = e;
+            let got = stream.recv().await;
+            lock_slot(&shared).read_done(stream, got);
             Outcome::Ready
         })
     }
 
-    /// The event an async read made ready; None: the stream ended.
+    /// The event an async read made ready, if any.
     fn _take_ready(&self) -> Option<Event> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        slot.ready.take().as_ref().map(Event::from)
+        lock_slot(&self.slot).ready.take().as_ref().map(Event::from)
+    }
+
+    /// Whether the stream ended (and every event was taken).
+    #[getter]
+    fn _ended(&self) -> bool {
+        let slot = lock_slot(&self.slot);
+        slot.ended && slot.ready.is_none()
     }
 }
 

@@ -298,6 +298,25 @@ def test_async_for_events() -> None:
     assert asyncio.run(main()) == ["state", "state", "acquired", "state"]
 
 
+def test_a_cancelled_async_read_loses_no_event() -> None:
+    async def main() -> List[str]:
+        c = client()
+        lock = c.lock("acancel")
+        events = lock.events()
+        it = events.__aiter__()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.05)  # nothing happens yet
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.05)  # joins the first read
+        await lock.acquire_async()
+        await lock.close_async()
+        return [str(e) async for e in it]
+
+    lines = asyncio.run(main())
+    assert lines[:2] == ["state Idle->Acquiring acquire", "state Acquiring->Holding acquired"]
+    assert lines[-1] == "state Holding->Released release" and len(lines) == 4
+
+
 # ------------------------------------------------------- threads, signals
 
 

@@ -241,13 +241,16 @@ class Events:
 
     async def __anext__(self) -> Event:
         loop = asyncio.get_running_loop()
-        fut: "asyncio.Future[None]" = loop.create_future()
-        self._stream._next_start(loop, fut)
-        await fut
-        e = self._stream._take_ready()
-        if e is None:
-            raise StopAsyncIteration
-        return e
+        while True:
+            fut: "asyncio.Future[None]" = loop.create_future()
+            self._stream._next_start(loop, fut)
+            await fut
+            e = self._stream._take_ready()
+            if e is not None:
+                return e
+            if self._stream._ended:
+                raise StopAsyncIteration
+            # joined a read that another (cancelled) step began: read again
 
 
 async def _settle(lock: "Lock", loop: asyncio.AbstractEventLoop) -> None:
