@@ -1,1 +1,756 @@
-//! placeholder
+//! `dlock` on the 3-member test cluster (scripts/test-cli.sh starts it):
+//! the holder talks to member 1 through the fault proxy of the core's
+//! tests, contenders (`etcdctl lock`, another `dlock run`) go to the other
+//! members directly.
+//!
+//! The cut-off case is repeated `DLOCK_FAULT_RUNS` times (default 3) and
+//! prints one `CLI|...` line of figures: the smallest time between the
+//! group's death and the contender's acquisition, and SIGTERM -> group gone.
+//! Times are read from one monotonic clock in this process: a group's death
+//! when no process of it is left in /proc (polled every millisecond), a
+//! contender's acquisition when its first line arrives.
+
+#[path = "../../core/tests/common/etcd.rs"]
+mod etcd_cluster;
+#[path = "../../core/tests/common/proxy.rs"]
+mod proxy;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use etcd_cluster::Cluster;
+use proxy::{Mode, Proxy};
+
+const BIN: &str = env!("CARGO_BIN_EXE_dlock");
+
+/// The holder's short timing: a cut fences within about 2.5 s, and the
+/// server expires the lease a 1 s margin after the local deadline.
+const FAST: &[&str] = &[
+    "--ttl",
+    "3s",
+    "--keepalive-interval",
+    "1s",
+    "--keepalive-timeout",
+    "500ms",
+    "--retry-interval",
+    "200ms",
+    "--margin",
+    "1s",
+    "--grace",
+    "500ms",
+];
+
+fn runs() -> usize {
+    std::env::var("DLOCK_FAULT_RUNS").map_or(3, |s| {
+        s.parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("DLOCK_FAULT_RUNS is a count > 0")
+    })
+}
+
+fn unique(what: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "cli-{what}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A line of a child's output and when it arrived.
+type Line = (Instant, String);
+
+/// A running process with its output read line by line, killed (with its
+/// process group, if known) when dropped.
+struct Proc {
+    what: String,
+    child: Child,
+    out: Receiver<Line>,
+    err: Receiver<Line>,
+    seen_out: Vec<String>,
+    seen_err: Vec<String>,
+    group: Option<i32>,
+}
+
+fn lines(r: impl std::io::Read + Send + 'static, echo: Option<String>) -> Receiver<Line> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(r).lines() {
+            let Ok(l) = l else { break };
+            if let Some(label) = &echo {
+                eprintln!("[{label}] {l}");
+            }
+            if tx.send((Instant::now(), l)).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+impl Proc {
+    fn spawn(what: &str, cmd: &mut Command) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let out = lines(child.stdout.take().unwrap(), None);
+        let err = lines(child.stderr.take().unwrap(), Some(what.to_owned()));
+        Proc {
+            what: what.to_owned(),
+            child,
+            out,
+            err,
+            seen_out: Vec::new(),
+            seen_err: Vec::new(),
+            group: None,
+        }
+    }
+
+    fn dlock(what: &str, endpoints: &str, args: &[&str]) -> Proc {
+        Proc::spawn(
+            what,
+            Command::new(BIN)
+                .env("DLOCK_ENDPOINTS", endpoints)
+                .arg("run")
+                .args(args),
+        )
+    }
+
+    /// The first stdout line matching `f`, waiting at most `limit`.
+    fn out_line(&mut self, limit: Duration, f: impl Fn(&str) -> bool) -> Line {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.out.recv_timeout(left) {
+                Ok((t, l)) => {
+                    self.seen_out.push(l.clone());
+                    if f(&l) {
+                        return (t, l);
+                    }
+                }
+                Err(_) => panic!(
+                    "{}: no such stdout line within {limit:?}; stdout {:?}, stderr {:?}",
+                    self.what, self.seen_out, self.seen_err
+                ),
+            }
+        }
+    }
+
+    /// The first stderr line containing `needle`, waiting at most `limit`.
+    fn err_line(&mut self, limit: Duration, needle: &str) -> Line {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.err.recv_timeout(left) {
+                Ok((t, l)) => {
+                    self.seen_err.push(l.clone());
+                    if l.contains(needle) {
+                        return (t, l);
+                    }
+                }
+                Err(_) => panic!(
+                    "{}: no stderr line with {needle:?} within {limit:?}; stderr {:?}",
+                    self.what, self.seen_err
+                ),
+            }
+        }
+    }
+
+    /// The stderr lines so far and any still buffered.
+    fn stderr_now(&mut self) -> Vec<String> {
+        while let Ok((_, l)) = self.err.try_recv() {
+            self.seen_err.push(l);
+        }
+        self.seen_err.clone()
+    }
+
+    /// Waits for the exit (at most `limit`); the exit code.
+    fn exit(&mut self, limit: Duration) -> i32 {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                use std::os::unix::process::ExitStatusExt;
+                return s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+            }
+            if Instant::now() >= end {
+                let err = self.stderr_now();
+                panic!(
+                    "{}: still running after {limit:?}; stderr {err:?}",
+                    self.what
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(g) = self.group {
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(-g, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// (pid, state) of every live process of group `pgid` (zombies left out).
+fn group(pgid: i32) -> Vec<(i32, char)> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            continue;
+        };
+        let mut f = rest.split(' ');
+        let state = f.next().and_then(|s| s.chars().next()).unwrap_or('?');
+        let pgrp = f.nth(1).and_then(|s| s.parse::<i32>().ok());
+        if pgrp == Some(pgid) && state != 'Z' && state != 'X' {
+            found.push((pid, state));
+        }
+    }
+    found
+}
+
+/// When the group `pgid` was first seen without a live process (polled
+/// every millisecond: a measurement, not a synchronisation).
+fn group_gone(pgid: i32, limit: Duration) -> Instant {
+    let end = Instant::now() + limit;
+    loop {
+        if group(pgid).is_empty() {
+            return Instant::now();
+        }
+        assert!(
+            Instant::now() < end,
+            "group {pgid} still alive after {limit:?}: {:?}",
+            group(pgid)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until the group has at least `n` live processes.
+fn group_has(pgid: i32, n: usize) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while group(pgid).len() < n {
+        assert!(
+            Instant::now() < end,
+            "group {pgid}: {:?}, expected {n} processes",
+            group(pgid)
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The group id the child printed as `pgid=N` (its shell's `$$`).
+fn pgid_of(p: &mut Proc) -> i32 {
+    let (_, l) = p.out_line(Duration::from_secs(20), |l| l.starts_with("pgid="));
+    let g = l["pgid=".len()..].parse().expect("pgid");
+    p.group = Some(g);
+    g
+}
+
+fn etcdctl_lock(c: &Cluster, member: usize, name: &str, cmd: &[&str]) -> Proc {
+    Proc::spawn(
+        "etcdctl lock",
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", c.members[member]))
+            .arg("lock")
+            .arg(name)
+            .args(cmd),
+    )
+}
+
+/// `dlock show NAME --json` against the members.
+fn show(c: &Cluster, name: &str) -> (i32, serde_json::Value) {
+    let out = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", c.members.join(","))
+        .args(["show", "--json", name])
+        .output()
+        .expect("dlock show");
+    let code = out.status.code().expect("exited");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "dlock show: {e}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (code, v)
+}
+
+/// Waits until `dlock show` sees at least `n` waiters on `name`.
+fn waiters_at_least(c: &Cluster, name: &str, n: usize) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v) = show(c, name);
+        if v["waiters"].as_array().map_or(0, Vec::len) >= n {
+            return;
+        }
+        assert!(Instant::now() < end, "{name}: fewer than {n} waiters: {v}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        ms(later - earlier)
+    } else {
+        -ms(earlier - later)
+    }
+}
+
+/// The holder cut off: every process of its group (grandchildren too) is
+/// gone before a contender through another member acquires, in every run.
+/// Odd runs: the command ignores SIGTERM, so SIGKILL after --grace ends it.
+/// The contender alternates between `etcdctl lock` and `dlock run`.
+#[test]
+fn cut_off_group_is_gone_before_the_contender_acquires() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let n = runs();
+    let (mut leads, mut term_gone) = (Vec::new(), Vec::new());
+    let mut failures = Vec::new();
+    for run in 0..n {
+        let name = unique("cut");
+        let proxy = Proxy::start(c.member_addr(0));
+        let ignores_term = run % 2 == 1;
+        let script = if ignores_term {
+            "trap '' TERM; echo pgid=$$; sleep 1000 & sleep 1000"
+        } else {
+            "echo pgid=$$; sleep 1000 & sleep 1000"
+        };
+        let mut args: Vec<&str> = FAST.to_vec();
+        args.extend([name.as_str(), "--", "sh", "-c", script]);
+        let mut holder = Proc::dlock("holder", &proxy.url(), &args);
+        let pgid = pgid_of(&mut holder);
+        group_has(pgid, 2);
+        let mut contender = if run % 4 < 2 {
+            etcdctl_lock(&c, 1, &name, &[])
+        } else {
+            Proc::dlock(
+                "contender",
+                &c.members[2],
+                &[&name, "--", "sh", "-c", "echo acquired $DLOCK_TOKEN"],
+            )
+        };
+        waiters_at_least(&c, &name, 1);
+
+        proxy.set(Mode::Blackhole);
+        let (t_term, _) = holder.err_line(Duration::from_secs(10), "SIGTERM to process group");
+        let t_gone = group_gone(pgid, Duration::from_secs(5));
+        let (t_acq, line) = contender.out_line(Duration::from_secs(15), |_| true);
+        let code = holder.exit(Duration::from_secs(10));
+        let lead = signed_ms(t_acq, t_gone);
+        let kill = ms(t_gone - t_term);
+        eprintln!(
+            "run {run}: ignores TERM {ignores_term}: SIGTERM->gone {kill:.1} ms, gone->contender ({line}) {lead:.1} ms, holder exit {code}"
+        );
+        leads.push(lead);
+        term_gone.push(kill);
+        if lead <= 0.0 {
+            failures.push(format!(
+                "run {run}: the contender acquired {lead:.1} ms after the group's death"
+            ));
+        }
+        if code != 124 {
+            failures.push(format!(
+                "run {run}: holder exit {code}, expected 124 (fenced)"
+            ));
+        }
+        if ignores_term && kill < 450.0 {
+            failures.push(format!("run {run}: a TERM-ignoring group gone {kill:.1} ms after SIGTERM, before the 500 ms grace"));
+        }
+        contender.signal(libc::SIGTERM);
+        let _ = contender.exit(Duration::from_secs(10));
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    println!(
+        "CLI|cut_off|{n} runs|smallest gone->contender {:.1} ms (largest {:.1})|SIGTERM->gone {:.1}..{:.1} ms (TERM ignored: SIGKILL after the 500 ms grace)",
+        min(&leads),
+        max(&leads),
+        min(&term_gone),
+        max(&term_gone)
+    );
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A blip shorter than the slack: with --on-drain=stop the group is frozen
+/// at the drain and thawed at the resume, never fenced; then SIGTERM to
+/// dlock is forwarded and the exit status is the child's (128 + 15).
+#[test]
+fn blip_freezes_and_thaws_the_group_and_keeps_it() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("blip");
+    let proxy = Proxy::start(c.member_addr(0));
+    let timing = [
+        "--ttl",
+        "5s",
+        "--keepalive-interval",
+        "1s",
+        "--keepalive-timeout",
+        "300ms",
+        "--retry-interval",
+        "200ms",
+        "--margin",
+        "1s",
+        "--on-drain",
+        "stop",
+    ];
+    let mut args: Vec<&str> = timing.to_vec();
+    args.extend([
+        name.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo pgid=$$; sleep 1000 & sleep 1000",
+    ]);
+    let mut holder = Proc::dlock("holder", &proxy.url(), &args);
+    let pgid = pgid_of(&mut holder);
+    group_has(pgid, 2);
+    let before = group(pgid);
+
+    proxy.set(Mode::Blackhole);
+    holder.err_line(Duration::from_secs(5), "SIGSTOP to process group");
+    let end = Instant::now() + Duration::from_secs(2);
+    while !group(pgid).iter().all(|&(_, s)| s == 'T') {
+        assert!(Instant::now() < end, "not frozen: {:?}", group(pgid));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    proxy.set(Mode::Pass);
+    holder.err_line(Duration::from_secs(5), "SIGCONT to process group");
+    let end = Instant::now() + Duration::from_secs(2);
+    while group(pgid).iter().any(|&(_, s)| s == 'T') {
+        assert!(Instant::now() < end, "not thawed: {:?}", group(pgid));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let pids = |g: Vec<(i32, char)>| g.into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+    assert_eq!(pids(group(pgid)), pids(before), "the same processes run on");
+    assert!(
+        !holder.stderr_now().iter().any(|l| l.contains("fenced")),
+        "fenced by a blip: {:?}",
+        holder.seen_err
+    );
+
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    group_gone(pgid, Duration::from_secs(2));
+    let (code, v) = show(&c, &name);
+    assert_eq!(
+        (code, &v["held"]),
+        (1, &serde_json::Value::Bool(false)),
+        "{v}"
+    );
+}
+
+/// Signals to dlock reach the group; the exit status is the child's; the
+/// lock is free at once after.
+#[test]
+fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let eps = c.members.join(",");
+    let name = unique("sig");
+    for (sig, script, want) in [
+        (
+            libc::SIGTERM,
+            "trap 'exit 42' TERM; echo pgid=$$; while :; do sleep 0.05; done",
+            42,
+        ),
+        (
+            libc::SIGINT,
+            "echo pgid=$$; exec sleep 1000",
+            128 + libc::SIGINT,
+        ),
+        (
+            libc::SIGHUP,
+            "trap 'exit 7' HUP; echo pgid=$$; while :; do sleep 0.05; done",
+            7,
+        ),
+    ] {
+        let mut p = Proc::dlock("sig", &eps, &[&name, "--", "sh", "-c", script]);
+        let pgid = pgid_of(&mut p);
+        p.signal(sig);
+        assert_eq!(p.exit(Duration::from_secs(10)), want, "signal {sig}");
+        assert!(group(pgid).is_empty(), "group left: {:?}", group(pgid));
+        let free = Command::new(BIN)
+            .env("DLOCK_ENDPOINTS", &eps)
+            .args(["run", "--try", &name, "--", "true"])
+            .status()
+            .expect("dlock run --try");
+        assert_eq!(free.code(), Some(0), "the lock is free after signal {sig}");
+    }
+    for (script, want) in [
+        ("exit 3", 3),
+        ("kill -USR1 $$", 128 + libc::SIGUSR1),
+        ("true", 0),
+    ] {
+        let s = Command::new(BIN)
+            .env("DLOCK_ENDPOINTS", &eps)
+            .args(["run", &name, "--", "sh", "-c", script])
+            .status()
+            .expect("dlock run");
+        assert_eq!(s.code(), Some(want), "{script}");
+    }
+}
+
+/// The command exits but leaves a background process in its group: that
+/// one is stopped too before the lock is released.
+#[test]
+fn leftovers_of_the_group_are_stopped_before_the_release() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let eps = c.members.join(",");
+    let name = unique("left");
+    let mut p = Proc::dlock(
+        "left",
+        &eps,
+        &[&name, "--", "sh", "-c", "echo pgid=$$; sleep 1000 & exit 5"],
+    );
+    let pgid = pgid_of(&mut p);
+    p.err_line(Duration::from_secs(10), "stopping what is left");
+    assert_eq!(p.exit(Duration::from_secs(10)), 5);
+    assert!(group(pgid).is_empty(), "left running: {:?}", group(pgid));
+}
+
+/// --restart: after a fence the group is gone, the lock is acquired again
+/// with a higher token and the command starts again; --restart-limit 1
+/// ends the second fence with exit 124.
+#[test]
+fn restart_gives_the_new_child_a_higher_token() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("restart");
+    let proxy = Proxy::start(c.member_addr(0));
+    let mut args: Vec<&str> = FAST.to_vec();
+    args.extend([
+        "--restart",
+        "--restart-limit",
+        "1",
+        name.as_str(),
+        "--",
+        "sh",
+        "-c",
+    ]);
+    args.push("echo token=$DLOCK_TOKEN pgid=$$; exec sleep 1000");
+    let mut holder = Proc::dlock("restart", &proxy.url(), &args);
+    let token = |l: &str| -> (u64, i32) {
+        let mut f = l.split(' ');
+        let t = f.next().unwrap()["token=".len()..].parse().unwrap();
+        let g = f.next().unwrap()["pgid=".len()..].parse().unwrap();
+        (t, g)
+    };
+    let (_, l) = holder.out_line(Duration::from_secs(20), |l| l.starts_with("token="));
+    let (t1, g1) = token(&l);
+    holder.group = Some(g1);
+
+    proxy.set(Mode::Blackhole);
+    holder.err_line(Duration::from_secs(10), "is gone; the lock may be revoked");
+    assert!(group(g1).is_empty());
+    proxy.set(Mode::Pass);
+    let (_, l) = holder.out_line(Duration::from_secs(20), |l| l.starts_with("token="));
+    let (t2, g2) = token(&l);
+    holder.group = Some(g2);
+    assert!(t2 > t1, "token {t2} after {t1}");
+    let (_, v) = show(&c, &name);
+    assert_eq!(v["holder"]["token"].as_u64(), Some(t2), "{v}");
+
+    proxy.set(Mode::Blackhole);
+    holder.err_line(Duration::from_secs(10), "not restarting");
+    assert_eq!(holder.exit(Duration::from_secs(10)), 124);
+    assert!(group(g2).is_empty());
+}
+
+/// `dlock run` and `etcdctl lock` exclude each other both ways; the
+/// child's ETCD_LOCK_KEY / ETCD_LOCK_REV / DLOCK_TOKEN are the key and
+/// token `dlock show` reports; `--try` is 120, `--timeout` 121.
+#[test]
+fn etcdctl_lock_and_dlock_run_exclude_each_other() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let eps = c.members.join(",");
+    let name = unique("interop");
+    let run = |args: &[&str]| -> i32 {
+        Command::new(BIN)
+            .env("DLOCK_ENDPOINTS", &eps)
+            .arg("run")
+            .args(args)
+            .status()
+            .expect("dlock run")
+            .code()
+            .expect("exited")
+    };
+
+    // etcdctl holds: dlock waits.
+    let mut ctl = etcdctl_lock(&c, 1, &name, &[]);
+    let (_, key) = ctl.out_line(Duration::from_secs(10), |l| {
+        l.starts_with(&format!("{name}/"))
+    });
+    assert_eq!(run(&["--try", &name, "--", "true"]), 120);
+    assert_eq!(run(&["--timeout", "500ms", &name, "--", "true"]), 121);
+    let (code, v) = show(&c, &name);
+    assert_eq!(
+        (code, v["holder"]["key"].as_str()),
+        (0, Some(key.as_str())),
+        "{v}"
+    );
+    let mut waiting = Proc::dlock("waiting", &eps, &[&name, "--", "sh", "-c", "echo acquired"]);
+    waiters_at_least(&c, &name, 1);
+    let t_released = Instant::now();
+    ctl.signal(libc::SIGTERM);
+    ctl.exit(Duration::from_secs(10));
+    let (t_acq, _) = waiting.out_line(Duration::from_secs(10), |l| l == "acquired");
+    assert!(t_acq > t_released, "dlock acquired while etcdctl held");
+    assert_eq!(waiting.exit(Duration::from_secs(10)), 0);
+
+    // dlock holds: etcdctl waits until dlock is gone.
+    let mut holder = Proc::dlock(
+        "holder",
+        &eps,
+        &[
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo pgid=$$; echo env $ETCD_LOCK_KEY $ETCD_LOCK_REV $DLOCK_TOKEN $DLOCK_LOCK; exec sleep 1000",
+        ],
+    );
+    pgid_of(&mut holder);
+    let (_, env) = holder.out_line(Duration::from_secs(10), |l| l.starts_with("env "));
+    let f: Vec<&str> = env.split(' ').collect();
+    assert_eq!(f.len(), 5, "{env}");
+    assert_eq!(f[2], f[3], "ETCD_LOCK_REV is the token");
+    assert_eq!(f[4], name);
+    let mut ctl = etcdctl_lock(&c, 2, &name, &["--", "sh", "-c", "echo got $ETCD_LOCK_KEY"]);
+    waiters_at_least(&c, &name, 1);
+    let (code, v) = show(&c, &name);
+    assert_eq!(code, 0);
+    assert_eq!(v["holder"]["key"].as_str(), Some(f[1]), "{v}");
+    assert_eq!(
+        v["holder"]["token"]
+            .as_u64()
+            .map(|t| t.to_string())
+            .as_deref(),
+        Some(f[2]),
+        "{v}"
+    );
+    assert!(v["holder"]["ttl_left_s"].as_i64() > Some(0), "{v}");
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    let t_dlock_gone = Instant::now();
+    let (t_got, got) = ctl.out_line(Duration::from_secs(10), |l| l.starts_with("got "));
+    assert!(
+        t_got >= t_dlock_gone - Duration::from_millis(50),
+        "etcdctl acquired while dlock held"
+    );
+    assert!(got.starts_with(&format!("got {name}/")), "{got}");
+    assert_eq!(ctl.exit(Duration::from_secs(10)), 0);
+    let (code, v) = show(&c, &name);
+    assert_eq!(
+        (code, &v["held"]),
+        (1, &serde_json::Value::Bool(false)),
+        "{v}"
+    );
+}
+
+/// Bad input on a live cluster: a command not found is 127 with the lock
+/// free at once; an empty name is the core's invalid_argument.
+#[test]
+fn bad_input_leaves_no_lock_held() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let eps = c.members.join(",");
+    let name = unique("bad");
+    let out = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", &eps)
+        .args(["run", &name, "--", "/nonexistent/command"])
+        .output()
+        .expect("dlock run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let (code, v) = show(&c, &name);
+    assert_eq!(
+        (code, &v["held"]),
+        (1, &serde_json::Value::Bool(false)),
+        "{v}"
+    );
+
+    let out = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", &eps)
+        .args(["run", "", "--", "true"])
+        .output()
+        .expect("dlock run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(123), "{stderr}");
+    assert!(stderr.starts_with("dlock: invalid_argument:"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// `dlock list PREFIX`: the held locks under it, with their waiters.
+#[test]
+fn list_shows_held_locks_under_a_prefix() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let eps = c.members.join(",");
+    let prefix = unique("list");
+    let a = format!("{prefix}/a");
+    let mut holder = Proc::dlock(
+        "list",
+        &eps,
+        &[&a, "--", "sh", "-c", "echo pgid=$$; exec sleep 1000"],
+    );
+    pgid_of(&mut holder);
+    let mut waiter = Proc::dlock("list-waiter", &eps, &[&a, "--", "true"]);
+    waiters_at_least(&c, &a, 1);
+    let out = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", &eps)
+        .args(["list", "--json", &prefix])
+        .output()
+        .expect("dlock list");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let l = v.as_array().expect("array");
+    assert_eq!(l.len(), 1, "{v}");
+    assert_eq!(l[0]["name"].as_str(), Some(a.as_str()), "{v}");
+    assert_eq!(l[0]["waiters"].as_u64(), Some(1), "{v}");
+    holder.signal(libc::SIGTERM);
+    holder.exit(Duration::from_secs(10));
+    assert_eq!(waiter.exit(Duration::from_secs(10)), 0);
+}
