@@ -12,6 +12,8 @@
 
 #[path = "../../core/tests/common/etcd.rs"]
 mod etcd_cluster;
+// Shared with the core's fault tests; this binary uses a part.
+#[allow(dead_code)]
 #[path = "../../core/tests/common/proxy.rs"]
 mod proxy;
 
@@ -251,6 +253,25 @@ fn group_gone(pgid: i32, limit: Duration) -> Instant {
     }
 }
 
+/// When none of `pids` was left alive (zombies count as dead), polled
+/// every millisecond.
+fn pids_gone(pids: &[i32], limit: Duration) -> Instant {
+    let alive = |p: &i32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, r)| !r.starts_with('Z') && !r.starts_with('X'))
+        })
+    };
+    let end = Instant::now() + limit;
+    loop {
+        if !pids.iter().any(alive) {
+            return Instant::now();
+        }
+        assert!(Instant::now() < end, "{pids:?} still alive after {limit:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Waits until the group has at least `n` live processes.
 fn group_has(pgid: i32, n: usize) {
     let end = Instant::now() + Duration::from_secs(10);
@@ -327,15 +348,37 @@ fn signed_ms(later: Instant, earlier: Instant) -> f64 {
     }
 }
 
-/// The holder cut off: every process of its group (grandchildren too) is
-/// gone before a contender through another member acquires, in every run.
-/// Odd runs: the command ignores SIGTERM, so SIGKILL after --grace ends it.
-/// The contender alternates between `etcdctl lock` and `dlock run`.
+/// The holder cut off (every byte held both ways): every process of its
+/// group (grandchildren too) is gone before a contender through another
+/// member acquires, in every run. The lock passes on at the server's
+/// expiry of the lease, a margin after the local deadline.
 #[test]
 fn cut_off_group_is_gone_before_the_contender_acquires() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
+    fence_case(&c, "cut_off", Mode::Blackhole);
+}
+
+/// Replies lost (keepalives reach the server and keep the lease alive, no
+/// reply comes back): the holder fences at its deadline all the same, and
+/// the lock passes on through dlock's revoke, which the core sends only
+/// once the permit ended, i.e. once the group is gone (or at the server's
+/// expiry, when that revoke does not get through). A TERM-ignoring group
+/// lives out its grace first.
+#[test]
+fn replies_lost_revoke_only_after_the_group_is_gone() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    fence_case(&c, "replies_lost", Mode::DropReplies);
+}
+
+/// One fence case over `runs()` runs. Odd runs: the command ignores
+/// SIGTERM, so SIGKILL after --grace ends it. The contender alternates
+/// between `etcdctl lock` and `dlock run`.
+fn fence_case(c: &Cluster, case: &str, mode: Mode) {
+    let c = c.clone();
     let n = runs();
     let (mut leads, mut term_gone) = (Vec::new(), Vec::new());
     let mut failures = Vec::new();
@@ -344,35 +387,46 @@ fn cut_off_group_is_gone_before_the_contender_acquires() {
         let proxy = Proxy::start(c.member_addr(0));
         let ignores_term = run % 2 == 1;
         let script = if ignores_term {
-            "trap '' TERM; echo pgid=$$; sleep 1000 & sleep 1000"
+            "trap '' TERM; echo pgid=$$; sleep 1000 & sleep 1000 & echo started; wait"
         } else {
-            "echo pgid=$$; sleep 1000 & sleep 1000"
+            "echo pgid=$$; sleep 1000 & sleep 1000 & echo started; wait"
         };
         let mut args: Vec<&str> = FAST.to_vec();
         args.extend([name.as_str(), "--", "sh", "-c", script]);
         let mut holder = Proc::dlock("holder", &proxy.url(), &args);
         let pgid = pgid_of(&mut holder);
-        group_has(pgid, 2);
+        holder.out_line(Duration::from_secs(5), |l| l == "started");
+        group_has(pgid, 3);
+        let pids: Vec<i32> = group(pgid).into_iter().map(|(p, _)| p).collect();
+        // The contender's command checks, once it holds the lock, that no
+        // process of the old group is left (zombies count: the holder reaps
+        // them before its permit ends).
+        let check = format!("kill -0 -{pgid} 2>/dev/null && echo alive || echo gone");
         let mut contender = if run % 4 < 2 {
-            etcdctl_lock(&c, 1, &name, &[])
+            etcdctl_lock(&c, 1, &name, &["--", "sh", "-c", &check])
         } else {
             Proc::dlock(
                 "contender",
                 &c.members[2],
-                &[&name, "--", "sh", "-c", "echo acquired $DLOCK_TOKEN"],
+                &[&name, "--", "sh", "-c", &check],
             )
         };
         waiters_at_least(&c, &name, 1);
 
-        proxy.set(Mode::Blackhole);
+        proxy.set(mode);
         let (t_term, _) = holder.err_line(Duration::from_secs(10), "SIGTERM to process group");
-        let t_gone = group_gone(pgid, Duration::from_secs(5));
+        let t_gone = pids_gone(&pids, Duration::from_secs(5));
         let (t_acq, line) = contender.out_line(Duration::from_secs(15), |_| true);
+        if line != "gone" {
+            failures.push(format!(
+                "run {run}: the contender found the old group {line}"
+            ));
+        }
         let code = holder.exit(Duration::from_secs(10));
         let lead = signed_ms(t_acq, t_gone);
         let kill = ms(t_gone - t_term);
         eprintln!(
-            "run {run}: ignores TERM {ignores_term}: SIGTERM->gone {kill:.1} ms, gone->contender ({line}) {lead:.1} ms, holder exit {code}"
+            "{case} run {run}: ignores TERM {ignores_term}: SIGTERM->gone {kill:.1} ms, gone->contender ({line}) {lead:.1} ms, holder exit {code}"
         );
         leads.push(lead);
         term_gone.push(kill);
@@ -395,7 +449,7 @@ fn cut_off_group_is_gone_before_the_contender_acquires() {
     let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     println!(
-        "CLI|cut_off|{n} runs|smallest gone->contender {:.1} ms (largest {:.1})|SIGTERM->gone {:.1}..{:.1} ms (TERM ignored: SIGKILL after the 500 ms grace)",
+        "CLI|{case}|{n} runs|smallest gone->contender {:.1} ms (largest {:.1})|SIGTERM->gone {:.1}..{:.1} ms (TERM ignored: SIGKILL after the 500 ms grace)",
         min(&leads),
         max(&leads),
         min(&term_gone),
@@ -434,11 +488,12 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
         "--",
         "sh",
         "-c",
-        "echo pgid=$$; sleep 1000 & sleep 1000",
+        "echo pgid=$$; sleep 1000 & sleep 1000 & echo started; wait",
     ]);
     let mut holder = Proc::dlock("holder", &proxy.url(), &args);
     let pgid = pgid_of(&mut holder);
-    group_has(pgid, 2);
+    holder.out_line(Duration::from_secs(5), |l| l == "started");
+    group_has(pgid, 3);
     let before = group(pgid);
 
     proxy.set(Mode::Blackhole);
