@@ -44,13 +44,23 @@ const FAST: &[&str] = &[
     "500ms",
 ];
 
+/// A blip's timing: a TTL of 5 s leaves about 3 s after a cut before the
+/// deadline, the drain comes within 1.3 s.
+const BLIP: &[&str] = &[
+    "--ttl",
+    "5s",
+    "--keepalive-interval",
+    "1s",
+    "--keepalive-timeout",
+    "300ms",
+    "--retry-interval",
+    "200ms",
+    "--margin",
+    "1s",
+];
+
 fn runs() -> usize {
-    std::env::var("DLOCK_FAULT_RUNS").map_or(3, |s| {
-        s.parse()
-            .ok()
-            .filter(|&n| n > 0)
-            .expect("DLOCK_FAULT_RUNS is a count > 0")
-    })
+    etcd_cluster::fault_runs()
 }
 
 fn unique(what: &str) -> String {
@@ -307,9 +317,7 @@ fn etcdctl_lock(c: &Cluster, member: usize, name: &str, cmd: &[&str]) -> Proc {
 
 /// `dlock show NAME --json` against the members.
 fn show(c: &Cluster, name: &str) -> (i32, serde_json::Value) {
-    let out = Command::new(BIN)
-        .env("DLOCK_ENDPOINTS", c.members.join(","))
-        .args(["show", "--json", name])
+    let out = dlock_cmd(c, &["show", "--json", name])
         .output()
         .expect("dlock show");
     let code = out.status.code().expect("exited");
@@ -321,6 +329,23 @@ fn show(c: &Cluster, name: &str) -> (i32, serde_json::Value) {
         )
     });
     (code, v)
+}
+
+/// `dlock show` finds `name` not held (exit 1).
+fn assert_free(c: &Cluster, name: &str) {
+    let (code, v) = show(c, name);
+    assert_eq!(
+        (code, &v["held"]),
+        (1, &serde_json::Value::Bool(false)),
+        "{v}"
+    );
+}
+
+/// `dlock ARGS` against the members.
+fn dlock_cmd(c: &Cluster, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("DLOCK_ENDPOINTS", c.members.join(",")).args(args);
+    cmd
 }
 
 /// Waits until `dlock show` sees at least `n` waiters on `name`.
@@ -468,22 +493,10 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
     };
     let name = unique("blip");
     let proxy = Proxy::start(c.member_addr(0));
-    let timing = [
-        "--ttl",
-        "5s",
-        "--keepalive-interval",
-        "1s",
-        "--keepalive-timeout",
-        "300ms",
-        "--retry-interval",
-        "200ms",
-        "--margin",
-        "1s",
+    let mut args: Vec<&str> = BLIP.to_vec();
+    args.extend([
         "--on-drain",
         "stop",
-    ];
-    let mut args: Vec<&str> = timing.to_vec();
-    args.extend([
         name.as_str(),
         "--",
         "sh",
@@ -521,12 +534,46 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
     holder.signal(libc::SIGTERM);
     assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
     group_gone(pgid, Duration::from_secs(2));
-    let (code, v) = show(&c, &name);
+    assert_free(&c, &name);
+}
+
+/// A blip with --on-drain=USR1: the group gets the signal once at the
+/// drain, the lock is kept (no fence) and the command goes on.
+#[test]
+fn blip_with_a_drain_signal_keeps_the_lock() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("blip-usr1");
+    let proxy = Proxy::start(c.member_addr(0));
+    let mut args: Vec<&str> = BLIP.to_vec();
+    args.extend(["--on-drain", "USR1", name.as_str(), "--", "sh", "-c"]);
+    args.push("trap 'echo usr1' USR1; echo pgid=$$; while :; do sleep 0.05; done");
+    let mut holder = Proc::dlock("holder", &proxy.url(), &args);
+    let pgid = pgid_of(&mut holder);
+    let (_, v) = show(&c, &name);
+    let token = v["holder"]["token"].as_u64();
+
+    proxy.set(Mode::Blackhole);
+    holder.err_line(Duration::from_secs(5), "signal 10 to process group");
+    holder.out_line(Duration::from_secs(5), |l| l == "usr1");
+    proxy.set(Mode::Pass);
+    holder.err_line(Duration::from_secs(5), "resumed");
+    let (_, v) = show(&c, &name);
     assert_eq!(
-        (code, &v["held"]),
-        (1, &serde_json::Value::Bool(false)),
-        "{v}"
+        v["holder"]["token"].as_u64(),
+        token,
+        "the same acquisition: {v}"
     );
+    assert!(!group(pgid).is_empty());
+    assert!(
+        !holder.stderr_now().iter().any(|l| l.contains("fenced")),
+        "fenced by a blip: {:?}",
+        holder.seen_err
+    );
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    assert_free(&c, &name);
 }
 
 /// Signals to dlock reach the group; the exit status is the child's; the
@@ -560,9 +607,7 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
         p.signal(sig);
         assert_eq!(p.exit(Duration::from_secs(10)), want, "signal {sig}");
         assert!(group(pgid).is_empty(), "group left: {:?}", group(pgid));
-        let free = Command::new(BIN)
-            .env("DLOCK_ENDPOINTS", &eps)
-            .args(["run", "--try", &name, "--", "true"])
+        let free = dlock_cmd(&c, &["run", "--try", &name, "--", "true"])
             .status()
             .expect("dlock run --try");
         assert_eq!(free.code(), Some(0), "the lock is free after signal {sig}");
@@ -572,9 +617,7 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
         ("kill -USR1 $$", 128 + libc::SIGUSR1),
         ("true", 0),
     ] {
-        let s = Command::new(BIN)
-            .env("DLOCK_ENDPOINTS", &eps)
-            .args(["run", &name, "--", "sh", "-c", script])
+        let s = dlock_cmd(&c, &["run", &name, "--", "sh", "-c", script])
             .status()
             .expect("dlock run");
         assert_eq!(s.code(), Some(want), "{script}");
@@ -661,10 +704,7 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
     let eps = c.members.join(",");
     let name = unique("interop");
     let run = |args: &[&str]| -> i32 {
-        Command::new(BIN)
-            .env("DLOCK_ENDPOINTS", &eps)
-            .arg("run")
-            .args(args)
+        dlock_cmd(&c, &[&["run"], args].concat())
             .status()
             .expect("dlock run")
             .code()
@@ -735,12 +775,7 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
     );
     assert!(got.starts_with(&format!("got {name}/")), "{got}");
     assert_eq!(ctl.exit(Duration::from_secs(10)), 0);
-    let (code, v) = show(&c, &name);
-    assert_eq!(
-        (code, &v["held"]),
-        (1, &serde_json::Value::Bool(false)),
-        "{v}"
-    );
+    assert_free(&c, &name);
 }
 
 /// Bad input on a live cluster: a command not found is 127 with the lock
@@ -750,26 +785,16 @@ fn bad_input_leaves_no_lock_held() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
-    let eps = c.members.join(",");
     let name = unique("bad");
-    let out = Command::new(BIN)
-        .env("DLOCK_ENDPOINTS", &eps)
-        .args(["run", &name, "--", "/nonexistent/command"])
+    let out = dlock_cmd(&c, &["run", &name, "--", "/nonexistent/command"])
         .output()
         .expect("dlock run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(127), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    let (code, v) = show(&c, &name);
-    assert_eq!(
-        (code, &v["held"]),
-        (1, &serde_json::Value::Bool(false)),
-        "{v}"
-    );
+    assert_free(&c, &name);
 
-    let out = Command::new(BIN)
-        .env("DLOCK_ENDPOINTS", &eps)
-        .args(["run", "", "--", "true"])
+    let out = dlock_cmd(&c, &["run", "", "--", "true"])
         .output()
         .expect("dlock run");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -795,9 +820,7 @@ fn list_shows_held_locks_under_a_prefix() {
     pgid_of(&mut holder);
     let mut waiter = Proc::dlock("list-waiter", &eps, &[&a, "--", "true"]);
     waiters_at_least(&c, &a, 1);
-    let out = Command::new(BIN)
-        .env("DLOCK_ENDPOINTS", &eps)
-        .args(["list", "--json", &prefix])
+    let out = dlock_cmd(&c, &["list", "--json", &prefix])
         .output()
         .expect("dlock list");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
