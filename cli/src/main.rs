@@ -124,7 +124,7 @@ fn main() {
                 .collect();
             let line = first.join(" ");
             let line = line.strip_prefix("error: ").unwrap_or(&line);
-            eprintln!("dlock: usage: {line} (dlock --help)");
+            say(format_args!("usage: {line} (dlock --help)"));
             std::process::exit(exit::USAGE);
         }
     };
@@ -136,10 +136,17 @@ fn main() {
     std::process::exit(match code {
         Ok(code) => code,
         Err(fail) => {
-            eprintln!("dlock: {}", fail.message);
+            say(format_args!("{}", fail.message));
             fail.code
         }
     });
+}
+
+/// Writes `dlock: WHAT` to stderr. Never panics (unlike `eprintln!`): a
+/// closed stderr must not end dlock while it supervises a process group.
+pub fn say(what: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "dlock: {what}");
 }
 
 /// The command after `--`, never empty (clap requires it).

@@ -215,7 +215,7 @@ struct Ended {
 
 impl Run<'_> {
     fn say(&self, what: std::fmt::Arguments<'_>) {
-        eprintln!("dlock: {}: {what}", self.args.name);
+        crate::say(format_args!("{}: {what}", self.args.name));
     }
 
     fn go(self, tx: Sender<Ev>) -> Result<i32, Fail> {
@@ -319,14 +319,32 @@ impl Run<'_> {
         let lease = self.lock.session().lease().unwrap_or_default();
         let key = format!("{}/{lease:x}", self.args.name);
         let (program, rest) = crate::split_command(&self.args.command);
-        let spawned = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .args(rest)
             .env("DLOCK_LOCK", &self.args.name)
             .env("DLOCK_TOKEN", token.0.to_string())
             .env("ETCD_LOCK_KEY", &key)
             .env("ETCD_LOCK_REV", token.0.to_string())
-            .process_group(0)
-            .spawn();
+            .process_group(0);
+        // If dlock itself dies (SIGKILL, a crash), the command's first
+        // process is killed with it: nobody would stop it at the fence.
+        let parent = std::process::id();
+        // SAFETY: between fork and exec the hook calls only prctl, getppid
+        // and reads errno, all async-signal-safe, and allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    // dlock died before the setting took: do not run.
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let spawned = command.spawn();
         let child = match spawned {
             Ok(c) => c,
             Err(e) => {

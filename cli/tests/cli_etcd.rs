@@ -624,6 +624,62 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
     }
 }
 
+/// dlock killed with SIGKILL cannot stop anything at a fence: the
+/// command's first process is killed with it (parent-death signal).
+#[test]
+fn the_command_dies_with_a_killed_dlock() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("kill9");
+    let mut p = Proc::dlock(
+        "kill9",
+        &c.members.join(","),
+        &[&name, "--", "sh", "-c", "echo pgid=$$; exec sleep 1000"],
+    );
+    let pgid = pgid_of(&mut p);
+    p.signal(libc::SIGKILL);
+    assert_eq!(p.exit(Duration::from_secs(5)), 128 + libc::SIGKILL);
+    pids_gone(&[pgid], Duration::from_secs(5));
+}
+
+/// dlock's stderr closed (`dlock run … 2>&1 | head -1`): its reports fail
+/// to write, and it still stops the group at the fence.
+#[test]
+fn a_closed_stderr_does_not_stop_the_fence() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("stderr");
+    let proxy = Proxy::start(c.member_addr(0));
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(FAST);
+    args.extend([
+        name.as_str(),
+        "--",
+        "sh",
+        "-c",
+        "echo pgid=$$; exec sleep 1000",
+    ]);
+    let mut child = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", proxy.url())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock run");
+    drop(child.stderr.take());
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("pgid line");
+    let pgid: i32 = line.trim()["pgid=".len()..].parse().expect("pgid");
+    proxy.set(Mode::Blackhole);
+    pids_gone(&[pgid], Duration::from_secs(10));
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(124), "{status:?}");
+}
+
 /// The command exits but leaves a background process in its group: that
 /// one is stopped too before the lock is released.
 #[test]
