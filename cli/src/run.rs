@@ -15,7 +15,15 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, State, Token};
-use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{
+    SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2, SIGWINCH,
+};
+
+/// Signals that end the run: forwarded to the group, and no restart after.
+const ENDING: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// Signals only forwarded to the group. SIGTSTP (^Z) stops the group, not
+/// dlock: a stopped dlock could not stop the group at the fence.
+const FORWARDED: [i32; 5] = [SIGTSTP, SIGCONT, SIGUSR1, SIGUSR2, SIGWINCH];
 
 use crate::exit::{self, Fail};
 use crate::{Conn, duration};
@@ -183,8 +191,16 @@ pub fn main(args: RunArgs) -> Result<i32, Fail> {
 }
 
 fn listen_to_signals(tx: Sender<Ev>) -> Result<(), Fail> {
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGCHLD])
+    let all = ENDING.iter().chain(&FORWARDED).chain(&[SIGCHLD]);
+    let mut signals = signal_hook::iterator::Signals::new(all)
         .map_err(|e| Fail::new(exit::OTHER, format!("cannot handle signals: {e}")))?;
+    // A write to the terminal from the background must not stop dlock
+    // either (`stty tostop`); CMD gets the default back (see `start`).
+    // SAFETY: setting a signal's disposition to ignored.
+    unsafe {
+        libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::signal(libc::SIGTTIN, libc::SIG_IGN);
+    }
     std::thread::Builder::new()
         .name("dlock-signals".into())
         .spawn(move || {
@@ -283,7 +299,7 @@ impl Run<'_> {
         loop {
             match self.rx.recv() {
                 Ok(Ev::Acquired(r)) => return r.map_err(Fail::from),
-                Ok(Ev::Signal(s)) if s != SIGCHLD => {
+                Ok(Ev::Signal(s)) if ENDING.contains(&s) => {
                     // Cancels the acquisition; the caller closes the session.
                     let _ = self.lock.release();
                     return Err(Fail::new(
@@ -305,7 +321,7 @@ impl Run<'_> {
                     self.say(format_args!("acquired again, token {token}"));
                     return Ok(token);
                 }
-                Ok(Ev::Signal(s)) if s != SIGCHLD => return Err(128 + s),
+                Ok(Ev::Signal(s)) if ENDING.contains(&s) => return Err(128 + s),
                 Ok(_) => {}
                 Err(_) => return Err(exit::OTHER),
             }
@@ -330,13 +346,16 @@ impl Run<'_> {
         // If dlock itself dies (SIGKILL, a crash), the command's first
         // process is killed with it: nobody would stop it at the fence.
         let parent = std::process::id();
-        // SAFETY: between fork and exec the hook calls only prctl, getppid
-        // and reads errno, all async-signal-safe, and allocates nothing.
+        // SAFETY: between fork and exec the hook calls only prctl, signal,
+        // getppid and reads errno, all async-signal-safe, and allocates
+        // nothing.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                libc::signal(libc::SIGTTIN, libc::SIG_DFL);
                 if libc::getppid() as u32 != parent {
                     // dlock died before the setting took: do not run.
                     return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
@@ -424,7 +443,7 @@ impl Run<'_> {
             }
             match self.rx.recv_timeout(wait) {
                 Ok(Ev::Signal(SIGCHLD)) | Err(RecvTimeoutError::Timeout) => {}
-                Ok(Ev::Signal(s)) => {
+                Ok(Ev::Signal(s)) if ENDING.contains(&s) => {
                     self.say(format_args!(
                         "signal {s}: forwarded to process group {pgid}"
                     ));
@@ -433,6 +452,19 @@ impl Run<'_> {
                     if frozen {
                         killpg(pgid, libc::SIGCONT);
                         frozen = false;
+                    }
+                }
+                Ok(Ev::Signal(s)) => {
+                    killpg(pgid, s);
+                    match s {
+                        SIGTSTP => {
+                            self.say(format_args!(
+                                "signal {s}: process group {pgid} stopped (the lock is kept)"
+                            ));
+                            frozen = true;
+                        }
+                        SIGCONT => frozen = false,
+                        _ => {}
                     }
                 }
                 Ok(Ev::Lock(LockEvent::Fence { token, .. }))

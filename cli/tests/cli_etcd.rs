@@ -624,6 +624,47 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
     }
 }
 
+/// SIGUSR1 is forwarded without ending the run; SIGTSTP (^Z) stops the
+/// group, not dlock, which keeps the lock; SIGTERM then ends both.
+#[test]
+fn user_signals_and_sigtstp_reach_the_group_only() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("tstp");
+    let mut p = Proc::dlock(
+        "tstp",
+        &c.members.join(","),
+        &[
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo usr1' USR1; echo pgid=$$; while :; do sleep 0.05; done",
+        ],
+    );
+    let pgid = pgid_of(&mut p);
+    p.signal(libc::SIGUSR1);
+    p.out_line(Duration::from_secs(5), |l| l == "usr1");
+    p.signal(libc::SIGTSTP);
+    p.err_line(Duration::from_secs(5), "stopped (the lock is kept)");
+    let end = Instant::now() + Duration::from_secs(5);
+    while !group(pgid).iter().all(|&(_, s)| s == 'T') {
+        assert!(Instant::now() < end, "not stopped: {:?}", group(pgid));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", p.child.id())).expect("dlock stat");
+    assert!(
+        !stat.rsplit_once(") ").unwrap().1.starts_with('T'),
+        "dlock stopped: {stat}"
+    );
+    let (code, _) = show(&c, &name);
+    assert_eq!(code, 0, "the lock is kept while the group is stopped");
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    assert_free(&c, &name);
+}
+
 /// dlock killed with SIGKILL cannot stop anything at a fence: the
 /// command's first process is killed with it (parent-death signal).
 #[test]
