@@ -346,13 +346,22 @@ impl Run<'_> {
         // If dlock itself dies (SIGKILL, a crash), the command's first
         // process is killed with it: nobody would stop it at the fence.
         let parent = std::process::id();
-        // SAFETY: between fork and exec the hook calls only prctl, signal,
-        // getppid and reads errno, all async-signal-safe, and allocates
-        // nothing.
+        // On a terminal where dlock is in the foreground, CMD's group takes
+        // the terminal (CMD may read it; ^C and ^Z go to the group), and
+        // dlock takes it back once the group is gone.
+        let tty = foreground_tty();
+        // SAFETY: between fork and exec the hook calls only prctl, setpgid,
+        // tcsetpgrp, signal, getpid, getppid and reads errno, all
+        // async-signal-safe, and allocates nothing.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if tty {
+                    // SIGTTOU is still ignored here (inherited from dlock).
+                    libc::setpgid(0, 0);
+                    libc::tcsetpgrp(0, libc::getpid());
                 }
                 libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 libc::signal(libc::SIGTTIN, libc::SIG_DFL);
@@ -382,7 +391,17 @@ impl Run<'_> {
         let pgid = child.id() as i32;
         // Reaped by hand (waitpid), with the orphans of the group.
         std::mem::forget(child);
-        Ok(self.supervise(permit, pgid))
+        if tty {
+            // The same from this side, whichever runs first (as shells do).
+            // SAFETY: plain syscall; dlock ignores SIGTTOU.
+            unsafe { libc::tcsetpgrp(0, pgid) };
+        }
+        let ended = self.supervise(permit, pgid);
+        if tty {
+            // SAFETY: as above.
+            unsafe { libc::tcsetpgrp(0, libc::getpgrp()) };
+        }
+        Ok(ended)
     }
 
     fn supervise(&self, permit: OwnedPermit, pgid: i32) -> Ended {
@@ -529,6 +548,12 @@ impl Run<'_> {
             interrupted,
         }
     }
+}
+
+/// Whether stdin is a terminal whose foreground process group is dlock's.
+fn foreground_tty() -> bool {
+    // SAFETY: plain syscalls on fd 0.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
 fn killpg(pgid: i32, sig: i32) {

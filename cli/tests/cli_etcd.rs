@@ -665,6 +665,48 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
     assert_free(&c, &name);
 }
 
+/// On a terminal (a pty from `script`), CMD's group takes the terminal
+/// and can read it; dlock takes it back after. Without that hand-over a
+/// read would stop CMD (SIGTTIN) for good.
+#[test]
+fn cmd_reads_the_terminal_dlock_runs_on() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("tty");
+    let inner = format!(
+        "{BIN} run {name} -- sh -c 'read a; echo got $a; exit 4'; echo dlock=$?; \
+         [ \"$(ps -o tpgid= -p $$)\" -eq \"$(ps -o pgid= -p $$)\" ] && echo terminal-back"
+    );
+    let mut child = Command::new("script")
+        .env("DLOCK_ENDPOINTS", c.members.join(","))
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux)");
+    let out = lines(child.stdout.take().unwrap(), None);
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"hello\n").expect("type");
+    let mut seen = Vec::new();
+    let end = Instant::now() + Duration::from_secs(20);
+    while !seen.iter().any(|l: &String| l.trim() == "terminal-back") {
+        let left = end.saturating_duration_since(Instant::now());
+        match out.recv_timeout(left) {
+            Ok((_, l)) => seen.push(l),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("no terminal-back within 20 s: {seen:?}");
+            }
+        }
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let seen: Vec<&str> = seen.iter().map(|l| l.trim()).collect();
+    assert!(seen.contains(&"got hello"), "{seen:?}");
+    assert!(seen.contains(&"dlock=4"), "{seen:?}");
+}
+
 /// dlock killed with SIGKILL cannot stop anything at a fence: the
 /// command's first process is killed with it (parent-death signal).
 #[test]
