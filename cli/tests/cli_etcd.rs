@@ -707,6 +707,53 @@ fn cmd_reads_the_terminal_dlock_runs_on() {
     assert!(seen.contains(&"dlock=4"), "{seen:?}");
 }
 
+/// examples/cli/guarded-put.sh: a put under the run's token commits; the
+/// same token after the run (lock released) is refused by etcd.
+#[test]
+fn the_guarded_put_example_writes_only_under_a_held_token() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("guarded");
+    let key = format!("{name}-data");
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/cli/guarded-put.sh"
+    );
+    let script = format!("{example} {key} v1 && echo token $ETCD_LOCK_KEY $ETCD_LOCK_REV");
+    let out = dlock_cmd(&c, &["run", &name, "--", "sh", "-c", &script])
+        .output()
+        .expect("dlock run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("token "))
+        .expect("token line");
+    let f: Vec<&str> = line.split(' ').collect();
+    assert_eq!(c.etcdctl(&["get", &key, "--print-value-only"]).trim(), "v1");
+
+    let stale = Command::new(example)
+        .env("DLOCK_ENDPOINTS", c.members.join(","))
+        .env("ETCD_LOCK_KEY", f[1])
+        .env("ETCD_LOCK_REV", f[2])
+        .args([key.as_str(), "v2"])
+        .output()
+        .expect("guarded-put.sh");
+    assert_eq!(
+        stale.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&stale.stdout)
+    );
+    assert_eq!(c.etcdctl(&["get", &key, "--print-value-only"]).trim(), "v1");
+}
+
 /// dlock killed with SIGKILL cannot stop anything at a fence: the
 /// command's first process is killed with it (parent-death signal).
 #[test]
