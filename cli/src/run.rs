@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, State, Token};
+use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, Refused, State, Token};
 use signal_hook::consts::{
     SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2, SIGWINCH,
 };
@@ -238,17 +238,32 @@ impl Run<'_> {
         let mut token = self.acquire(tx)?;
         let mut restarts = 0u32;
         loop {
-            let ended = match self.lock.permit_owned() {
-                Ok(permit) => self.start(permit)?,
-                // Lost between the acquisition and here: nothing ran.
-                Err(refused) => {
-                    self.say(format_args!("{refused}: not starting the command"));
-                    Ended {
-                        status: 0,
-                        fenced: true,
-                        interrupted: None,
+            let permit = loop {
+                match self.lock.permit_owned() {
+                    Ok(permit) => break Some(permit),
+                    // A keepalive failed right after the acquisition: the
+                    // command starts once one is confirmed (or never).
+                    Err(Refused::Draining) => {
+                        match self.rx.recv_timeout(Duration::from_millis(100)) {
+                            Ok(Ev::Signal(s)) if ENDING.contains(&s) => return Ok(128 + s),
+                            Err(RecvTimeoutError::Disconnected) => return Ok(exit::OTHER),
+                            _ => {}
+                        }
+                    }
+                    // Lost between the acquisition and here: nothing ran.
+                    Err(refused) => {
+                        self.say(format_args!("{refused}: not starting the command"));
+                        break None;
                     }
                 }
+            };
+            let ended = match permit {
+                Some(permit) => self.start(permit)?,
+                None => Ended {
+                    status: 0,
+                    fenced: true,
+                    interrupted: None,
+                },
             };
             if !ended.fenced {
                 return Ok(status_code(ended.status));
