@@ -426,7 +426,11 @@ impl Run<'_> {
         let mut leader: Option<i32> = None;
         let mut kill_at: Option<Instant> = None;
         let mut stopping = false;
+        // Stopped (SIGSTOP at a drain, or a forwarded SIGTSTP): a signal
+        // that ends the run is followed by SIGCONT. `drain_frozen`: by
+        // --on-drain=stop, thawed at the resume.
         let mut frozen = false;
+        let mut drain_frozen = false;
         let stop = |why: std::fmt::Arguments<'_>, kill_at: &mut Option<Instant>| {
             self.say(format_args!("{why}: SIGTERM to process group {pgid}"));
             killpg(pgid, libc::SIGTERM);
@@ -520,6 +524,7 @@ impl Run<'_> {
                             ));
                             killpg(pgid, libc::SIGSTOP);
                             frozen = true;
+                            drain_frozen = true;
                         }
                         (State::Draining, OnDrain::Signal(s)) => {
                             self.say(format_args!(
@@ -535,10 +540,11 @@ impl Run<'_> {
                             ));
                         }
                         (State::Holding, _) if change.from == State::Draining => {
-                            if frozen {
+                            if drain_frozen {
                                 self.say(format_args!("resumed: SIGCONT to process group {pgid}"));
                                 killpg(pgid, libc::SIGCONT);
                                 frozen = false;
+                                drain_frozen = false;
                             } else {
                                 self.say(format_args!("resumed"));
                             }
