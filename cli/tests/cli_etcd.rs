@@ -761,6 +761,57 @@ fn the_guarded_put_example_writes_only_under_a_held_token() {
     assert_eq!(c.etcdctl(&["get", &key, "--print-value-only"]).trim(), "v1");
 }
 
+/// The TLS member (client certificate and user auth): `dlock run` from
+/// flags, `dlock show` from the `DLOCK_*` variables, the same holder.
+#[test]
+fn tls_and_auth_from_flags_and_from_the_environment() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("tls");
+    let (ca, cert, key) = (
+        c.ca.display().to_string(),
+        c.cert.display().to_string(),
+        c.key.display().to_string(),
+    );
+    let mut holder = Proc::spawn(
+        "tls",
+        Command::new(BIN)
+            .env_remove("DLOCK_ENDPOINTS")
+            .env("DLOCK_PASSWORD", &c.password)
+            .args(["run", "--endpoints", &c.tls_endpoint, "--ca-file", &ca])
+            .args(["--cert-file", &cert, "--key-file", &key, "--user", &c.user])
+            .args([
+                &name,
+                "--",
+                "sh",
+                "-c",
+                "echo pgid=$$ key=$ETCD_LOCK_KEY; exec sleep 1000",
+            ]),
+    );
+    let (_, line) = holder.out_line(Duration::from_secs(20), |l| l.starts_with("pgid="));
+    let held_key = line.split(" key=").nth(1).expect("key").to_owned();
+    holder.group = line["pgid=".len()..]
+        .split(' ')
+        .next()
+        .and_then(|g| g.parse().ok());
+    let out = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", &c.tls_endpoint)
+        .env("DLOCK_CA_FILE", &ca)
+        .env("DLOCK_CERT_FILE", &cert)
+        .env("DLOCK_KEY_FILE", &key)
+        .env("DLOCK_USER", &c.user)
+        .env("DLOCK_PASSWORD", &c.password)
+        .args(["show", "--json", &name])
+        .output()
+        .expect("dlock show");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["holder"]["key"].as_str(), Some(held_key.as_str()), "{v}");
+    holder.signal(libc::SIGTERM);
+    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+}
+
 /// dlock killed with SIGKILL cannot stop anything at a fence: the
 /// command's first process is killed with it (parent-death signal).
 #[test]
