@@ -812,6 +812,46 @@ fn tls_and_auth_from_flags_and_from_the_environment() {
     assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
 }
 
+/// An operator deletes the lock key: the lock is free at once, so the
+/// fence (lock_lost) stops the group at once, without waiting for a
+/// deadline; exit 124.
+#[test]
+fn a_deleted_key_stops_the_group_at_once() {
+    let Some(c) = etcd_cluster::cluster() else {
+        return;
+    };
+    let name = unique("del");
+    let mut holder = Proc::dlock(
+        "del",
+        &c.members.join(","),
+        &[
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo pgid=$$ key=$ETCD_LOCK_KEY; exec sleep 1000",
+        ],
+    );
+    let (_, line) = holder.out_line(Duration::from_secs(20), |l| l.starts_with("pgid="));
+    let key = line.split(" key=").nth(1).expect("key").to_owned();
+    let pgid: i32 = line["pgid=".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    holder.group = Some(pgid);
+    let t_del = Instant::now();
+    c.etcdctl(&["del", &key]);
+    let t_gone = pids_gone(&[pgid], Duration::from_secs(5));
+    assert!(
+        t_gone - t_del < Duration::from_secs(2),
+        "gone {:?} after the delete",
+        t_gone - t_del
+    );
+    assert_eq!(holder.exit(Duration::from_secs(10)), 124);
+}
+
 /// dlock killed with SIGKILL cannot stop anything at a fence: the
 /// command's first process is killed with it (parent-death signal).
 #[test]
