@@ -57,10 +57,10 @@ pub struct Conn {
     /// etcd user; the password is read from DLOCK_PASSWORD only [env: DLOCK_USER]
     #[arg(long)]
     user: Option<String>,
-    /// Time to open a connection to one member, e.g. 2s [env: DLOCK_CONNECT_TIMEOUT_MS]
+    /// Time to open a connection to one member, e.g. 2s [env: DLOCK_CONNECT_TIMEOUT_MS, in ms]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     connect_timeout: Option<Duration>,
-    /// Time for one request, e.g. 3s [env: DLOCK_REQUEST_TIMEOUT_MS]
+    /// Time for one request, e.g. 3s [env: DLOCK_REQUEST_TIMEOUT_MS, in ms]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     request_timeout: Option<Duration>,
 }
