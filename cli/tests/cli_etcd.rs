@@ -423,7 +423,12 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
     let mut failures = Vec::new();
     for run in 0..n {
         let name = unique("cut");
-        let proxy = Proxy::start(c.member_addr(0));
+        // The holder reaches every member through a proxy of its own, all
+        // switched to the fault together (as the core's fault tests do).
+        let proxies: Vec<Proxy> = (0..c.members.len())
+            .map(|i| Proxy::start(c.member_addr(i)))
+            .collect();
+        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
         let ignores_term = run % 2 == 1;
         let script = if ignores_term {
             "trap '' TERM; echo pgid=$$; sleep 1000 & sleep 1000 & echo started; wait"
@@ -432,7 +437,7 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
         };
         let mut args: Vec<&str> = FAST.to_vec();
         args.extend([name.as_str(), "--", "sh", "-c", script]);
-        let mut holder = Proc::dlock("holder", &proxy.url(), &args);
+        let mut holder = Proc::dlock("holder", &urls.join(","), &args);
         let pgid = pgid_of(&mut holder);
         holder.out_line(Duration::from_secs(5), |l| l == "started");
         group_has(pgid, 3);
@@ -452,7 +457,9 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
         };
         waiters_at_least(&c, &name, 1);
 
-        proxy.set(mode);
+        for p in &proxies {
+            p.set(mode);
+        }
         let (t_term, _) = holder.err_line(Duration::from_secs(10), "SIGTERM to process group");
         let t_gone = pids_gone(&pids, Duration::from_secs(5));
         let (t_acq, line) = contender.out_line(Duration::from_secs(15), |_| true);
