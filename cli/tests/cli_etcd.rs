@@ -917,7 +917,6 @@ fn leftovers_of_the_group_are_stopped_before_the_release() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
-    let eps = c.members.join(",");
     let name = unique("left");
     let mut p = run_sh(&c, "left", &name, "echo pgid=$$; sleep 1000 & exit 5");
     let pgid = pgid_of(&mut p);
@@ -983,7 +982,6 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
     let Some(c) = etcd_cluster::cluster() else {
         return;
     };
-    let eps = c.members.join(",");
     let name = unique("interop");
     let run = |args: &[&str]| -> i32 {
         dlock_cmd(&c, &[&["run"], args].concat())
