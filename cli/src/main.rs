@@ -107,6 +107,15 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 }
 
 fn main() {
+    // The core's log (tracing), for an operator who asks: DLOCK_LOG=debug,
+    // or any filter such as `dlock=debug`.
+    if let Ok(filter) = std::env::var("DLOCK_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
