@@ -341,6 +341,18 @@ fn assert_free(c: &Cluster, name: &str) {
     );
 }
 
+/// The cluster and a fresh lock name; `None`: skipped (no cluster).
+fn setup(what: &str) -> Option<(Cluster, String)> {
+    Some((etcd_cluster::cluster()?, unique(what)))
+}
+
+/// SIGTERM to dlock, forwarded: the command dies of it, so does dlock's
+/// status (128 + 15).
+fn terminate(p: &mut Proc) {
+    p.signal(libc::SIGTERM);
+    assert_eq!(p.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+}
+
 /// `dlock run NAME -- sh -c SCRIPT` against the members.
 fn run_sh(c: &Cluster, what: &str, name: &str, script: &str) -> Proc {
     Proc::dlock(
@@ -509,10 +521,9 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
 /// dlock is forwarded and the exit status is the child's (128 + 15).
 #[test]
 fn blip_freezes_and_thaws_the_group_and_keeps_it() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("blip") else {
         return;
     };
-    let name = unique("blip");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = BLIP.to_vec();
     args.extend([
@@ -552,8 +563,7 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
         holder.seen_err
     );
 
-    holder.signal(libc::SIGTERM);
-    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    terminate(&mut holder);
     group_gone(pgid, Duration::from_secs(2));
     assert_free(&c, &name);
 }
@@ -562,10 +572,9 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
 /// drain, the lock is kept (no fence) and the command goes on.
 #[test]
 fn blip_with_a_drain_signal_keeps_the_lock() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("blip-usr1") else {
         return;
     };
-    let name = unique("blip-usr1");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = BLIP.to_vec();
     args.extend(["--on-drain", "USR1", name.as_str(), "--", "sh", "-c"]);
@@ -592,8 +601,7 @@ fn blip_with_a_drain_signal_keeps_the_lock() {
         "fenced by a blip: {:?}",
         holder.seen_err
     );
-    holder.signal(libc::SIGTERM);
-    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    terminate(&mut holder);
     assert_free(&c, &name);
 }
 
@@ -649,10 +657,9 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
 /// group, not dlock, which keeps the lock; SIGTERM then ends both.
 #[test]
 fn user_signals_and_sigtstp_reach_the_group_only() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("tstp") else {
         return;
     };
-    let name = unique("tstp");
     let mut p = run_sh(
         &c,
         "tstp",
@@ -678,8 +685,7 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
     );
     let (code, _) = show(&c, &name);
     assert_eq!(code, 0, "the lock is kept while the group is stopped");
-    p.signal(libc::SIGTERM);
-    assert_eq!(p.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    terminate(&mut p);
     assert_free(&c, &name);
 }
 
@@ -688,10 +694,9 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
 /// read would stop CMD (SIGTTIN) for good.
 #[test]
 fn cmd_reads_the_terminal_dlock_runs_on() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("tty") else {
         return;
     };
-    let name = unique("tty");
     let inner = format!(
         "{BIN} run {name} -- sh -c 'read a; echo got $a; exit 4'; echo dlock=$?; \
          [ \"$(ps -o tpgid= -p $$)\" -eq \"$(ps -o pgid= -p $$)\" ] && echo terminal-back"
@@ -729,10 +734,9 @@ fn cmd_reads_the_terminal_dlock_runs_on() {
 /// same token after the run (lock released) is refused by etcd.
 #[test]
 fn the_guarded_put_example_writes_only_under_a_held_token() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("guarded") else {
         return;
     };
-    let name = unique("guarded");
     let key = format!("{name}-data");
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -776,10 +780,9 @@ fn the_guarded_put_example_writes_only_under_a_held_token() {
 /// flags, `dlock show` from the `DLOCK_*` variables, the same holder.
 #[test]
 fn tls_and_auth_from_flags_and_from_the_environment() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("tls") else {
         return;
     };
-    let name = unique("tls");
     let (ca, cert, key) = (
         c.ca.display().to_string(),
         c.cert.display().to_string(),
@@ -819,8 +822,7 @@ fn tls_and_auth_from_flags_and_from_the_environment() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(v["holder"]["key"].as_str(), Some(held_key.as_str()), "{v}");
-    holder.signal(libc::SIGTERM);
-    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    terminate(&mut holder);
 }
 
 /// An operator deletes the lock key: the lock is free at once, so the
@@ -828,10 +830,9 @@ fn tls_and_auth_from_flags_and_from_the_environment() {
 /// deadline; exit 124.
 #[test]
 fn a_deleted_key_stops_the_group_at_once() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("del") else {
         return;
     };
-    let name = unique("del");
     let mut holder = run_sh(
         &c,
         "del",
@@ -862,10 +863,9 @@ fn a_deleted_key_stops_the_group_at_once() {
 /// command's first process is killed with it (parent-death signal).
 #[test]
 fn the_command_dies_with_a_killed_dlock() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("kill9") else {
         return;
     };
-    let name = unique("kill9");
     let mut p = run_sh(&c, "kill9", &name, "echo pgid=$$; exec sleep 1000");
     let pgid = pgid_of(&mut p);
     p.signal(libc::SIGKILL);
@@ -877,10 +877,9 @@ fn the_command_dies_with_a_killed_dlock() {
 /// to write, and it still stops the group at the fence.
 #[test]
 fn a_closed_stderr_does_not_stop_the_fence() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("stderr") else {
         return;
     };
-    let name = unique("stderr");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = vec!["run"];
     args.extend(FAST);
@@ -914,10 +913,9 @@ fn a_closed_stderr_does_not_stop_the_fence() {
 /// one is stopped too before the lock is released.
 #[test]
 fn leftovers_of_the_group_are_stopped_before_the_release() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("left") else {
         return;
     };
-    let name = unique("left");
     let mut p = run_sh(&c, "left", &name, "echo pgid=$$; sleep 1000 & exit 5");
     let pgid = pgid_of(&mut p);
     p.err_line(Duration::from_secs(10), "stopping what is left");
@@ -930,10 +928,9 @@ fn leftovers_of_the_group_are_stopped_before_the_release() {
 /// ends the second fence with exit 124.
 #[test]
 fn restart_gives_the_new_child_a_higher_token() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("restart") else {
         return;
     };
-    let name = unique("restart");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend([
@@ -979,10 +976,9 @@ fn restart_gives_the_new_child_a_higher_token() {
 /// token `dlock show` reports; `--try` is 120, `--timeout` 121.
 #[test]
 fn etcdctl_lock_and_dlock_run_exclude_each_other() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("interop") else {
         return;
     };
-    let name = unique("interop");
     let run = |args: &[&str]| -> i32 {
         dlock_cmd(&c, &[&["run"], args].concat())
             .status()
@@ -1042,8 +1038,7 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
     assert!(v["holder"]["ttl_left_s"].as_i64() > Some(0), "{v}");
     // Nothing can release the lock before this signal.
     let t_released = Instant::now();
-    holder.signal(libc::SIGTERM);
-    assert_eq!(holder.exit(Duration::from_secs(10)), 128 + libc::SIGTERM);
+    terminate(&mut holder);
     let (t_got, got) = ctl.out_line(Duration::from_secs(10), |l| l.starts_with("got "));
     assert!(t_got > t_released, "etcdctl acquired while dlock held");
     assert!(got.starts_with(&format!("got {name}/")), "{got}");
@@ -1055,10 +1050,9 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
 /// free at once; an empty name is the core's invalid_argument.
 #[test]
 fn bad_input_leaves_no_lock_held() {
-    let Some(c) = etcd_cluster::cluster() else {
+    let Some((c, name)) = setup("bad") else {
         return;
     };
-    let name = unique("bad");
     let out = dlock_cmd(&c, &["run", &name, "--", "/nonexistent/command"])
         .output()
         .expect("dlock run");
