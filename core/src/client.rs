@@ -439,7 +439,9 @@ impl Session {
     /// Releases every lock of the session and revokes its lease (one
     /// request deletes every key); returns once revoked, or after a
     /// keepalive timeout if the service does not answer (the revoke goes on
-    /// in the background until it does). The session's locks stay usable
+    /// in the background until it does). With no lease of its own left (a
+    /// fence), it waits the same way for a fenced lease's revoke already
+    /// under way. The session's locks stay usable
     /// as handles but refuse to acquire again, and the session makes no new
     /// lock ([`Error::Released`]). The client's default session closes only
     /// with its client: closing it is [`Error::InvalidArgument`].

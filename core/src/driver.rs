@@ -217,6 +217,8 @@ pub(crate) fn spawn_session(
         tokens: HashMap::new(),
         watch: None,
         closes: Vec::new(),
+        revoking: Vec::new(),
+        deferred: Vec::new(),
         publish_acks: Vec::new(),
         release_check: Vec::new(),
         touched: BTreeSet::new(),
@@ -313,6 +315,14 @@ struct SessionTask {
     watch: Option<(LeaseId, Box<dyn KeyWatch>)>,
     /// `Session::close` calls waiting for the revoke.
     closes: Vec<Reply<()>>,
+    /// Revokes on their first try, with the closes they answer. A close
+    /// that finds no lease of its own (a fenced lease's revoke already
+    /// sent, once its work ended) waits for the latest of them, so a
+    /// process that exits once closed does not cut that revoke off.
+    revoking: Vec<RevokeWaiters>,
+    /// Closes that came while a fenced lease's revoke was held back: the
+    /// next revoke answers them, or a keepalive timeout does.
+    deferred: Vec<RevokeWaiters>,
     /// Dropped handles, answered once their release is published.
     publish_acks: Vec<Reply<()>>,
     /// Locks with `release()` calls to answer unless a delete took them.
@@ -773,8 +783,32 @@ impl SessionTask {
         }
         if !self.closes.is_empty() && self.machine.lease().is_none() {
             // Closed with no lease to revoke (or its revoke already sent:
-            // the revoke's own task answered what it took).
-            finish(std::mem::take(&mut self.closes));
+            // the revoke's own task answered what it took): answered by a
+            // fenced lease's revoke still held back, or the latest revoke
+            // still on its first try, or now. So a process that exits once
+            // closed right after a fence does not cut that revoke off.
+            let closes = std::mem::take(&mut self.closes);
+            self.revoking.retain(|w| waiters(w).is_some());
+            if self.machine.held_revokes() > 0 {
+                // A fenced lease's revoke waits for its work (§11 a): the
+                // close waits for it, at most a keepalive timeout.
+                let w: RevokeWaiters = Arc::new(std::sync::Mutex::new(Some(closes)));
+                self.deferred.push(w.clone());
+                let t = self.opts.keepalive_timeout;
+                runtime().spawn(async move {
+                    tokio::time::sleep(t).await;
+                    if let Some(closes) = waiters(&w).take() {
+                        finish(closes);
+                    }
+                });
+            } else if let Some(w) = self.revoking.last() {
+                match waiters(w).as_mut() {
+                    Some(waiting) => waiting.extend(closes),
+                    None => finish(closes),
+                }
+            } else {
+                finish(closes);
+            }
         }
     }
 
@@ -929,13 +963,21 @@ impl SessionTask {
     /// leases with a fresh TTL when it comes back).
     fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
         // A lock's own release waits for its key's delete, not a revoke.
-        let mut done = std::mem::take(&mut self.closes);
+        let mut first = std::mem::take(&mut self.closes);
+        for w in self.deferred.drain(..) {
+            first.extend(waiters(&w).take().unwrap_or_default());
+        }
+        let done: RevokeWaiters = Arc::new(std::sync::Mutex::new(Some(first)));
+        self.revoking.retain(|w| waiters(w).is_some());
+        self.revoking.push(done.clone());
         let b = self.backend.clone();
         let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
         async move {
             loop {
                 let r = tokio::time::timeout(wait_for, b.revoke(lease)).await;
-                finish(std::mem::take(&mut done));
+                if let Some(closes) = waiters(&done).take() {
+                    finish(closes);
+                }
                 match r {
                     Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => return,
                     Ok(Err(e)) => tracing::debug!(lease, error = %e, "revoke failed; trying again"),
@@ -971,6 +1013,14 @@ impl Drop for SessionTask {
             }
         }
     }
+}
+
+/// The `Session::close` calls a revoke answers after its first try;
+/// `None` once it did.
+type RevokeWaiters = Arc<std::sync::Mutex<Option<Vec<Reply<()>>>>>;
+
+fn waiters(w: &RevokeWaiters) -> std::sync::MutexGuard<'_, Option<Vec<Reply<()>>>> {
+    w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn finish(done: Vec<Reply<()>>) {

@@ -765,6 +765,12 @@ impl Holder {
         self.lease
     }
 
+    /// Fenced leases whose revoke is held until their tokens' `on_fence`
+    /// returned and work ended (§11 a).
+    pub fn held_revokes(&self) -> usize {
+        self.held.len()
+    }
+
     /// The locks of the session, in the order they were added.
     pub fn locks(&self) -> impl Iterator<Item = LockId> + '_ {
         self.locks.keys().copied()

@@ -52,12 +52,7 @@ fn options() -> Options {
 }
 
 fn runs() -> usize {
-    std::env::var("DLOCK_FAULT_RUNS").map_or(3, |s| {
-        s.parse()
-            .ok()
-            .filter(|&n| n > 0)
-            .expect("DLOCK_FAULT_RUNS is a count > 0")
-    })
+    etcd_cluster::fault_runs()
 }
 
 /// Cases that disturb the cluster itself (a member killed or paused) run

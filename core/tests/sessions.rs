@@ -265,3 +265,70 @@ fn many_locks_acquire_and_release_quickly_on_one_lease() {
     assert_eq!(c.default_session().lease(), Some(lease), "no new lease");
     eprintln!("200 acquire+release cycles: {:?}", start.elapsed());
 }
+
+/// A fenced lease is revoked once its last permit ends (§11 a). A
+/// `Session::close` right after the fence finds no lease of its own, and
+/// returns only once that revoke was answered (within a keepalive timeout
+/// or two), whether the permit ended before the close or during it: so a
+/// process that exits once closed (the `dlock` command after a fence) does
+/// not cut the revoke off and leave the lock blocked until the lease
+/// expires.
+#[test]
+fn closing_right_after_a_fence_waits_for_the_fenced_leases_revoke() {
+    close_after_fence(false);
+}
+
+#[test]
+fn closing_before_the_fenced_work_ends_waits_for_the_revoke_too() {
+    close_after_fence(true);
+}
+
+fn close_after_fence(close_first: bool) {
+    let service = MemoryService::new();
+    service.freeze_expiry(true); // the lease lives until revoked
+    let c = client(&service);
+    let s = c
+        .session(Options {
+            ttl: ms(4000),
+            keepalive_interval: ms(1000),
+            keepalive_timeout: ms(900),
+            retry_interval: ms(200),
+            margin: ms(1000),
+            reacquire: false,
+        })
+        .unwrap();
+    let l = s.lock("sessions/close-after-fence").unwrap();
+    l.acquire(ms(2000)).unwrap();
+    let lease = s.lease().unwrap();
+    let mut permit = Some(l.permit_owned().unwrap());
+    let link = c.link().expect("embedded").clone();
+    // Keepalives reach the service, their replies are lost: the holder
+    // fences at its deadline while the service keeps the lease.
+    link.drop_keepalive_replies(true);
+    assert!(eventually(ms(6000), || l.state() == State::Fenced));
+    assert!(service.lease_alive(lease));
+    // The revoke, sent once the permit ends, waits in the partition.
+    link.partition();
+    if !close_first {
+        drop(permit.take());
+    }
+    let closing = std::thread::spawn(move || {
+        s.close().unwrap();
+        Instant::now()
+    });
+    std::thread::sleep(ms(50));
+    if close_first {
+        // The work ends while close waits: the revoke goes then.
+        drop(permit.take());
+    }
+    std::thread::sleep(ms(50));
+    let healed = Instant::now();
+    link.heal();
+    let closed = closing.join().unwrap();
+    assert!(
+        closed >= healed,
+        "close returned {:?} before the fenced lease's revoke could be answered",
+        healed - closed
+    );
+    assert!(!service.lease_alive(lease), "revoked when close returned");
+}

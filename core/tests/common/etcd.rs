@@ -216,3 +216,13 @@ fn run_etcdctl(conn: &[&str], args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// How many times each fault case runs: `DLOCK_FAULT_RUNS` (default 3).
+pub fn fault_runs() -> usize {
+    std::env::var("DLOCK_FAULT_RUNS").map_or(3, |s| {
+        s.parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("DLOCK_FAULT_RUNS is a count > 0")
+    })
+}

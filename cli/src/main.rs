@@ -1,0 +1,164 @@
+//! `dlock`: run a command under a distributed lock, and stop its whole
+//! process group before the lock can be given to anyone else.
+//!
+//! The lock, its deadline and its fence are the core's (crate `dlock`);
+//! this binary turns them into signals to a process group. Guide:
+//! `docs/cli.md`.
+
+mod exit;
+mod run;
+mod show;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use exit::Fail;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dlock",
+    version,
+    about = "Run a command under a distributed lock (etcd); stop its whole process group before the lock can move on",
+    after_help = "Exit codes: docs/cli.md (the command's own status, 128+n for a signal; 2 usage, 120 held (--try), 121 timeout, 122 lock service, 123 invalid option or name, 124 fenced, 125 other, 126 cannot execute, 127 not found)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Acquire NAME, run CMD in a process group of its own, stop the group at the fence.
+    Run(run::RunArgs),
+    /// Who holds NAME (key, token, lease, TTL left) and who waits.
+    Show(show::ShowArgs),
+    /// Every lock under PREFIX with its holder and number of waiters.
+    List(show::ListArgs),
+}
+
+/// Where the lock service is: each flag overrides its `DLOCK_*` variable
+/// (read by the core's `EtcdConfig::from_vars`, as the library does).
+#[derive(Args, Debug, Clone, Default)]
+pub struct Conn {
+    /// etcd endpoints, comma-separated `host:port` or `http(s)://host:port` [env: DLOCK_ENDPOINTS]
+    #[arg(long, value_name = "LIST")]
+    endpoints: Option<String>,
+    /// CA certificate (PEM); turns TLS on [env: DLOCK_CA_FILE]
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<String>,
+    /// Client certificate (PEM) for mutual TLS [env: DLOCK_CERT_FILE]
+    #[arg(long, value_name = "PATH")]
+    cert_file: Option<String>,
+    /// Client key (PEM) for mutual TLS [env: DLOCK_KEY_FILE]
+    #[arg(long, value_name = "PATH")]
+    key_file: Option<String>,
+    /// etcd user; the password is read from DLOCK_PASSWORD only [env: DLOCK_USER]
+    #[arg(long)]
+    user: Option<String>,
+    /// Time to open a connection to one member, e.g. 2s [env: DLOCK_CONNECT_TIMEOUT_MS, in ms]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    connect_timeout: Option<Duration>,
+    /// Time for one request, e.g. 3s [env: DLOCK_REQUEST_TIMEOUT_MS, in ms]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    request_timeout: Option<Duration>,
+}
+
+impl Conn {
+    /// The etcd configuration: the flags over the `DLOCK_*` environment.
+    pub fn etcd(&self) -> Result<dlock::EtcdConfig, Fail> {
+        let ms = |d: &Option<Duration>| d.map(|d| d.as_millis().to_string());
+        let flags = [
+            ("DLOCK_ENDPOINTS", self.endpoints.clone()),
+            ("DLOCK_CA_FILE", self.ca_file.clone()),
+            ("DLOCK_CERT_FILE", self.cert_file.clone()),
+            ("DLOCK_KEY_FILE", self.key_file.clone()),
+            ("DLOCK_USER", self.user.clone()),
+            ("DLOCK_CONNECT_TIMEOUT_MS", ms(&self.connect_timeout)),
+            ("DLOCK_REQUEST_TIMEOUT_MS", ms(&self.request_timeout)),
+        ];
+        let config = dlock::EtcdConfig::from_vars(|name| {
+            if let Some((_, Some(v))) = flags.iter().find(|(n, _)| *n == name) {
+                return Ok(Some(v.clone()));
+            }
+            match std::env::var(name) {
+                Ok(v) => Ok(Some(v)),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(std::env::VarError::NotUnicode(_)) => Err(dlock::Error::InvalidArgument(
+                    format!("{name} is not valid UTF-8"),
+                )),
+            }
+        })
+        .map_err(Fail::from)?;
+        config.ok_or_else(|| {
+            Fail::new(
+                exit::INVALID,
+                "invalid_argument: no lock service: set DLOCK_ENDPOINTS or --endpoints",
+            )
+        })
+    }
+}
+
+/// A duration with its unit: `6s`, `500ms`, `1m 30s`.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("`{s}`: {e} (a duration with its unit, e.g. 6s or 500ms)"))
+}
+
+fn main() {
+    // The core's log (tracing), for an operator who asks: DLOCK_LOG=debug,
+    // or any filter such as `dlock=debug`.
+    if let Ok(filter) = std::env::var("DLOCK_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
+            if matches!(e.kind(), DisplayHelp | DisplayVersion) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            // One line: clap's first, without its usage block.
+            let text = e.render().to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let line = first.join(" ");
+            let line = line.strip_prefix("error: ").unwrap_or(&line);
+            say(format_args!("usage: {line} (dlock --help)"));
+            std::process::exit(exit::USAGE);
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::Run(args) => run::main(args),
+        Cmd::Show(args) => show::show(args),
+        Cmd::List(args) => show::list(args),
+    };
+    std::process::exit(match code {
+        Ok(code) => code,
+        Err(fail) => {
+            say(format_args!("{}", fail.message));
+            fail.code
+        }
+    });
+}
+
+/// Writes `dlock: WHAT` to stderr. Never panics (unlike `eprintln!`): a
+/// closed stderr must not end dlock while it supervises a process group.
+pub fn say(what: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "dlock: {what}");
+}
+
+/// The command after `--`, never empty (clap requires it).
+pub fn split_command(command: &[OsString]) -> (&OsString, &[OsString]) {
+    (&command[0], &command[1..])
+}

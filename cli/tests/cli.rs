@@ -1,0 +1,148 @@
+//! Bad input that needs no lock service: each is one line on stderr and a
+//! documented exit code (docs/cli.md).
+
+use std::process::Command;
+
+fn dlock(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(args)
+        .env_remove("DLOCK_ENDPOINTS")
+        .output()
+        .expect("run dlock");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().expect("exited"), stderr)
+}
+
+fn one_line_error(args: &[&str], code: i32, needle: &str) {
+    let (got, stderr) = dlock(args);
+    assert_eq!(got, code, "dlock {args:?}: {stderr}");
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "dlock {args:?}: not one line: {stderr}"
+    );
+    assert!(stderr.starts_with("dlock: "), "{stderr}");
+    assert!(
+        stderr.contains(needle),
+        "dlock {args:?}: {stderr:?} lacks {needle:?}"
+    );
+}
+
+#[test]
+fn usage_errors_are_one_line_and_exit_2() {
+    one_line_error(
+        &["run", "jobs", "sleep", "1"],
+        2,
+        "unexpected argument 'sleep'",
+    );
+    one_line_error(&["run", "jobs"], 2, "<CMD>");
+    one_line_error(&["run", "jobs", "--"], 2, "<CMD>");
+    one_line_error(&["run", "--bogus", "jobs", "--", "true"], 2, "--bogus");
+    one_line_error(
+        &["run", "--ttl", "5", "jobs", "--", "true"],
+        2,
+        "time unit needed",
+    );
+    one_line_error(
+        &["run", "--on-drain", "freeze", "jobs", "--", "true"],
+        2,
+        "expected none, stop or a signal",
+    );
+    one_line_error(
+        &["run", "--try", "--timeout", "1s", "jobs", "--", "true"],
+        2,
+        "cannot be used with",
+    );
+    one_line_error(
+        &["run", "--restart-limit", "2", "jobs", "--", "true"],
+        2,
+        "--restart",
+    );
+    one_line_error(&["frobnicate"], 2, "unrecognized subcommand");
+}
+
+#[test]
+fn a_grace_that_does_not_fit_inside_the_margin_is_refused() {
+    one_line_error(
+        &[
+            "run",
+            "--endpoints",
+            "127.0.0.1:1",
+            "--grace",
+            "800ms",
+            "jobs",
+            "--",
+            "true",
+        ],
+        123,
+        "--grace 800ms does not fit inside --margin 1s",
+    );
+    one_line_error(
+        &[
+            "run", "--margin", "3s", "--ttl", "10s", "--grace", "3s", "jobs", "--", "true",
+        ],
+        123,
+        "does not fit",
+    );
+}
+
+#[test]
+fn bad_settings_are_the_cores_words() {
+    one_line_error(
+        &["run", "jobs", "--", "true"],
+        123,
+        "invalid_argument: no lock service",
+    );
+    one_line_error(
+        &["run", "--endpoints", "nohost", "jobs", "--", "true"],
+        123,
+        "invalid_argument",
+    );
+    one_line_error(
+        &[
+            "run",
+            "--endpoints",
+            "127.0.0.1:1",
+            "--ttl",
+            "2s",
+            "--keepalive-interval",
+            "2s",
+            "--grace",
+            "0s",
+            "jobs",
+            "--",
+            "true",
+        ],
+        123,
+        "invalid_option",
+    );
+}
+
+#[test]
+fn an_unreachable_service_is_a_backend_error() {
+    let args = [
+        "run",
+        "--endpoints",
+        "127.0.0.1:1",
+        "--connect-timeout",
+        "300ms",
+        "--request-timeout",
+        "300ms",
+        "jobs",
+        "--",
+        "true",
+    ];
+    one_line_error(&args, 122, "backend:");
+    one_line_error(
+        &[
+            "show",
+            "--endpoints",
+            "127.0.0.1:1",
+            "--connect-timeout",
+            "300ms",
+            "jobs",
+        ],
+        122,
+        "backend:",
+    );
+}

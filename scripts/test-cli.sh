@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The CLI face (issue 12, cli/): the `dlock` command.
+#   - clippy -D warnings on the cluster tests (cli/tests/cli_etcd.rs is a
+#     test = false target, so the workspace clippy of scripts/test.sh does
+#     not see it);
+#   - `cargo install --path cli` (debug profile, into a temporary root,
+#     sharing target/) and the installed binary answering --version;
+#   - the tests that need no service (cli/tests/cli.rs, unit tests);
+#   - the cluster tests: starts the 3-member test cluster
+#     (scripts/etcd-cluster.sh, honours DLOCK_TEST_PORT_BASE), runs
+#     cli_etcd with DLOCK_TEST_REQUIRE_ETCD=1, stops the cluster on any exit,
+#     and prints the cut-off figures (`CLI|...` lines).
+# Pass/fail is decided by the Rust tests; this script only counts.
+#
+# usage: scripts/test-cli.sh [LOGFILE]   (the cluster tests' cargo output is
+#        appended to LOGFILE for scripts/test.sh's closing count; the other
+#        tests already count there through `cargo test --workspace`)
+# DLOCK_FAULT_RUNS (default 3) repeats the cut-off case.
+# Prints `cli: N passed, M failed` (tests, plus failed steps) and exits 1 on
+# any failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log=${1:-/dev/null}
+[[ $log = /* || $log = /dev/null ]] || log="$PWD/$log"
+
+. scripts/lib.sh
+need_build_tools || exit 1
+
+out=$(mktemp)
+cluster_out=$(mktemp)
+inst=$(mktemp -d)
+trap 'scripts/etcd-cluster.sh stop >/dev/null 2>&1; rm -rf "$out" "$cluster_out" "$inst"' EXIT
+
+failed_steps=0
+# step NAME COMMAND...: output to the terminal and $out; counts a failure.
+step() {
+  local name=$1
+  shift
+  printf '\n==> cli: %s\n' "$name"
+  if ! "$@" 2>&1 | tee -a "$out"; then
+    failed_steps=$((failed_steps + 1))
+    printf 'cli: FAILED: %s\n' "$name" | tee -a "$out"
+  fi
+}
+
+installed() {
+  cargo install --locked --debug --quiet --path cli --root "$inst" --target-dir target &&
+    "$inst/bin/dlock" --version
+}
+
+step "clippy -D warnings (cluster tests, test = false)" \
+  cargo clippy -p dlock-cli --test cli_etcd --locked -- -D warnings
+step "cargo install --path cli" installed
+step "tests without a lock service" cargo test -p dlock-cli --locked
+
+printf '\n==> cli: start the test cluster\n'
+if scripts/etcd-cluster.sh start; then
+  # shellcheck disable=SC1091
+  source target/etcd/env
+  export DLOCK_TEST_REQUIRE_ETCD=1 DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
+  printf '\n==> cli: tests on the cluster (DLOCK_FAULT_RUNS=%s)\n' "$DLOCK_FAULT_RUNS"
+  if ! cargo test -p dlock-cli --locked --test cli_etcd -- --nocapture 2>&1 | tee "$cluster_out"; then
+    # A build failure prints no `test result:` line: count it.
+    grep -q '^test result:' "$cluster_out" || failed_steps=$((failed_steps + 1))
+  fi
+  cat "$cluster_out" >>"$out"
+  cat "$cluster_out" >>"$log"
+else
+  echo "cli: cannot start the test cluster" | tee -a "$out"
+  failed_steps=$((failed_steps + 1))
+fi
+
+printf '\n==> cli: cut-off figures (ms, one monotonic clock)\n'
+grep -o 'CLI|.*' "$cluster_out" | cut -d'|' -f2- | tr '|' '\t' || true
+
+awk -v steps="$failed_steps" '/^test result:/ { p += $4; f += $6 }
+  END { printf "\ncli: %d passed, %d failed\n", p, f + steps; exit (f + steps) ? 1 : 0 }' "$out"
