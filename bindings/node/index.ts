@@ -27,6 +27,9 @@ function loadAddon(): typeof N {
 }
 
 const native = loadAddon();
+// A process that exits while holding releases on the way out (the end of
+// the script and `process.exit`; the addon's cleanup hook covers the rest).
+process.on('exit', () => native.releaseAll());
 const WORDS: string[] = native.codeWords();
 
 // ---------------------------------------------------------------- errors

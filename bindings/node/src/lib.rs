@@ -791,11 +791,13 @@ pub fn has_scenario_runner() -> bool {
     cfg!(feature = "scenarios")
 }
 
-/// Releases every held lock when the environment ends (`process.exit`,
-/// the end of the script), so the next holder need not wait a whole TTL.
-/// Each release waits for its key's delete, at most about a keepalive
-/// timeout.
-fn release_all() {
+/// Releases every held lock of the process, so the next holder need not
+/// wait a whole TTL: called from `process.on('exit')` (the end of the
+/// script and `process.exit`) and from the environment's cleanup hook (a
+/// worker's end). Each release waits for its key's delete, at most about a
+/// keepalive timeout.
+#[napi]
+pub fn release_all() {
     let locks: Vec<Arc<dlock::Lock>> = match live().lock() {
         Ok(l) => l.values().filter_map(Weak::upgrade).collect(),
         Err(_) => return,
