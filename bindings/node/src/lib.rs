@@ -4,7 +4,7 @@
 //! see `docs/node.md`.
 //!
 //! - Async calls return a promise of an [`Outcome`] (a code word, a token,
-//!   a message) completed from the core's driver thread ([`task`]); the
+//!   a message) completed from the core's driver thread (`task.rs`); the
 //!   JavaScript side turns a failure into its typed error.
 //! - `permit()` is one synchronous call into the core, which reads the
 //!   clock itself; it answers a slot number (or a negative code) so that
