@@ -28,14 +28,10 @@ if [[ ! -f $bench_dir/node_modules/etcd3/package.json ]]; then
   npm install --prefix "$bench_dir" --no-save --no-package-lock --no-audit --no-fund etcd3@1.1.2 >/dev/null
 fi
 
-started=0
-cleanup() { if ((started)); then scripts/etcd-cluster.sh stop; fi; }
-trap cleanup EXIT
-if [[ -f target/etcd/env ]] && scripts/etcd-cluster.sh status >/dev/null 2>&1; then
-  echo "bench-node: using the running cluster (target/etcd/env)" >&2
-else
+# The running test cluster, else one of our own for this run.
+if ! { [[ -f target/etcd/env ]] && scripts/etcd-cluster.sh status >/dev/null 2>&1; }; then
   scripts/etcd-cluster.sh start
-  started=1
+  trap 'scripts/etcd-cluster.sh stop' EXIT
 fi
 # shellcheck disable=SC1091
 source target/etcd/env
