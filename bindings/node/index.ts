@@ -506,6 +506,13 @@ export interface LockStats {
   inFlight: number;
 }
 
+/** One event of a lock, as `lock.events()` gives it. */
+export type LockEvent =
+  | { kind: 'state'; from: State; to: State; reason: string }
+  | { kind: 'fence'; token: bigint; inFlight: number }
+  | { kind: 'acquired'; token: bigint }
+  | { kind: 'drained' };
+
 export interface LockEvents {
   fence: [token: bigint, inFlight: number];
   stateChange: [change: StateChange];
@@ -537,6 +544,9 @@ native.setEventSink((e: N.NativeEvent) => {
       case 'drained':
         lock._deliver('drained', []);
         break;
+      case 'closed':
+        lock._closed();
+        break;
     }
   } catch (err) {
     process.emitWarning(err instanceof Error ? err : String(err));
@@ -552,22 +562,54 @@ native.setEventSink((e: N.NativeEvent) => {
 export class Lock extends EventEmitter<LockEvents> {
   /** @internal */
   readonly _n: N.NativeLock;
+  /** @internal The open `events()` streams. */
+  readonly _streams = new Set<EventQueue>();
 
   /** @internal */
   constructor(n: N.NativeLock) {
     super({ captureRejections: false });
     this._n = n;
     (this as EventEmitter).on('newListener', (event: string | symbol) => {
-      if (typeof event === 'string' && KINDS.has(event) && !listening.has(n.id)) {
-        listening.set(n.id, new WeakRef(this));
-        forget.register(this, n.id);
-        call(() => n.listen());
-      }
+      if (typeof event === 'string' && KINDS.has(event)) this._listen();
     });
+  }
+
+  /** @internal Turns the lock's events on (once). */
+  _listen(): void {
+    if (!listening.has(this._n.id)) {
+      listening.set(this._n.id, new WeakRef(this));
+      forget.register(this, this._n.id);
+      call(() => this._n.listen());
+    }
+  }
+
+  /** @internal The lock was closed: every event is delivered, the streams end. */
+  _closed(): void {
+    for (const q of this._streams) q.end();
+    this._streams.clear();
+  }
+
+  /**
+   * The lock's events from now on, pulled: `for await (const e of
+   * lock.events())`, in the order the listeners get them. The stream ends
+   * when the lock is closed; events wait in it until read.
+   */
+  events(): AsyncIterableIterator<LockEvent> {
+    const q = new EventQueue(() => this._streams.delete(q));
+    if (this._n.closed) q.end();
+    else {
+      this._listen();
+      this._streams.add(q);
+    }
+    return q;
   }
 
   /** @internal Calls every listener of `event`; a throwing one changes nothing. */
   _deliver<K extends keyof LockEvents>(event: K, args: LockEvents[K]): void {
+    if (this._streams.size > 0) {
+      const e = toEvent(event, args);
+      if (e) for (const q of this._streams) q.push(e);
+    }
     for (const f of this.rawListeners(event) as ((...a: unknown[]) => unknown)[]) {
       try {
         f.apply(this, args);
@@ -710,6 +752,61 @@ export class Lock extends EventEmitter<LockEvents> {
     const t = checkToken('token', token);
     const k = checkBytes('key', key);
     settle(await call(() => this._n.guardedDelete(t, k)));
+  }
+}
+
+function toEvent(event: keyof LockEvents, args: unknown[]): LockEvent | undefined {
+  switch (event) {
+    case 'stateChange': {
+      const c = args[0] as StateChange;
+      return { kind: 'state', from: c.from, to: c.to, reason: c.reason };
+    }
+    case 'fence':
+      return { kind: 'fence', token: args[0] as bigint, inFlight: args[1] as number };
+    case 'acquired':
+      return { kind: 'acquired', token: args[0] as bigint };
+    case 'drained':
+      return { kind: 'drained' };
+    default:
+      return undefined;
+  }
+}
+
+/** The queue behind one `lock.events()`. */
+class EventQueue implements AsyncIterableIterator<LockEvent> {
+  private readonly items: LockEvent[] = [];
+  private readonly waiting: ((r: IteratorResult<LockEvent>) => void)[] = [];
+  private ended = false;
+
+  constructor(private readonly onReturn: () => void) {}
+
+  push(e: LockEvent): void {
+    const w = this.waiting.shift();
+    if (w) w({ value: e, done: false });
+    else this.items.push(e);
+  }
+
+  end(): void {
+    this.ended = true;
+    for (const w of this.waiting.splice(0)) w({ value: undefined, done: true });
+  }
+
+  next(): Promise<IteratorResult<LockEvent>> {
+    const e = this.items.shift();
+    if (e !== undefined) return Promise.resolve({ value: e, done: false });
+    if (this.ended) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  return(): Promise<IteratorResult<LockEvent>> {
+    this.items.length = 0;
+    this.end();
+    this.onReturn();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<LockEvent> {
+    return this;
   }
 }
 

@@ -520,10 +520,25 @@ impl NativeLock {
         )
     }
 
+    /// Releases and ends the lock's events: once the core has delivered
+    /// every event up to the close, a `closed` event follows them through
+    /// the same sink (the end of the JavaScript event streams).
     #[napi(ts_return_type = "Promise<Outcome>")]
     pub fn close<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let lock = self.lock.clone();
-        complete(env, async move { lock.close_async().await.map(|()| None) })
+        let sink = self
+            .listening
+            .get()
+            .then(|| EVENTS.get().cloned())
+            .flatten();
+        let id = self.id;
+        complete(env, async move {
+            let r = lock.close_async().await;
+            if let Some(sink) = sink {
+                let _ = sink.call((id, None), ThreadsafeFunctionCallMode::NonBlocking);
+            }
+            r.map(|()| None)
+        })
     }
 
     #[napi(getter)]
@@ -635,7 +650,7 @@ impl NativeLock {
         let sink = sink.clone();
         let id = self.id;
         self.lock.on_event(move |e| {
-            let _ = sink.call((id, *e), ThreadsafeFunctionCallMode::NonBlocking);
+            let _ = sink.call((id, Some(*e)), ThreadsafeFunctionCallMode::NonBlocking);
         });
         Ok(())
     }
@@ -682,7 +697,8 @@ impl NativeLock {
 pub struct NativeEvent {
     /// The lock's `id`.
     pub lock: u32,
-    /// `state`, `fence`, `acquired` or `drained`.
+    /// `state`, `fence`, `acquired`, `drained`, or `closed` (the lock was
+    /// closed: no event follows).
     pub kind: String,
     pub from: Option<String>,
     pub to: Option<String>,
@@ -691,15 +707,18 @@ pub struct NativeEvent {
     pub in_flight: Option<f64>,
 }
 
-fn event_record(lock: u32, e: &LockEvent) -> NativeEvent {
+fn event_record(lock: u32, e: Option<&LockEvent>) -> NativeEvent {
     let mut r = NativeEvent {
         lock,
-        kind: e.kind().into(),
+        kind: e.map_or("closed", LockEvent::kind).into(),
         from: None,
         to: None,
         reason: None,
         token: None,
         in_flight: None,
+    };
+    let Some(e) = e else {
+        return r;
     };
     match *e {
         LockEvent::State { change, .. } => {
@@ -720,7 +739,8 @@ fn event_record(lock: u32, e: &LockEvent) -> NativeEvent {
     r
 }
 
-type EventSink = ThreadsafeFunction<(u32, LockEvent), (), NativeEvent, Status, false, true>;
+/// A lock's id and its event (`None`: closed).
+type EventSink = ThreadsafeFunction<(u32, Option<LockEvent>), (), NativeEvent, Status, false, true>;
 
 static EVENTS: OnceLock<Arc<EventSink>> = OnceLock::new();
 
@@ -730,10 +750,10 @@ static EVENTS: OnceLock<Arc<EventSink>> = OnceLock::new();
 #[napi(ts_args_type = "sink: (event: NativeEvent) => void")]
 pub fn set_event_sink(sink: Function<NativeEvent, ()>) -> Result<()> {
     let tsfn = sink
-        .build_threadsafe_function::<(u32, LockEvent)>()
+        .build_threadsafe_function::<(u32, Option<LockEvent>)>()
         .weak::<true>()
         .callee_handled::<false>()
-        .build_callback(|ctx| Ok(event_record(ctx.value.0, &ctx.value.1)))?;
+        .build_callback(|ctx| Ok(event_record(ctx.value.0, ctx.value.1.as_ref())))?;
     EVENTS
         .set(Arc::new(tsfn))
         .map_err(|_| invalid("setEventSink is called once per process"))

@@ -372,3 +372,24 @@ test('sessions: locks of one session share its lease; close releases them all', 
   assert.equal(service.holder(b.name), null);
   assert.equal(client.defaultSession.isDefault, true);
 });
+
+test('events(): the same events pulled, in order; the stream ends with the close', async () => {
+  const { client } = embedded();
+  const lock = client.lock(unique('stream'));
+  const stream = lock.events();
+  const early = lock.events();
+  const t = await lock.acquire();
+  await early.return(); // a stream given back gets nothing more
+  await lock.close();
+  const got = [];
+  for await (const e of stream) got.push(e);
+  assert.deepEqual(got, [
+    { kind: 'state', from: 'Idle', to: 'Acquiring', reason: 'acquire' },
+    { kind: 'state', from: 'Acquiring', to: 'Holding', reason: 'acquired' },
+    { kind: 'acquired', token: t },
+    { kind: 'state', from: 'Holding', to: 'Released', reason: 'release' },
+  ]);
+  assert.deepEqual(await early.next(), { value: undefined, done: true });
+  const after = lock.events();
+  assert.deepEqual(await after.next(), { value: undefined, done: true }, 'a closed lock has an ended stream');
+});

@@ -16,6 +16,27 @@ function answer(promise) {
   );
 }
 
+function line(e) {
+  switch (e.kind) {
+    case 'state':
+      return `state ${e.from}->${e.to} ${e.reason}`;
+    case 'fence':
+      return `fence token=${e.token} in_flight=${e.inFlight}`;
+    case 'acquired':
+      return `acquired token=${e.token}`;
+    default:
+      return e.kind;
+  }
+}
+
+function withTimeout(promise, ms) {
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no event within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 const num = (t) => (t === null || t === undefined ? null : Number(t));
 
 class Face {
@@ -83,7 +104,8 @@ class Face {
       lock.on('acquired', (t) => push(`acquired token=${t}`));
       lock.on('fence', (t, n) => push(`fence token=${t} in_flight=${n}`));
       lock.on('drained', () => push('drained'));
-      this.holders.set(h, { client, lock });
+      // The pull-style stream, opened before anything happens.
+      this.holders.set(h, { client, lock, events: lock.events() });
     }
   }
 
@@ -149,8 +171,18 @@ class Face {
       case 'fault':
         this.fault(step);
         return { kind: 'done' };
-      case 'events':
-        return { kind: 'unsupported' };
+      case 'events': {
+        // The next `count` events of the stream, as trace lines without
+        // the holder.
+        const { events } = this.holder(step.holder);
+        const lines = [];
+        while (lines.length < step.count) {
+          const r = await withTimeout(events.next(), 10_000);
+          if (r.done) break;
+          lines.push(line(r.value));
+        }
+        return { kind: 'events', lines };
+      }
       default:
         throw new Error(`unknown step ${step.do}`);
     }
