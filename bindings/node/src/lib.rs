@@ -754,9 +754,12 @@ pub fn set_event_sink(sink: Function<NativeEvent, ()>) -> Result<()> {
         .weak::<true>()
         .callee_handled::<false>()
         .build_callback(|ctx| Ok(event_record(ctx.value.0, ctx.value.1.as_ref())))?;
-    EVENTS
-        .set(Arc::new(tsfn))
-        .map_err(|_| invalid("setEventSink is called once per process"))
+    EVENTS.set(Arc::new(tsfn)).map_err(|_| {
+        invalid(
+            "dlock serves one JavaScript environment per process (the main thread); \
+                 worker_threads are not supported",
+        )
+    })
 }
 
 /// `FenceGate`: refuses a token lower than the highest seen for a name.
@@ -822,10 +825,29 @@ pub fn release_all() {
         Ok(l) => l.values().filter_map(Weak::upgrade).collect(),
         Err(_) => return,
     };
+    // Every release at once, then one wait for them all.
+    let pending = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
     for lock in locks {
-        if !matches!(lock.state(), State::Idle | State::Released) {
-            let _ = lock.release();
+        if matches!(lock.state(), State::Idle | State::Released) {
+            continue;
         }
+        if let Ok(mut n) = pending.0.lock() {
+            *n += 1;
+        }
+        let done = pending.clone();
+        task::spawn(async move {
+            let _ = lock.release_async().await;
+            if let Ok(mut n) = done.0.lock() {
+                *n -= 1;
+                done.1.notify_all();
+            }
+        });
+    }
+    let (count, cv) = &*pending;
+    if let Ok(n) = count.lock() {
+        // Each release returns after its delete, or after a keepalive
+        // timeout without an answer; the bound only guards a stuck driver.
+        let _ = cv.wait_timeout_while(n, Duration::from_secs(30), |n| *n > 0);
     }
 }
 
