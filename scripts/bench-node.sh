@@ -3,8 +3,9 @@
 # a. permit() + end() in ns beside an empty native call and
 #    process.hrtime.bigint() (bindings/node/bench/permit.js);
 # b. uncontended acquire + release per second on the test etcd beside the
-#    floor (one put + one delete) and the `etcd3` npm package 1.1.2's lock,
-#    in the same run (bindings/node/bench/etcd.js). etcd3 is installed here
+#    floor (one put + one delete through the `etcd3` npm package), a txn
+#    floor (a guarded put + delete through dlock's own connection) and the
+#    `etcd3` package 1.1.2's lock, in the same run (bindings/node/bench/etcd.js). etcd3 is installed here
 #    into target/bench-node, for this script only.
 # Builds the addon first (npm ci + npm run build). Uses the running test
 # cluster (target/etcd/env) or starts one and stops it on exit; set

@@ -24,28 +24,37 @@ fail() {
 need_build_tools >>"$log" 2>&1 || fail "cannot install the Rust build's tools"
 need_debs node=nodejs npm=npm etcd=etcd-server etcdctl=etcd-client >>"$log" 2>&1 || fail "cannot install nodejs, npm, etcd"
 
+say "cargo clippy -p dlock-node --features scenarios (the test-only code; test.sh lints the default build)"
+cargo clippy -p dlock-node --features scenarios --all-targets --locked -- -D warnings 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "clippy of the scenarios feature failed"
+
 cd bindings/node
 say "npm ci (node $(node --version), npm $(npm --version))"
-npm ci --no-audit --no-fund 2>&1 | tee -a "$log" || fail "npm ci failed"
+npm ci --no-audit --no-fund 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "npm ci failed"
 say "npm run build (the addon, native.d.ts, index.js, index.d.ts)"
-npm run build 2>&1 | tee -a "$log" || fail "npm run build failed"
+npm run build 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "npm run build failed"
 say "npm run build:test (the test addon with the scenario runner)"
-npm run build:test 2>&1 | tee -a "$log" || fail "npm run build:test failed"
-node -e "require('$root/bindings/node')" 2>&1 | tee -a "$log" || fail "require('./bindings/node') failed"
+npm run build:test 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "npm run build:test failed"
+(cd "$root" && node -e "require('./bindings/node')") 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "require('./bindings/node') failed"
 cd "$root"
 
 say "etcd test cluster (port base ${DLOCK_TEST_PORT_BASE:-default})"
 trap '"$root/scripts/etcd-cluster.sh" stop >>"$log" 2>&1' EXIT
-scripts/etcd-cluster.sh start 2>&1 | tee -a "$log" || fail "cannot start the etcd test cluster"
+scripts/etcd-cluster.sh start 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "cannot start the etcd test cluster"
 # shellcheck disable=SC1091
 source target/etcd/env
 export DLOCK_TEST_REQUIRE_ETCD=1
 
 say "node --test (every file of bindings/node/test, one at a time)"
 cd bindings/node
-rc=0
 node --test --test-concurrency=1 \
   --test-reporter=spec --test-reporter-destination=stdout \
   --test-reporter=./test/count-reporter.mjs --test-reporter-destination=stdout \
-  test/*.test.js 2>&1 | tee -a "$log" || rc=$?
+  test/*.test.js 2>&1 | tee -a "$log"
+rc=${PIPESTATUS[0]}
 exit "$rc"

@@ -1,7 +1,10 @@
 // Uncontended acquire + release per second against the test etcd, beside
-// the floor (one put with a lease + one delete, through the `etcd3` npm
-// package) and the `etcd3` package's own lock (lease grant, put, delete,
-// lease revoke: it takes a lease per lock), all in the same run. Rounds
+// two floors (one put with a lease + one delete through the `etcd3` npm
+// package's connection; and one guarded put + one guarded delete, two
+// transactions, through dlock's own connection: the same Rust client and
+// the same promise path as acquire + release) and the `etcd3` package's
+// own lock (lease grant, put, delete, lease revoke: it takes a lease per
+// lock), all in the same run. Rounds
 // alternate the three (the order turns each round); per-round ops/s, and
 // their medians, are printed.
 //
@@ -26,6 +29,9 @@ async function main() {
   await lease.grant();
   const floorKey = `bench/node/floor/${process.pid}`;
   const etcd3Name = `bench/node/etcd3/${process.pid}`;
+  const writer = client.lock(`bench/node/writer/${process.pid}`);
+  const writerToken = await writer.acquire({ timeout: 5000 });
+  const txnKey = `bench/node/txn/${process.pid}`;
 
   const cases = {
     dlock: async () => {
@@ -35,6 +41,10 @@ async function main() {
     floor: async () => {
       await lease.put(floorKey).value('x');
       await etcd.delete().key(floorKey);
+    },
+    'txn floor': async () => {
+      await writer.guardedPut(writerToken, txnKey, 'x');
+      await writer.guardedDelete(writerToken, txnKey);
     },
     etcd3: async () => {
       const l = await etcd.lock(etcd3Name).ttl(15).acquire();
@@ -54,12 +64,16 @@ async function main() {
   }
   console.log(`etcd bench: ${rounds} rounds of ${ops} uncontended acquire+release each, members ${members.join(',')}`);
   for (const n of names) {
-    console.log(`  ${n.padEnd(6)} median ${median(perRound[n]).toFixed(0).padStart(6)} ops/s  rounds: ${perRound[n].map((x) => x.toFixed(0)).join(' ')}`);
+    console.log(`  ${n.padEnd(9)} median ${median(perRound[n]).toFixed(0).padStart(6)} ops/s  rounds: ${perRound[n].map((x) => x.toFixed(0)).join(' ')}`);
   }
   const ratio = median(perRound.dlock) / median(perRound.floor);
+  const txn = median(perRound.dlock) / median(perRound['txn floor']);
   const vs = median(perRound.dlock) / median(perRound.etcd3);
-  console.log(`  dlock / floor ${ratio.toFixed(3)} (target >= 0.9); dlock / etcd3 lock ${vs.toFixed(2)}`);
+  console.log(
+    `  dlock / floor ${ratio.toFixed(3)} (target >= 0.9); dlock / txn floor ${txn.toFixed(3)}; dlock / etcd3 lock ${vs.toFixed(2)}`,
+  );
   await lock.close();
+  await writer.close();
   await lease.revoke();
   etcd.close();
 }
