@@ -527,7 +527,8 @@ const KINDS = new Set(['fence', 'stateChange', 'acquired', 'drained']);
 const listening = new Map<number, WeakRef<Lock>>();
 const forget = new FinalizationRegistry<number>((id) => listening.delete(id));
 
-native.setEventSink((e: N.NativeEvent) => {
+/** Every lock's events, on the JavaScript thread, in the core's order. */
+function dispatch(e: N.NativeEvent): void {
   const lock = listening.get(e.lock)?.deref();
   if (lock === undefined) return;
   try {
@@ -551,7 +552,8 @@ native.setEventSink((e: N.NativeEvent) => {
   } catch (err) {
     process.emitWarning(err instanceof Error ? err : String(err));
   }
-});
+}
+call(() => native.setEventSink(dispatch));
 
 /**
  * One named lock. Events (`fence`, `stateChange`, `acquired`, `drained`)
