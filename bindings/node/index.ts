@@ -455,7 +455,11 @@ export interface SessionStats {
 /** One lease and its keepalive loop; locks of a session drain and fence together. */
 export class Session {
   /** @internal */
-  constructor(readonly _n: N.NativeSession) {}
+  readonly _n: N.NativeSession;
+  /** @internal */
+  constructor(n: N.NativeSession) {
+    this._n = n;
+  }
   lock(name: string): Lock {
     const n = checkString('name', name);
     return new Lock(call(() => this._n.lock(n)));
