@@ -78,6 +78,14 @@ fn ms(name: &str, v: f64) -> Result<Duration> {
     })
 }
 
+/// `*slot = v` milliseconds, when given.
+fn set_ms(slot: &mut Duration, name: &str, v: Option<f64>) -> Result<()> {
+    if let Some(v) = v {
+        *slot = ms(name, v)?;
+    }
+    Ok(())
+}
+
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -112,25 +120,19 @@ pub struct NativeOptions {
 impl NativeOptions {
     fn to_core(&self) -> Result<dlock::Options> {
         let mut o = dlock::Options::default();
-        let set = |slot: &mut Duration, name: &str, v: Option<f64>| -> Result<()> {
-            if let Some(v) = v {
-                *slot = ms(name, v)?;
-            }
-            Ok(())
-        };
-        set(&mut o.ttl, "ttl", self.ttl)?;
-        set(
+        set_ms(&mut o.ttl, "ttl", self.ttl)?;
+        set_ms(
             &mut o.keepalive_interval,
             "keepaliveInterval",
             self.keepalive_interval,
         )?;
-        set(
+        set_ms(
             &mut o.keepalive_timeout,
             "keepaliveTimeout",
             self.keepalive_timeout,
         )?;
-        set(&mut o.retry_interval, "retryInterval", self.retry_interval)?;
-        set(&mut o.margin, "margin", self.margin)?;
+        set_ms(&mut o.retry_interval, "retryInterval", self.retry_interval)?;
+        set_ms(&mut o.margin, "margin", self.margin)?;
         if let Some(r) = self.reacquire {
             o.reacquire = r;
         }
@@ -165,12 +167,16 @@ impl NativeEtcd {
         if let Some(a) = self.allow_plaintext_password {
             c.allow_plaintext_password = a;
         }
-        if let Some(v) = self.connect_timeout {
-            c.connect_timeout = ms("connectTimeout", v)?;
-        }
-        if let Some(v) = self.request_timeout {
-            c.request_timeout = ms("requestTimeout", v)?;
-        }
+        set_ms(
+            &mut c.connect_timeout,
+            "connectTimeout",
+            self.connect_timeout,
+        )?;
+        set_ms(
+            &mut c.request_timeout,
+            "requestTimeout",
+            self.request_timeout,
+        )?;
         c.validate().map_err(thrown)?;
         Ok(c)
     }
