@@ -393,3 +393,18 @@ test('events(): the same events pulled, in order; the stream ends with the close
   const after = lock.events();
   assert.deepEqual(await after.next(), { value: undefined, done: true }, 'a closed lock has an ended stream');
 });
+
+test("withLock: the caller's signal aborts the task's signal too, and the lock is released", async () => {
+  const { service, client } = embedded();
+  const name = unique('with-outer');
+  const ac = new AbortController();
+  const reason = new Error('shutting down');
+  const work = client.withLock(name, { signal: ac.signal }, ({ signal }) => {
+    setImmediate(() => ac.abort(reason));
+    return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+  });
+  await assert.rejects(work, (e) => e === reason);
+  assert.equal(service.holder(name), null);
+  await assert.rejects(client.withLock(name, { signal: AbortSignal.abort(reason) }, () => 1), (e) => e === reason);
+  assert.equal(service.holder(name), null);
+});
