@@ -1,0 +1,882 @@
+// The Node face of dlock: `require('dlock')`. This file converts
+// JavaScript to the native addon's calls (src/lib.rs) and decides nothing
+// about leases, deadlines or tokens: the Rust core does. Compiled by
+// `npm run build` (tsc) into index.js and index.d.ts. Guide: docs/node.md.
+
+import { EventEmitter } from 'node:events';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type * as N from './native';
+
+function loadAddon(): typeof N {
+  const override = process.env.DLOCK_NODE_ADDON;
+  if (override) return require(override);
+  const names = [
+    `dlock.${process.platform}-${process.arch}-gnu.node`,
+    `dlock.${process.platform}-${process.arch}-musl.node`,
+    `dlock.${process.platform}-${process.arch}.node`,
+  ];
+  for (const n of names) {
+    const p = join(__dirname, n);
+    if (existsSync(p)) return require(p);
+  }
+  throw new Error(
+    `dlock: no native addon for ${process.platform}-${process.arch} in ${__dirname} ` +
+      '(run `npm install && npm run build` in bindings/node)',
+  );
+}
+
+const native = loadAddon();
+// A process that exits while holding releases on the way out (the end of
+// the script and `process.exit`; the addon's cleanup hook covers the rest).
+process.on('exit', () => native.releaseAll());
+const WORDS: string[] = native.codeWords();
+
+// ---------------------------------------------------------------- errors
+
+/** Every error dlock throws; `code` is the core's code word. */
+export class DlockError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+/** `permit()`: a keepalive failed; no new work until one is confirmed. */
+export class DrainingError extends DlockError {}
+/** `permit()`: the deadline passed or the lease was lost; a guarded write's token no longer holds. */
+export class FencedError extends DlockError {}
+/** The lock was released or closed. */
+export class ReleasedError extends DlockError {}
+/** `permit()`: the lock is not held. */
+export class NotHeldError extends DlockError {}
+/** The wait for one's turn ran out. */
+export class TimeoutError extends DlockError {}
+/** `tryAcquire()`: another holder has the lock. */
+export class WouldBlockError extends DlockError {}
+/** This handle holds the lock, or an acquire of it is in progress. */
+export class AlreadyHeldError extends DlockError {}
+/** A setting breaks a rule (docs/design.md §14). */
+export class InvalidOptionError extends DlockError {}
+/** An argument is not acceptable. */
+export class InvalidArgumentError extends DlockError {}
+/** The lock service failed or could not be reached. */
+export class BackendError extends DlockError {}
+/** The driver thread is gone (the process is shutting down). */
+export class ShutdownError extends DlockError {}
+/** Called in a child of `fork()`. */
+export class ForkedError extends DlockError {}
+/** `FenceGate.admit`: a higher token was already seen. */
+export class StaleError extends DlockError {
+  readonly token: bigint;
+  readonly highest: bigint;
+  constructor(code: string, message: string, token: bigint, highest: bigint) {
+    super(code, message);
+    this.token = token;
+    this.highest = highest;
+  }
+}
+
+const ERRORS: Record<string, new (code: string, message: string) => DlockError> = {
+  draining: DrainingError,
+  fenced: FencedError,
+  released: ReleasedError,
+  not_held: NotHeldError,
+  timeout: TimeoutError,
+  would_block: WouldBlockError,
+  already_held: AlreadyHeldError,
+  invalid_option: InvalidOptionError,
+  invalid_argument: InvalidArgumentError,
+  backend: BackendError,
+  shutdown: ShutdownError,
+  forked: ForkedError,
+};
+
+const REFUSALS: Record<string, string> = {
+  draining: 'draining: a keepalive failed, no new work until one is confirmed',
+  fenced: 'fenced: the lock must be assumed lost',
+  released: 'released',
+  not_held: 'not held',
+};
+
+function errorOf(code: string, message: string): DlockError {
+  const E = ERRORS[code] ?? DlockError;
+  return new E(code, message);
+}
+
+/** Calls the addon; a core error it throws becomes its typed error. */
+function call<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw converted(e);
+  }
+}
+
+function converted(e: unknown): unknown {
+  if (e instanceof Error && typeof e.message === 'string') {
+    const sep = e.message.indexOf('\u001f');
+    if (sep > 0) return errorOf(e.message.slice(0, sep), e.message.slice(sep + 1));
+  }
+  return e;
+}
+
+function settle(o: N.Outcome): bigint | undefined {
+  if (o.code === 'ok') return o.token ?? undefined;
+  throw errorOf(o.code, o.message);
+}
+
+// ------------------------------------------------------------ arguments
+
+function checkMs(name: string, v: unknown, nullable = false): number | undefined {
+  if (v === undefined || (nullable && v === null)) return undefined;
+  if (typeof v !== 'number') {
+    throw new TypeError(`${name} must be a number of milliseconds, got ${typeof v}`);
+  }
+  if (!Number.isFinite(v) || v < 0) {
+    throw new RangeError(`${name} must be a finite number of milliseconds >= 0, got ${v}`);
+  }
+  return v;
+}
+
+function checkObject(name: string, v: unknown, keys: readonly string[]): Record<string, unknown> {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw new TypeError(`${name} must be an object, got ${Array.isArray(v) ? 'array' : typeof v}`);
+  }
+  for (const k of Object.keys(v)) {
+    if (!keys.includes(k)) {
+      throw new TypeError(`${name}: unknown option '${k}' (known: ${keys.join(', ')})`);
+    }
+  }
+  return v as Record<string, unknown>;
+}
+
+function checkString(name: string, v: unknown): string {
+  if (typeof v !== 'string') throw new TypeError(`${name} must be a string, got ${typeof v}`);
+  return v;
+}
+
+function checkBool(name: string, v: unknown): boolean | undefined {
+  if (v === undefined) return undefined;
+  if (typeof v !== 'boolean') throw new TypeError(`${name} must be a boolean, got ${typeof v}`);
+  return v;
+}
+
+function checkToken(name: string, v: unknown): bigint {
+  if (typeof v === 'bigint') {
+    if (v < 0n || v > 0xffff_ffff_ffff_ffffn) {
+      throw new RangeError(`${name} must be from 0 to 2^64-1, got ${v}`);
+    }
+    return v;
+  }
+  if (typeof v === 'number') {
+    if (!Number.isSafeInteger(v) || v < 0) {
+      throw new RangeError(`${name} must be a non-negative safe integer or a bigint, got ${v}`);
+    }
+    return BigInt(v);
+  }
+  throw new TypeError(`${name} must be a bigint (or a safe integer), got ${typeof v}`);
+}
+
+function checkBytes(name: string, v: unknown): Buffer {
+  if (typeof v === 'string') return Buffer.from(v);
+  if (v instanceof Uint8Array) return Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+  throw new TypeError(`${name} must be a string, a Buffer or a Uint8Array, got ${typeof v}`);
+}
+
+function checkSignal(v: unknown): AbortSignal | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (!(v instanceof AbortSignal)) throw new TypeError('signal must be an AbortSignal');
+  return v;
+}
+
+// --------------------------------------------------------------- options
+
+/** Timing settings in milliseconds (as `setTimeout` takes them). */
+export interface TimingOptions {
+  /** Lease TTL asked for (default 15000; >= 2000 and > keepaliveInterval + margin). */
+  ttl?: number;
+  /** Default 5000. */
+  keepaliveInterval?: number;
+  /** Default 2000; < keepaliveInterval. */
+  keepaliveTimeout?: number;
+  /** Default 1000. */
+  retryInterval?: number;
+  /** Safety margin subtracted from the deadline (default 1000; < ttl). */
+  margin?: number;
+  /** Acquire again after a fence (default true). */
+  reacquire?: boolean;
+}
+
+export interface ClientOptions extends TimingOptions {
+  /** etcd endpoints (`"http://127.0.0.1:2379"`, a comma-separated string or a list). None: the `DLOCK_*` environment, else the embedded service. */
+  endpoints?: string | string[];
+  /** An embedded service of one's own (tests with fault switches). */
+  service?: Service;
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+  user?: string;
+  password?: string;
+  allowPlaintextPassword?: boolean;
+  /** Milliseconds. */
+  connectTimeout?: number;
+  /** Milliseconds. */
+  requestTimeout?: number;
+}
+
+const TIMING_KEYS = [
+  'ttl',
+  'keepaliveInterval',
+  'keepaliveTimeout',
+  'retryInterval',
+  'margin',
+  'reacquire',
+] as const;
+const CLIENT_KEYS = [
+  ...TIMING_KEYS,
+  'endpoints',
+  'service',
+  'caFile',
+  'certFile',
+  'keyFile',
+  'user',
+  'password',
+  'allowPlaintextPassword',
+  'connectTimeout',
+  'requestTimeout',
+] as const;
+
+function timing(name: string, o: Record<string, unknown>): N.NativeOptions {
+  return {
+    ttl: checkMs(`${name}.ttl`, o.ttl),
+    keepaliveInterval: checkMs(`${name}.keepaliveInterval`, o.keepaliveInterval),
+    keepaliveTimeout: checkMs(`${name}.keepaliveTimeout`, o.keepaliveTimeout),
+    retryInterval: checkMs(`${name}.retryInterval`, o.retryInterval),
+    margin: checkMs(`${name}.margin`, o.margin),
+    reacquire: checkBool(`${name}.reacquire`, o.reacquire),
+  };
+}
+
+function optionalString(name: string, v: unknown): string | undefined {
+  return v === undefined ? undefined : checkString(name, v);
+}
+
+// --------------------------------------------------------------- service
+
+/** An embedded lock service of one's own, with the service's fault switches. */
+export class Service {
+  /** @internal */
+  readonly _n: N.NativeService = new native.NativeService();
+  /** Pauses (true) or resumes server-side lease expiry. */
+  freezeExpiry(frozen = true): void {
+    this._n.freezeExpiry(checkBool('frozen', frozen) ?? true);
+  }
+  /** The whole service down (true) or up. */
+  outage(down = true): void {
+    this._n.outage(checkBool('down', down) ?? true);
+  }
+  /** Deletes the key holding `name`, its lease living on (as `etcdctl del`); false if nobody holds it. */
+  deleteLockKey(name: string): boolean {
+    return this._n.deleteLockKey(checkString('name', name));
+  }
+  /** Revokes a lease (as `etcdctl lease revoke`); false if there is none. */
+  revokeLease(lease: bigint): boolean {
+    if (typeof lease !== 'bigint') throw new TypeError('lease must be a bigint');
+    return call(() => this._n.revokeLease(lease));
+  }
+  /** The token holding `name`, if any. */
+  holder(name: string): bigint | null {
+    return this._n.holder(checkString('name', name)) ?? null;
+  }
+  /** A value of the service's key-value store (guarded writes). */
+  get(key: string | Uint8Array): Buffer | null {
+    return this._n.get(checkBytes('key', key)) ?? null;
+  }
+}
+
+/** The embedded link of one client (every session of it): its fault switches. */
+export class Link {
+  /** @internal */
+  constructor(private readonly _c: N.NativeClient) {}
+  partition(): void {
+    this._c.fault('partition');
+  }
+  heal(): void {
+    this._c.fault('heal');
+  }
+  dropKeepaliveReplies(on = true): void {
+    this._c.fault(checkBool('on', on) === false ? 'keep_replies' : 'drop_replies');
+  }
+  /** Delays keepalive replies by `ms` (0 ends it). */
+  delayKeepaliveReplies(ms: number): void {
+    this._c.fault('delay_replies', checkMs('ms', ms) ?? 0);
+  }
+  failKeepalives(on = true): void {
+    this._c.fault(checkBool('on', on) === false ? 'stop_failing' : 'fail_keepalives');
+  }
+  declareLeaseLost(): void {
+    this._c.fault('lease_lost');
+  }
+}
+
+/** Blocks dlock's driver thread for `ms` without blocking the caller (tests of a starved keepalive). */
+export function stallDriver(ms: number): void {
+  native.stallDriver(checkMs('ms', ms) ?? 0);
+}
+
+// ---------------------------------------------------------------- client
+
+export interface AcquireOptions {
+  /** Milliseconds to wait for one's turn; absent: as long as it takes; 0: try once. */
+  timeout?: number;
+  /** Aborting it gives up the acquire (and releases, should it have completed meanwhile). */
+  signal?: AbortSignal;
+}
+
+export interface WithLockContext {
+  /** The fencing token to write with. */
+  token: bigint;
+  /** Aborts at the fence (reason: a `FencedError`) or when the caller's signal aborts. */
+  signal: AbortSignal;
+  /** The lock (permits, state). */
+  lock: Lock;
+}
+
+/** A connection to a lock service; its locks share one default session. */
+export class Client {
+  /** @internal */
+  readonly _n: N.NativeClient;
+  readonly link: Link | null;
+
+  constructor(options?: ClientOptions) {
+    const o = checkObject('options', options, CLIENT_KEYS);
+    const t = timing('options', o);
+    let etcd: N.NativeEtcd | undefined;
+    if (o.endpoints !== undefined) {
+      const e = o.endpoints;
+      const list =
+        typeof e === 'string'
+          ? e.split(',').map((s) => s.trim()).filter((s) => s.length > 0)
+          : Array.isArray(e)
+            ? e.map((s, i) => checkString(`options.endpoints[${i}]`, s))
+            : undefined;
+      if (list === undefined) throw new TypeError('options.endpoints must be a string or a list of strings');
+      etcd = {
+        endpoints: list,
+        caFile: optionalString('options.caFile', o.caFile),
+        certFile: optionalString('options.certFile', o.certFile),
+        keyFile: optionalString('options.keyFile', o.keyFile),
+        user: optionalString('options.user', o.user),
+        password: optionalString('options.password', o.password),
+        allowPlaintextPassword: checkBool('options.allowPlaintextPassword', o.allowPlaintextPassword),
+        connectTimeout: checkMs('options.connectTimeout', o.connectTimeout),
+        requestTimeout: checkMs('options.requestTimeout', o.requestTimeout),
+      };
+    }
+    let service: N.NativeService | undefined;
+    if (o.service !== undefined) {
+      if (!(o.service instanceof Service)) throw new TypeError('options.service must be a dlock Service');
+      service = o.service._n;
+    }
+    this._n = call(() => native.NativeClient.connect(t, etcd, service));
+    this.link = this._n.embedded ? new Link(this._n) : null;
+  }
+
+  /** A handle on the lock `name` on the default session, not acquired yet. */
+  lock(name: string): Lock {
+    const n = checkString('name', name);
+    return new Lock(call(() => this._n.lock(n)));
+  }
+
+  /** The default session (shared by `client.lock(...)`). */
+  get defaultSession(): Session {
+    return new Session(this._n.defaultSession());
+  }
+
+  /** A session of its own (its own lease), for locks that must not share the default session's fate. */
+  session(options?: TimingOptions): Session {
+    const o = checkObject('options', options, TIMING_KEYS);
+    const t = timing('options', o);
+    return new Session(call(() => this._n.session(t)));
+  }
+
+  /** The effective settings, in milliseconds. */
+  get options(): Required<TimingOptions> {
+    return this._n.options() as Required<TimingOptions>;
+  }
+
+  /**
+   * Acquires `name`, runs `fn`, releases. `fn` gets the token and a signal
+   * that aborts at the fence (before another holder can take the lock),
+   * with a `FencedError` as its reason; pass it on (`fetch(url, { signal })`).
+   */
+  async withLock<T>(
+    name: string,
+    options: AcquireOptions | ((ctx: WithLockContext) => Promise<T> | T),
+    fn?: (ctx: WithLockContext) => Promise<T> | T,
+  ): Promise<T> {
+    if (typeof options === 'function') {
+      fn = options;
+      options = {};
+    }
+    if (typeof fn !== 'function') throw new TypeError('withLock needs a function to run');
+    const o = checkObject('options', options, ['timeout', 'signal']);
+    const outer = checkSignal(o.signal);
+    const lock = this.lock(name);
+    const ac = new AbortController();
+    const onFence = (token: bigint) => {
+      ac.abort(new FencedError('fenced', `fenced: token ${token} does not hold the lock`));
+    };
+    const onOuter = () => ac.abort(outer?.reason);
+    lock.on('fence', onFence);
+    outer?.addEventListener('abort', onOuter, { once: true });
+    try {
+      const token = await lock.acquire({ timeout: o.timeout as number | undefined, signal: outer });
+      return await fn({ token, signal: ac.signal, lock });
+    } finally {
+      outer?.removeEventListener('abort', onOuter);
+      lock.off('fence', onFence);
+      await lock.close();
+    }
+  }
+}
+
+export interface SessionStats {
+  lease: bigint | null;
+  keepalivesSent: number;
+  locks: number;
+  /** Milliseconds. */
+  lastKeepaliveRtt: number | null;
+}
+
+/** One lease and its keepalive loop; locks of a session drain and fence together. */
+export class Session {
+  /** @internal */
+  readonly _n: N.NativeSession;
+  /** @internal */
+  constructor(n: N.NativeSession) {
+    this._n = n;
+  }
+  lock(name: string): Lock {
+    const n = checkString('name', name);
+    return new Lock(call(() => this._n.lock(n)));
+  }
+  get lease(): bigint | null {
+    return this._n.lease ?? null;
+  }
+  get isDefault(): boolean {
+    return this._n.isDefault;
+  }
+  stats(): SessionStats {
+    const s = this._n.stats();
+    return {
+      lease: s.lease ?? null,
+      keepalivesSent: s.keepalivesSent,
+      locks: s.locks,
+      lastKeepaliveRtt: s.lastKeepaliveRtt ?? null,
+    };
+  }
+  /** Releases every lock of the session and revokes its lease. */
+  async close(): Promise<void> {
+    settle(await this._n.close());
+  }
+}
+
+// ------------------------------------------------------------------ lock
+
+export type State = 'Idle' | 'Acquiring' | 'Holding' | 'Draining' | 'Fenced' | 'Reacquiring' | 'Released';
+
+export interface StateChange {
+  from: State;
+  to: State;
+  /** `keepalive_timeout`, `deadline`, `lease_lost`, `lock_lost`, `resumed`, ... */
+  reason: string;
+}
+
+export interface LockStats {
+  acquisitions: number;
+  drains: number;
+  resumes: number;
+  fencesDeadline: number;
+  fencesLeaseLost: number;
+  fencesLockLost: number;
+  /** Milliseconds. */
+  lastKeepaliveRtt: number | null;
+  /** Deadline - now while holding or draining, in milliseconds. */
+  slack: number | null;
+  inFlight: number;
+}
+
+/** One event of a lock, as `lock.events()` gives it. */
+export type LockEvent =
+  | { kind: 'state'; from: State; to: State; reason: string }
+  | { kind: 'fence'; token: bigint; inFlight: number }
+  | { kind: 'acquired'; token: bigint }
+  | { kind: 'drained' };
+
+export interface LockEvents {
+  fence: [token: bigint, inFlight: number];
+  stateChange: [change: StateChange];
+  acquired: [token: bigint];
+  drained: [];
+  error: [error: unknown];
+}
+
+const KINDS = new Set(['fence', 'stateChange', 'acquired', 'drained']);
+
+/** Locks with listeners, by the id their events carry. */
+const listening = new Map<number, WeakRef<Lock>>();
+const forget = new FinalizationRegistry<number>((id) => listening.delete(id));
+
+/** Every lock's events, on the JavaScript thread, in the core's order. */
+function dispatch(e: N.NativeEvent): void {
+  const lock = listening.get(e.lock)?.deref();
+  if (lock === undefined) return;
+  try {
+    switch (e.kind) {
+      case 'state':
+        lock._deliver('stateChange', [{ from: e.from as State, to: e.to as State, reason: e.reason ?? '' }]);
+        break;
+      case 'fence':
+        lock._deliver('fence', [e.token!, e.inFlight ?? 0]);
+        break;
+      case 'acquired':
+        lock._deliver('acquired', [e.token!]);
+        break;
+      case 'drained':
+        lock._deliver('drained', []);
+        break;
+      case 'closed':
+        lock._closed();
+        break;
+    }
+  } catch (err) {
+    process.emitWarning(err instanceof Error ? err : String(err));
+  }
+}
+call(() => native.setEventSink(dispatch));
+
+/**
+ * One named lock. Events (`fence`, `stateChange`, `acquired`, `drained`)
+ * come from the core's callback thread, in order; a listener that throws
+ * is reported through `'error'` (if there is an `'error'` listener) or
+ * `process.emitWarning`, and changes nothing.
+ */
+export class Lock extends EventEmitter<LockEvents> {
+  /** @internal */
+  readonly _n: N.NativeLock;
+  /** @internal The open `events()` streams. */
+  readonly _streams = new Set<EventQueue>();
+
+  /** @internal */
+  constructor(n: N.NativeLock) {
+    super({ captureRejections: false });
+    this._n = n;
+    (this as EventEmitter).on('newListener', (event: string | symbol) => {
+      if (typeof event === 'string' && KINDS.has(event)) this._listen();
+    });
+  }
+
+  /** @internal Turns the lock's events on (once). */
+  _listen(): void {
+    if (!listening.has(this._n.id)) {
+      listening.set(this._n.id, new WeakRef(this));
+      forget.register(this, this._n.id);
+      call(() => this._n.listen());
+    }
+  }
+
+  /** @internal The lock was closed: every event is delivered, the streams end. */
+  _closed(): void {
+    for (const q of this._streams) q.end();
+    this._streams.clear();
+  }
+
+  /**
+   * The lock's events from now on, pulled: `for await (const e of
+   * lock.events())`, in the order the listeners get them. The stream ends
+   * when the lock is closed; events wait in it until read.
+   */
+  events(): AsyncIterableIterator<LockEvent> {
+    const q = new EventQueue(() => this._streams.delete(q));
+    if (this._n.closed) q.end();
+    else {
+      this._listen();
+      this._streams.add(q);
+    }
+    return q;
+  }
+
+  /** @internal Calls every listener of `event`; a throwing one changes nothing. */
+  _deliver<K extends keyof LockEvents>(event: K, args: LockEvents[K]): void {
+    if (this._streams.size > 0) {
+      const e = toEvent(event, args);
+      if (e) for (const q of this._streams) q.push(e);
+    }
+    for (const f of this.rawListeners(event) as ((...a: unknown[]) => unknown)[]) {
+      try {
+        f.apply(this, args);
+      } catch (err) {
+        if (this.listenerCount('error') > 0) {
+          try {
+            this.emit('error', err);
+          } catch (again) {
+            process.emitWarning(again instanceof Error ? again : String(again));
+          }
+        } else {
+          process.emitWarning(err instanceof Error ? err : String(err));
+        }
+      }
+    }
+    // `once` listeners remove themselves when called through rawListeners.
+  }
+
+  get name(): string {
+    return this._n.name;
+  }
+  get session(): Session {
+    return new Session(this._n.session());
+  }
+  get state(): State {
+    return this._n.state as State;
+  }
+  /** The token held, while Holding or Draining. */
+  get token(): bigint | null {
+    return this._n.token ?? null;
+  }
+  /** Milliseconds before the deadline, while Holding or Draining. */
+  get timeLeft(): number | null {
+    return this._n.timeLeft ?? null;
+  }
+  get inFlight(): number {
+    return this._n.inFlight;
+  }
+  get closed(): boolean {
+    return this._n.closed;
+  }
+  stats(): LockStats {
+    const s = this._n.stats();
+    return {
+      acquisitions: s.acquisitions,
+      drains: s.drains,
+      resumes: s.resumes,
+      fencesDeadline: s.fencesDeadline,
+      fencesLeaseLost: s.fencesLeaseLost,
+      fencesLockLost: s.fencesLockLost,
+      lastKeepaliveRtt: s.lastKeepaliveRtt ?? null,
+      slack: s.slack ?? null,
+      inFlight: s.inFlight,
+    };
+  }
+
+  /**
+   * Acquires the lock; resolves with the fencing token. An aborted
+   * `signal` rejects with its reason and releases, so no lock is left
+   * behind.
+   */
+  async acquire(options?: AcquireOptions): Promise<bigint> {
+    const o = checkObject('options', options, ['timeout', 'signal']);
+    const timeout = checkMs('options.timeout', o.timeout, true);
+    const signal = checkSignal(o.signal);
+    signal?.throwIfAborted();
+    const pending = call(() => this._n.acquire(timeout ?? null));
+    if (signal === undefined) return settle(await pending)!;
+    return new Promise<bigint>((resolve, reject) => {
+      const onAbort = () => {
+        reject(signal.reason);
+        // The core's acquire goes on until released: a wait ends with
+        // `released`, a completed acquire is let go.
+        this._n.release().then(
+          () => {},
+          () => {},
+        );
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      pending.then(
+        (outcome) => {
+          signal.removeEventListener('abort', onAbort);
+          if (signal.aborted) return;
+          try {
+            resolve(settle(outcome)!);
+          } catch (e) {
+            reject(e);
+          }
+        },
+        (e: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(e);
+        },
+      );
+    });
+  }
+
+  /** Acquires if nobody holds the lock, else rejects with `WouldBlockError`. */
+  async tryAcquire(): Promise<bigint> {
+    return settle(await this._n.tryAcquire())!;
+  }
+
+  /** Releases (deletes the lock key); every permit is invalid from now on. */
+  async release(): Promise<void> {
+    settle(await this._n.release());
+  }
+
+  /** Releases and ends the lock's events; closing twice is harmless. */
+  async close(): Promise<void> {
+    // Events decided before the close are still delivered; the core sends
+    // none after it.
+    settle(await this._n.close());
+  }
+
+  /**
+   * Permission to start one unit of work, granted only while Holding and
+   * before the deadline (the core reads the clock). Throws a
+   * `DrainingError`, `FencedError`, `ReleasedError` or `NotHeldError`.
+   * End it (`end()`, or `using`).
+   */
+  permit(): Permit {
+    const slot = this._n.permit();
+    if (slot < 0) {
+      const word = WORDS[-slot] ?? 'panic';
+      throw errorOf(word, REFUSALS[word] ?? word);
+    }
+    return new Permit(this._n, slot);
+  }
+
+  /** Puts `key` = `value` only while `token` holds the lock, decided by the service. */
+  async guardedPut(token: bigint | number, key: string | Uint8Array, value: string | Uint8Array): Promise<void> {
+    const t = checkToken('token', token);
+    const k = checkBytes('key', key);
+    const v = checkBytes('value', value);
+    settle(await call(() => this._n.guardedPut(t, k, v)));
+  }
+
+  /** Deletes `key` only while `token` holds the lock. */
+  async guardedDelete(token: bigint | number, key: string | Uint8Array): Promise<void> {
+    const t = checkToken('token', token);
+    const k = checkBytes('key', key);
+    settle(await call(() => this._n.guardedDelete(t, k)));
+  }
+}
+
+function toEvent(event: keyof LockEvents, args: unknown[]): LockEvent | undefined {
+  switch (event) {
+    case 'stateChange': {
+      const c = args[0] as StateChange;
+      return { kind: 'state', from: c.from, to: c.to, reason: c.reason };
+    }
+    case 'fence':
+      return { kind: 'fence', token: args[0] as bigint, inFlight: args[1] as number };
+    case 'acquired':
+      return { kind: 'acquired', token: args[0] as bigint };
+    case 'drained':
+      return { kind: 'drained' };
+    default:
+      return undefined;
+  }
+}
+
+/** The queue behind one `lock.events()`. */
+class EventQueue implements AsyncIterableIterator<LockEvent> {
+  private readonly items: LockEvent[] = [];
+  private readonly waiting: ((r: IteratorResult<LockEvent>) => void)[] = [];
+  private ended = false;
+
+  constructor(private readonly onReturn: () => void) {}
+
+  push(e: LockEvent): void {
+    const w = this.waiting.shift();
+    if (w) w({ value: e, done: false });
+    else this.items.push(e);
+  }
+
+  end(): void {
+    this.ended = true;
+    for (const w of this.waiting.splice(0)) w({ value: undefined, done: true });
+  }
+
+  next(): Promise<IteratorResult<LockEvent>> {
+    const e = this.items.shift();
+    if (e !== undefined) return Promise.resolve({ value: e, done: false });
+    if (this.ended) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  return(): Promise<IteratorResult<LockEvent>> {
+    this.items.length = 0;
+    this.end();
+    this.onReturn();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<LockEvent> {
+    return this;
+  }
+}
+
+/** One unit of work, counted in flight until ended. */
+export class Permit implements Disposable {
+  private _token: bigint | undefined;
+  private _ended = false;
+
+  /** @internal */
+  constructor(
+    private readonly _n: N.NativeLock,
+    private readonly _slot: number,
+  ) {}
+
+  /** The token to send with every write of this unit of work. */
+  get token(): bigint {
+    if (this._token === undefined) {
+      if (this._ended) throw new ReleasedError('released', 'the permit has ended; read its token before end()');
+      this._token = this._n.permitToken(this._slot);
+    }
+    return this._token;
+  }
+
+  /** Whether the work may still commit: the token still holds and the deadline has not passed. */
+  valid(): boolean {
+    return !this._ended && this._n.permitValid(this._slot);
+  }
+
+  /** Milliseconds left while the token still holds, else 0. */
+  get remaining(): number {
+    return this._ended ? 0 : this._n.permitRemaining(this._slot);
+  }
+
+  /** Ends the unit of work; ending twice is harmless. */
+  end(): void {
+    if (!this._ended) {
+      this._ended = true;
+      this._n.permitEnd(this._slot);
+    }
+  }
+
+  [Symbol.dispose](): void {
+    this.end();
+  }
+}
+
+// ------------------------------------------------------------ fence gate
+
+/** The resource side: accepts a write only if its token is >= the highest seen for that name. */
+export class FenceGate {
+  private readonly _n = new native.NativeFenceGate();
+  /** Throws `StaleError` if a higher token was seen for `name`. */
+  admit(name: string, token: bigint | number): void {
+    const n = checkString('name', name);
+    const t = checkToken('token', token);
+    const highest = call(() => this._n.admit(n, t));
+    if (highest !== null && highest !== undefined) {
+      throw new StaleError('stale', `stale: token ${t} is lower than ${highest}, already seen for ${n}`, t, highest);
+    }
+  }
+  highest(name: string): bigint | null {
+    return this._n.highest(checkString('name', name)) ?? null;
+  }
+}
+
+/** @internal The addon, for the test suite's scenario runner. */
+export const _native = native;

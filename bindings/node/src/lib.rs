@@ -1,0 +1,864 @@
+//! The native half of the Node face (`require('dlock')`): classes that
+//! convert between JavaScript and the core and decide nothing. The public
+//! JavaScript API (`src/index.ts` → `index.js`, `index.d.ts`) wraps these;
+//! see `docs/node.md`.
+//!
+//! - Async calls return a promise of an [`Outcome`] (a code word, a token,
+//!   a message) completed from the core's driver thread (`task.rs`); the
+//!   JavaScript side turns a failure into its typed error.
+//! - `permit()` is one synchronous call into the core, which reads the
+//!   clock itself; it answers a slot number (or a negative code) so that
+//!   nothing is allocated on the native side.
+//! - Events go through one weak (unref'd) threadsafe function for the
+//!   whole process, so they arrive in the core's order and never keep the
+//!   process alive.
+
+#![deny(clippy::all)]
+
+mod task;
+
+#[cfg(feature = "scenarios")]
+mod scenarios;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use napi::bindgen_prelude::*;
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi_derive::napi;
+
+use dlock::{Code, Error as CoreError, LockEvent, State};
+
+/// The result of an async call: `code` is `"ok"` or the core's code word.
+#[napi(object)]
+pub struct Outcome {
+    pub code: String,
+    pub message: String,
+    pub token: Option<BigInt>,
+}
+
+impl Outcome {
+    fn ok(token: Option<u64>) -> Outcome {
+        Outcome {
+            code: "ok".into(),
+            message: String::new(),
+            token: token.map(BigInt::from),
+        }
+    }
+
+    fn of(r: std::result::Result<Option<u64>, CoreError>) -> Outcome {
+        match r {
+            Ok(t) => Outcome::ok(t),
+            Err(e) => Outcome {
+                code: e.code().into(),
+                message: e.to_string(),
+                token: None,
+            },
+        }
+    }
+}
+
+/// A core error thrown synchronously: the JS error's `code` is the word.
+fn thrown(e: CoreError) -> napi::Error {
+    napi::Error::new(Status::GenericFailure, format!("{}\u{1f}{}", e.code(), e))
+}
+
+fn invalid(message: impl Into<String>) -> napi::Error {
+    thrown(CoreError::InvalidArgument(message.into()))
+}
+
+fn ms(name: &str, v: f64) -> Result<Duration> {
+    Duration::try_from_secs_f64(v / 1000.0).map_err(|_| {
+        invalid(format!(
+            "{name} must be a finite number of milliseconds >= 0"
+        ))
+    })
+}
+
+/// `*slot = v` milliseconds, when given.
+fn set_ms(slot: &mut Duration, name: &str, v: Option<f64>) -> Result<()> {
+    if let Some(v) = v {
+        *slot = ms(name, v)?;
+    }
+    Ok(())
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn token_of(v: BigInt) -> Result<dlock::Token> {
+    let (signed, value, lossless) = v.get_u64();
+    if signed || !lossless {
+        return Err(invalid("a token is a bigint from 0 to 2^64-1"));
+    }
+    Ok(dlock::Token(value))
+}
+
+/// Every code word, in C order: the JavaScript side maps a negative
+/// `permit()` answer back to its word.
+#[napi]
+pub fn code_words() -> Vec<String> {
+    Code::ALL.iter().map(|c| c.as_str().to_string()).collect()
+}
+
+/// Timing settings, in milliseconds; unset ones keep the core's defaults.
+#[napi(object)]
+#[derive(Default)]
+pub struct NativeOptions {
+    pub ttl: Option<f64>,
+    pub keepalive_interval: Option<f64>,
+    pub keepalive_timeout: Option<f64>,
+    pub retry_interval: Option<f64>,
+    pub margin: Option<f64>,
+    pub reacquire: Option<bool>,
+}
+
+impl NativeOptions {
+    fn to_core(&self) -> Result<dlock::Options> {
+        let mut o = dlock::Options::default();
+        set_ms(&mut o.ttl, "ttl", self.ttl)?;
+        set_ms(
+            &mut o.keepalive_interval,
+            "keepaliveInterval",
+            self.keepalive_interval,
+        )?;
+        set_ms(
+            &mut o.keepalive_timeout,
+            "keepaliveTimeout",
+            self.keepalive_timeout,
+        )?;
+        set_ms(&mut o.retry_interval, "retryInterval", self.retry_interval)?;
+        set_ms(&mut o.margin, "margin", self.margin)?;
+        if let Some(r) = self.reacquire {
+            o.reacquire = r;
+        }
+        o.validate().map_err(thrown)?;
+        Ok(o)
+    }
+}
+
+/// Where the client connects: etcd settings (every one optional).
+#[napi(object)]
+#[derive(Default)]
+pub struct NativeEtcd {
+    pub endpoints: Vec<String>,
+    pub ca_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub allow_plaintext_password: Option<bool>,
+    pub connect_timeout: Option<f64>,
+    pub request_timeout: Option<f64>,
+}
+
+impl NativeEtcd {
+    fn to_core(&self) -> Result<dlock::EtcdConfig> {
+        let mut c = dlock::EtcdConfig::new(self.endpoints.iter().cloned());
+        c.ca_file = self.ca_file.clone().map(Into::into);
+        c.cert_file = self.cert_file.clone().map(Into::into);
+        c.key_file = self.key_file.clone().map(Into::into);
+        c.user = self.user.clone();
+        c.password = self.password.clone();
+        if let Some(a) = self.allow_plaintext_password {
+            c.allow_plaintext_password = a;
+        }
+        set_ms(
+            &mut c.connect_timeout,
+            "connectTimeout",
+            self.connect_timeout,
+        )?;
+        set_ms(
+            &mut c.request_timeout,
+            "requestTimeout",
+            self.request_timeout,
+        )?;
+        c.validate().map_err(thrown)?;
+        Ok(c)
+    }
+}
+
+/// An embedded lock service of one's own (tests of one's fence handling):
+/// its clients get fault switches.
+#[napi]
+pub struct NativeService {
+    inner: dlock::MemoryService,
+}
+
+#[napi]
+impl NativeService {
+    #[napi(constructor)]
+    pub fn new() -> NativeService {
+        NativeService {
+            inner: dlock::MemoryService::new(),
+        }
+    }
+
+    /// Pauses (true) or resumes server-side lease expiry.
+    #[napi]
+    pub fn freeze_expiry(&self, frozen: bool) {
+        self.inner.freeze_expiry(frozen);
+    }
+
+    /// The whole service down (true) or up.
+    #[napi]
+    pub fn outage(&self, down: bool) {
+        self.inner.outage(down);
+    }
+
+    /// Deletes the key holding `name` (its lease living on), as
+    /// `etcdctl del`; false if nobody holds it.
+    #[napi]
+    pub fn delete_lock_key(&self, name: String) -> bool {
+        self.inner.delete_lock_key(&name)
+    }
+
+    /// Revokes a lease, as `etcdctl lease revoke`; false if there is none.
+    #[napi]
+    pub fn revoke_lease(&self, lease: BigInt) -> Result<bool> {
+        let (value, lossless) = lease.get_i64();
+        if !lossless {
+            return Err(invalid("a lease is a bigint that fits in 64 bits"));
+        }
+        Ok(self.inner.revoke_lease(value as dlock::machine::LeaseId))
+    }
+
+    /// The token holding `name`, if any.
+    #[napi]
+    pub fn holder(&self, name: String) -> Option<BigInt> {
+        self.inner.holder(&name).map(|t| BigInt::from(t.get()))
+    }
+
+    /// The value of `key` in the service's key-value store.
+    #[napi]
+    pub fn get(&self, key: Buffer) -> Option<Buffer> {
+        self.inner.get(&key).map(Buffer::from)
+    }
+}
+
+impl Default for NativeService {
+    fn default() -> Self {
+        NativeService::new()
+    }
+}
+
+#[napi]
+pub struct NativeClient {
+    inner: dlock::Client,
+}
+
+#[napi]
+impl NativeClient {
+    /// Connects: `etcd` given → etcd; `service` given → that embedded
+    /// service; neither → the `DLOCK_*` environment, else the process-wide
+    /// embedded service. Blocks while connecting.
+    #[napi(factory)]
+    pub fn connect(
+        options: NativeOptions,
+        etcd: Option<NativeEtcd>,
+        service: Option<&NativeService>,
+    ) -> Result<NativeClient> {
+        let options = options.to_core()?;
+        let backend = match (etcd, service) {
+            (Some(_), Some(_)) => return Err(invalid("give either endpoints or a service")),
+            (Some(e), None) => dlock::BackendConfig::Etcd(e.to_core()?),
+            (None, Some(s)) => dlock::BackendConfig::Embedded(s.inner.clone()),
+            (None, None) => dlock::BackendConfig::FromEnv,
+        };
+        let mut config = dlock::ClientConfig::from_env().with_options(options);
+        config.backend = backend;
+        let inner = dlock::Client::connect(config).map_err(thrown)?;
+        Ok(NativeClient { inner })
+    }
+
+    /// A handle on the lock `name` on the default session.
+    #[napi]
+    pub fn lock(&self, name: String) -> Result<NativeLock> {
+        NativeLock::new(self.inner.lock(&name))
+    }
+
+    #[napi]
+    pub fn default_session(&self) -> NativeSession {
+        NativeSession {
+            inner: self.inner.default_session().clone(),
+        }
+    }
+
+    /// A session of its own (its own lease) with `options`.
+    #[napi]
+    pub fn session(&self, options: NativeOptions) -> Result<NativeSession> {
+        let o = options.to_core()?;
+        let inner = self.inner.session(o).map_err(thrown)?;
+        Ok(NativeSession { inner })
+    }
+
+    /// Whether the client is embedded (has fault switches).
+    #[napi(getter)]
+    pub fn embedded(&self) -> bool {
+        self.inner.link().is_some()
+    }
+
+    /// The effective options, in milliseconds.
+    #[napi]
+    pub fn options(&self) -> NativeOptions {
+        let o = self.inner.options();
+        NativeOptions {
+            ttl: Some(millis(o.ttl)),
+            keepalive_interval: Some(millis(o.keepalive_interval)),
+            keepalive_timeout: Some(millis(o.keepalive_timeout)),
+            retry_interval: Some(millis(o.retry_interval)),
+            margin: Some(millis(o.margin)),
+            reacquire: Some(o.reacquire),
+        }
+    }
+
+    /// Switches a fault on the embedded link of this client (every session
+    /// of it): `partition`, `heal`, `drop_replies`, `keep_replies`,
+    /// `delay_replies` (ms; 0 ends it), `fail_keepalives`, `stop_failing`,
+    /// `lease_lost`.
+    #[napi]
+    pub fn fault(&self, fault: String, ms_value: Option<f64>) -> Result<()> {
+        let link = self
+            .inner
+            .link()
+            .ok_or_else(|| invalid("fault switches exist on embedded clients only"))?;
+        match fault.as_str() {
+            "partition" => link.partition(),
+            "heal" => link.heal(),
+            "drop_replies" => link.drop_keepalive_replies(true),
+            "keep_replies" => link.drop_keepalive_replies(false),
+            "delay_replies" => link.delay_keepalive_replies(ms("ms", ms_value.unwrap_or(0.0))?),
+            "fail_keepalives" => link.fail_keepalives(Some("injected failure")),
+            "stop_failing" => link.fail_keepalives(None),
+            "lease_lost" => link.declare_lease_lost(),
+            other => return Err(invalid(format!("unknown fault `{other}`"))),
+        }
+        Ok(())
+    }
+}
+
+#[napi(object)]
+pub struct NativeSessionStats {
+    pub lease: Option<BigInt>,
+    pub keepalives_sent: f64,
+    pub locks: f64,
+    pub last_keepalive_rtt: Option<f64>,
+}
+
+#[napi]
+pub struct NativeSession {
+    inner: dlock::Session,
+}
+
+#[napi]
+impl NativeSession {
+    #[napi]
+    pub fn lock(&self, name: String) -> Result<NativeLock> {
+        NativeLock::new(self.inner.lock(&name))
+    }
+
+    #[napi(getter)]
+    pub fn lease(&self) -> Option<BigInt> {
+        self.inner.lease().map(BigInt::from)
+    }
+
+    #[napi(getter)]
+    pub fn is_default(&self) -> bool {
+        self.inner.is_default()
+    }
+
+    #[napi]
+    pub fn stats(&self) -> NativeSessionStats {
+        let s = self.inner.stats();
+        NativeSessionStats {
+            lease: s.lease.map(BigInt::from),
+            keepalives_sent: s.keepalives as f64,
+            locks: s.locks as f64,
+            last_keepalive_rtt: s.last_keepalive_rtt.map(millis),
+        }
+    }
+
+    /// Releases every lock of the session and revokes its lease.
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn close<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let session = self.inner.clone();
+        complete(
+            env,
+            async move { session.close_async().await.map(|()| None) },
+        )
+    }
+}
+
+/// Runs `future` (a core call) and resolves the returned promise with its
+/// outcome, from whichever thread completes it.
+fn complete<'e>(
+    env: &'e Env,
+    future: impl std::future::Future<Output = std::result::Result<Option<u64>, CoreError>>
+    + Send
+    + 'static,
+) -> Result<Object<'e>> {
+    let (deferred, promise) = env.create_deferred()?;
+    task::spawn(async move {
+        let outcome = Outcome::of(future.await);
+        deferred.resolve(move |_| Ok(outcome));
+    });
+    Ok(promise)
+}
+
+/// Every live lock of the process, so that the environment's cleanup hook
+/// can release the held ones when the process exits.
+fn live() -> &'static Mutex<HashMap<u32, Weak<dlock::Lock>>> {
+    static LIVE: OnceLock<Mutex<HashMap<u32, Weak<dlock::Lock>>>> = OnceLock::new();
+    LIVE.get_or_init(Default::default)
+}
+
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A lock handle. Permits live in `permits` (a slot per permit in flight)
+/// so that `permit()` allocates nothing on the JavaScript heap.
+#[napi]
+pub struct NativeLock {
+    lock: Arc<dlock::Lock>,
+    id: u32,
+    listening: std::cell::Cell<bool>,
+    permits: RefCell<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Option<dlock::OwnedPermit>>,
+    free: Vec<u32>,
+}
+
+impl Drop for NativeLock {
+    fn drop(&mut self) {
+        if let Ok(mut l) = live().lock() {
+            l.remove(&self.id);
+        }
+    }
+}
+
+#[napi(object)]
+pub struct NativeLockStats {
+    pub acquisitions: f64,
+    pub drains: f64,
+    pub resumes: f64,
+    pub fences_deadline: f64,
+    pub fences_lease_lost: f64,
+    pub fences_lock_lost: f64,
+    pub last_keepalive_rtt: Option<f64>,
+    pub slack: Option<f64>,
+    pub in_flight: f64,
+}
+
+impl NativeLock {
+    fn new(lock: std::result::Result<dlock::Lock, CoreError>) -> Result<NativeLock> {
+        let lock = Arc::new(lock.map_err(thrown)?);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = live().lock() {
+            l.insert(id, Arc::downgrade(&lock));
+        }
+        Ok(NativeLock {
+            lock,
+            id,
+            listening: Default::default(),
+            permits: Default::default(),
+        })
+    }
+
+    fn with_permit<T>(&self, slot: u32, f: impl FnOnce(&dlock::OwnedPermit) -> T) -> Result<T> {
+        let p = self.permits.borrow();
+        match p.slots.get(slot as usize) {
+            Some(Some(permit)) => Ok(f(permit)),
+            _ => Err(invalid("this permit has ended")),
+        }
+    }
+}
+
+#[napi]
+impl NativeLock {
+    /// The number the events of this lock carry.
+    #[napi(getter)]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    #[napi(getter)]
+    pub fn name(&self) -> String {
+        self.lock.name().to_string()
+    }
+
+    #[napi]
+    pub fn session(&self) -> NativeSession {
+        NativeSession {
+            inner: self.lock.session().clone(),
+        }
+    }
+
+    /// Acquires, waiting up to `timeout` ms (`null`: as long as it takes).
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn acquire<'e>(&self, env: &'e Env, timeout: Option<f64>) -> Result<Object<'e>> {
+        let timeout = timeout.map(|t| ms("timeout", t)).transpose()?;
+        let lock = self.lock.clone();
+        complete(env, async move {
+            lock.acquire_async(timeout).await.map(|t| Some(t.get()))
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn try_acquire<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let lock = self.lock.clone();
+        complete(env, async move {
+            lock.try_acquire_async().await.map(|t| Some(t.get()))
+        })
+    }
+
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn release<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let lock = self.lock.clone();
+        complete(
+            env,
+            async move { lock.release_async().await.map(|()| None) },
+        )
+    }
+
+    /// Releases and ends the lock's events: once the core has delivered
+    /// every event up to the close, a `closed` event follows them through
+    /// the same sink (the end of the JavaScript event streams).
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn close<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let lock = self.lock.clone();
+        let sink = self
+            .listening
+            .get()
+            .then(|| EVENTS.get().cloned())
+            .flatten();
+        let id = self.id;
+        complete(env, async move {
+            let r = lock.close_async().await;
+            if let Some(sink) = sink {
+                let _ = sink.call((id, None), ThreadsafeFunctionCallMode::NonBlocking);
+            }
+            r.map(|()| None)
+        })
+    }
+
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.lock.is_closed()
+    }
+
+    #[napi(getter)]
+    pub fn state(&self) -> &'static str {
+        self.lock.state().as_str()
+    }
+
+    #[napi(getter)]
+    pub fn token(&self) -> Option<BigInt> {
+        self.lock.token().map(|t| BigInt::from(t.get()))
+    }
+
+    /// Milliseconds left before the deadline, while holding or draining.
+    #[napi(getter)]
+    pub fn time_left(&self) -> Option<f64> {
+        self.lock.time_left().map(millis)
+    }
+
+    #[napi(getter)]
+    pub fn in_flight(&self) -> f64 {
+        self.lock.in_flight() as f64
+    }
+
+    #[napi]
+    pub fn stats(&self) -> NativeLockStats {
+        let s = self.lock.stats();
+        NativeLockStats {
+            acquisitions: s.acquisitions as f64,
+            drains: s.drains as f64,
+            resumes: s.resumes as f64,
+            fences_deadline: s.fences_deadline as f64,
+            fences_lease_lost: s.fences_lease_lost as f64,
+            fences_lock_lost: s.fences_lock_lost as f64,
+            last_keepalive_rtt: s.last_keepalive_rtt.map(millis),
+            slack: s.slack.map(millis),
+            in_flight: s.in_flight as f64,
+        }
+    }
+
+    /// One unit of work: a slot number >= 0, or minus the refusal's code
+    /// number (`codeWords()[-answer]`).
+    #[napi]
+    pub fn permit(&self) -> i32 {
+        match self.lock.permit_owned() {
+            Ok(p) => {
+                let mut s = self.permits.borrow_mut();
+                match s.free.pop() {
+                    Some(i) => {
+                        s.slots[i as usize] = Some(p);
+                        i as i32
+                    }
+                    None => {
+                        s.slots.push(Some(p));
+                        (s.slots.len() - 1) as i32
+                    }
+                }
+            }
+            Err(r) => -r.status().value(),
+        }
+    }
+
+    #[napi]
+    pub fn permit_token(&self, slot: u32) -> Result<BigInt> {
+        self.with_permit(slot, |p| BigInt::from(p.token().get()))
+    }
+
+    #[napi]
+    pub fn permit_valid(&self, slot: u32) -> Result<bool> {
+        self.with_permit(slot, |p| p.valid())
+    }
+
+    /// Milliseconds left while the permit's token still holds, else 0.
+    #[napi]
+    pub fn permit_remaining(&self, slot: u32) -> Result<f64> {
+        self.with_permit(slot, |p| millis(p.remaining()))
+    }
+
+    /// Ends the permit in `slot`; false if it had ended already.
+    #[napi]
+    pub fn permit_end(&self, slot: u32) -> bool {
+        let ended = {
+            let mut s = self.permits.borrow_mut();
+            match s.slots.get_mut(slot as usize).and_then(Option::take) {
+                Some(p) => {
+                    s.free.push(slot);
+                    Some(p)
+                }
+                None => None,
+            }
+        };
+        ended.is_some()
+    }
+
+    /// Starts delivering this lock's events to the process's event sink
+    /// (`setEventSink`); once is enough.
+    #[napi]
+    pub fn listen(&self) -> Result<()> {
+        if self.listening.replace(true) {
+            return Ok(());
+        }
+        let sink = EVENTS
+            .get()
+            .ok_or_else(|| invalid("setEventSink was not called"))?;
+        let sink = sink.clone();
+        let id = self.id;
+        self.lock.on_event(move |e| {
+            let _ = sink.call((id, Some(*e)), ThreadsafeFunctionCallMode::NonBlocking);
+        });
+        Ok(())
+    }
+
+    /// Puts `key` = `value` only while `token` holds the lock (the service
+    /// decides).
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn guarded_put<'e>(
+        &self,
+        env: &'e Env,
+        token: BigInt,
+        key: Buffer,
+        value: Buffer,
+    ) -> Result<Object<'e>> {
+        let token = token_of(token)?;
+        let lock = self.lock.clone();
+        let (key, value) = (key.to_vec(), value.to_vec());
+        complete(env, async move {
+            lock.guarded_put_async(token, &key, &value)
+                .await
+                .map(|()| None)
+        })
+    }
+
+    /// Deletes `key` only while `token` holds the lock.
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn guarded_delete<'e>(
+        &self,
+        env: &'e Env,
+        token: BigInt,
+        key: Buffer,
+    ) -> Result<Object<'e>> {
+        let token = token_of(token)?;
+        let lock = self.lock.clone();
+        let key = key.to_vec();
+        complete(env, async move {
+            lock.guarded_delete_async(token, &key).await.map(|()| None)
+        })
+    }
+}
+
+/// One event as the JavaScript sink gets it.
+#[napi(object)]
+pub struct NativeEvent {
+    /// The lock's `id`.
+    pub lock: u32,
+    /// `state`, `fence`, `acquired`, `drained`, or `closed` (the lock was
+    /// closed: no event follows).
+    pub kind: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub reason: Option<String>,
+    pub token: Option<BigInt>,
+    pub in_flight: Option<f64>,
+}
+
+fn event_record(lock: u32, e: Option<&LockEvent>) -> NativeEvent {
+    let mut r = NativeEvent {
+        lock,
+        kind: e.map_or("closed", LockEvent::kind).into(),
+        from: None,
+        to: None,
+        reason: None,
+        token: None,
+        in_flight: None,
+    };
+    let Some(e) = e else {
+        return r;
+    };
+    match *e {
+        LockEvent::State { change, .. } => {
+            r.from = Some(change.from.as_str().into());
+            r.to = Some(change.to.as_str().into());
+            r.reason = Some(change.reason.as_str().into());
+        }
+        LockEvent::Fence {
+            token, in_flight, ..
+        } => {
+            r.token = Some(BigInt::from(token.get()));
+            r.in_flight = Some(in_flight as f64);
+        }
+        LockEvent::Acquired { token, .. } => r.token = Some(BigInt::from(token.get())),
+        LockEvent::Drained { .. } => {}
+        _ => {}
+    }
+    r
+}
+
+/// A lock's id and its event (`None`: closed).
+type EventSink = ThreadsafeFunction<(u32, Option<LockEvent>), (), NativeEvent, Status, false, true>;
+
+static EVENTS: OnceLock<Arc<EventSink>> = OnceLock::new();
+
+/// Sets the one function every lock's events are delivered to, on the
+/// JavaScript thread, in the core's order. Weak: it never keeps the
+/// process alive. Once per process.
+#[napi(ts_args_type = "sink: (event: NativeEvent) => void")]
+pub fn set_event_sink(sink: Function<NativeEvent, ()>) -> Result<()> {
+    let tsfn = sink
+        .build_threadsafe_function::<(u32, Option<LockEvent>)>()
+        .weak::<true>()
+        .callee_handled::<false>()
+        .build_callback(|ctx| Ok(event_record(ctx.value.0, ctx.value.1.as_ref())))?;
+    EVENTS.set(Arc::new(tsfn)).map_err(|_| {
+        invalid(
+            "dlock serves one JavaScript environment per process (the main thread); \
+                 worker_threads are not supported",
+        )
+    })
+}
+
+/// `FenceGate`: refuses a token lower than the highest seen for a name.
+#[napi]
+pub struct NativeFenceGate {
+    inner: dlock::FenceGate,
+}
+
+#[napi]
+impl NativeFenceGate {
+    #[napi(constructor)]
+    pub fn new() -> NativeFenceGate {
+        NativeFenceGate {
+            inner: dlock::FenceGate::new(),
+        }
+    }
+
+    /// `null` when admitted, else the highest token seen (the write is
+    /// stale).
+    #[napi]
+    pub fn admit(&self, name: String, token: BigInt) -> Result<Option<BigInt>> {
+        let token = token_of(token)?;
+        Ok(match self.inner.admit(&name, token) {
+            Ok(()) => None,
+            Err(stale) => Some(BigInt::from(stale.highest.get())),
+        })
+    }
+
+    #[napi]
+    pub fn highest(&self, name: String) -> Option<BigInt> {
+        self.inner.highest(&name).map(|t| BigInt::from(t.get()))
+    }
+}
+
+impl Default for NativeFenceGate {
+    fn default() -> Self {
+        NativeFenceGate::new()
+    }
+}
+
+/// Blocks dlock's driver thread for `ms` without blocking the caller
+/// (tests of a starved keepalive).
+#[napi]
+pub fn stall_driver(ms_value: f64) -> Result<()> {
+    dlock::memory::stall_driver(ms("ms", ms_value)?);
+    Ok(())
+}
+
+/// Whether the addon was built with the test-only scenario runner.
+#[napi]
+pub fn has_scenario_runner() -> bool {
+    cfg!(feature = "scenarios")
+}
+
+/// Releases every held lock of the process, so the next holder need not
+/// wait a whole TTL: called from `process.on('exit')` (the end of the
+/// script and `process.exit`) and from the environment's cleanup hook (a
+/// worker's end). Each release waits for its key's delete, at most about a
+/// keepalive timeout.
+#[napi]
+pub fn release_all() {
+    let locks: Vec<Arc<dlock::Lock>> = match live().lock() {
+        Ok(l) => l.values().filter_map(Weak::upgrade).collect(),
+        Err(_) => return,
+    };
+    // Every release at once, then one wait for them all.
+    let pending = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+    for lock in locks {
+        if matches!(lock.state(), State::Idle | State::Released) {
+            continue;
+        }
+        if let Ok(mut n) = pending.0.lock() {
+            *n += 1;
+        }
+        let done = pending.clone();
+        task::spawn(async move {
+            let _ = lock.release_async().await;
+            if let Ok(mut n) = done.0.lock() {
+                *n -= 1;
+                done.1.notify_all();
+            }
+        });
+    }
+    let (count, cv) = &*pending;
+    if let Ok(n) = count.lock() {
+        // Each release returns after its delete, or after a keepalive
+        // timeout without an answer; the bound only guards a stuck driver.
+        let _ = cv.wait_timeout_while(n, Duration::from_secs(30), |n| *n > 0);
+    }
+}
+
+#[napi(module_exports)]
+pub fn init(_exports: Object, env: Env) -> Result<()> {
+    env.add_env_cleanup_hook((), |()| release_all())?;
+    Ok(())
+}
