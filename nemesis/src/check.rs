@@ -1,0 +1,483 @@
+//! The independent checker: reads a history (every process's records, see
+//! `docs/nemesis.md`) and nothing else, and checks
+//!
+//! - G1: every fence of a token comes before the first write accepted from
+//!   a higher token (unless an operator revoked the lease or deleted the
+//!   key, or the holder was paused or killed: then the gap is reported);
+//! - G2: no resource accepts a token lower than one it accepted before
+//!   (the etcd key, by revision; the gate, in its order), and the writes a
+//!   paused holder sends after it resumes are refused once a higher token
+//!   was accepted;
+//! - G3: tokens strictly increase across acquisitions;
+//! - G4: no permit granted at or after its deadline;
+//! - liveness: after each heal a write is accepted within TTL + 2 s; no
+//!   holder drains longer than TTL + 1 s unless paused; at the end exactly
+//!   one holder holds and none drains;
+//! - every acknowledged write is in its resource's history, no write
+//!   reported refused is; writes of unknown outcome are counted apart.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+/// What the checker found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Fences, resumes (draining → holding), acquisitions.
+    pub fences: u64,
+    /// Keepalives confirmed in time after a drain.
+    pub resumes: u64,
+    /// Acquisitions (first and reacquisitions).
+    pub acquisitions: u64,
+    /// Permits granted.
+    pub permits: u64,
+    /// Writes accepted: (etcd, gate).
+    pub accepted: (u64, u64),
+    /// Writes refused as stale: (etcd, gate).
+    pub refused: (u64, u64),
+    /// Writes of unknown outcome: (etcd, gate), and how many of them the
+    /// resource did commit.
+    pub unknown: (u64, u64),
+    /// Of the unknown ones, committed: (etcd, gate).
+    pub unknown_committed: (u64, u64),
+    /// Writes a paused holder sent after resuming with a permit from before
+    /// the pause, and how many of them were refused.
+    pub paused_writes: (u64, u64),
+    /// Smallest G1 lead (ms) of a fence over the first accepted write of a
+    /// higher token.
+    pub min_lead_ms: Option<f64>,
+    /// G1 gaps that cannot be avoided (operator, paused or killed holder),
+    /// with the smallest (most negative) lead in ms.
+    pub gaps: BTreeMap<String, (u64, f64)>,
+    /// Longest time (ms) from a heal to the next accepted write.
+    pub max_heal_ms: Option<f64>,
+    /// Heals checked for liveness.
+    pub heals: u64,
+    /// Violations by invariant, each with its evidence.
+    pub violations: BTreeMap<&'static str, Vec<String>>,
+}
+
+/// The invariants the table always lists (0 when nothing broke).
+pub const INVARIANTS: &[&str] = &[
+    "G1 fence before successor",
+    "G2 no lower token accepted",
+    "G3 tokens increase",
+    "G4 no permit at/after deadline",
+    "liveness",
+    "acknowledged writes kept",
+    "refused writes not applied",
+];
+
+impl Report {
+    /// Total violations.
+    pub fn violation_count(&self) -> usize {
+        self.violations.values().map(Vec::len).sum()
+    }
+
+    fn violate(&mut self, what: &'static str, evidence: String) {
+        self.violations.entry(what).or_default().push(evidence);
+    }
+
+    /// The table.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<(String, String)> = Vec::new();
+        let total: u64 = self.faults.values().sum();
+        rows.push(("faults injected".into(), total.to_string()));
+        for (k, v) in &self.faults {
+            rows.push((format!("  {k}"), v.to_string()));
+        }
+        rows.push(("acquisitions".into(), self.acquisitions.to_string()));
+        rows.push(("fences".into(), self.fences.to_string()));
+        rows.push(("resumes".into(), self.resumes.to_string()));
+        rows.push(("permits".into(), self.permits.to_string()));
+        rows.push((
+            "writes accepted (etcd / gate)".into(),
+            format!("{} / {}", self.accepted.0, self.accepted.1),
+        ));
+        rows.push((
+            "stale writes refused (etcd / gate)".into(),
+            format!("{} / {}", self.refused.0, self.refused.1),
+        ));
+        rows.push((
+            "paused holder's writes after resume (refused / sent)".into(),
+            format!("{} / {}", self.paused_writes.1, self.paused_writes.0),
+        ));
+        rows.push((
+            "writes of unknown outcome (etcd / gate)".into(),
+            format!(
+                "{} / {} (committed: {} / {})",
+                self.unknown.0, self.unknown.1, self.unknown_committed.0, self.unknown_committed.1
+            ),
+        ));
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
+        rows.push(("smallest G1 lead".into(), ms(self.min_lead_ms)));
+        for (k, (n, worst)) in &self.gaps {
+            rows.push((
+                format!("G1 gap ({k}, unavoidable)"),
+                format!("{n} (worst {worst:.1} ms)"),
+            ));
+        }
+        rows.push((
+            format!("heals checked, longest heal -> accepted write"),
+            format!("{}, {}", self.heals, ms(self.max_heal_ms)),
+        ));
+        for inv in INVARIANTS {
+            let n = self.violations.get(inv).map_or(0, Vec::len);
+            rows.push((format!("violations: {inv}"), n.to_string()));
+        }
+        let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for (k, v) in rows {
+            out.push_str(&format!("{k:<w$}  {v}\n"));
+        }
+        for (inv, ev) in &self.violations {
+            for e in ev.iter().take(10) {
+                out.push_str(&format!("VIOLATION {inv}: {e}\n"));
+            }
+        }
+        out
+    }
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+    v[k].as_str().unwrap_or("")
+}
+
+fn ms(a: u64, b: u64) -> f64 {
+    (b as f64 - a as f64) / 1e6
+}
+
+/// Checks the records of one run (as [`crate::history::read_dir`] gives
+/// them: sorted by `t`).
+pub fn check(records: &[Value]) -> Report {
+    let mut r = Report::default();
+    let ev = |e: &'static str| records.iter().filter(move |v| s(v, "ev") == e);
+    let ttl_ns = ev("start").map(|v| u(v, "ttl_ms")).max().unwrap_or(4000) * 1_000_000;
+
+    // --- the nemesis's own records --------------------------------------
+    let mut operator: HashSet<u64> = HashSet::new();
+    let mut killed: HashSet<String> = HashSet::new();
+    // (holder, from, to): times a holder could not run.
+    let mut paused: Vec<(String, u64, u64)> = Vec::new();
+    let mut open_pause: HashMap<String, u64> = HashMap::new();
+    let mut heals: Vec<u64> = Vec::new();
+    for v in records {
+        let (p, e, t) = (s(v, "p"), s(v, "ev"), u(v, "t"));
+        match (p, e) {
+            ("nemesis", "fault") => {
+                *r.faults.entry(s(v, "kind").to_owned()).or_default() += 1;
+                match s(v, "kind") {
+                    "lease_revoked" | "key_deleted" => {
+                        operator.insert(u(v, "token"));
+                    }
+                    "holder_killed" => {
+                        killed.insert(s(v, "target").to_owned());
+                    }
+                    "pause_short" | "pause_long" => {
+                        open_pause.insert(s(v, "target").to_owned(), t);
+                    }
+                    _ => {}
+                }
+            }
+            ("nemesis", "resume") => {
+                let who = s(v, "target").to_owned();
+                if let Some(from) = open_pause.remove(&who) {
+                    paused.push((who, from, t));
+                }
+            }
+            ("nemesis", "heal") | ("nemesis", "settle") => heals.push(t),
+            (_, "self_pause") => {
+                open_pause.insert(p.to_owned(), t);
+            }
+            (_, "self_resume") => {
+                if let Some(from) = open_pause.remove(p) {
+                    paused.push((p.to_owned(), from, t));
+                }
+            }
+            _ => {}
+        }
+    }
+    // A pause never ended in the history lasts to its end.
+    let last_t = records.iter().map(|v| u(v, "t")).max().unwrap_or(0);
+    for (who, from) in open_pause {
+        paused.push((who, from, last_t));
+    }
+    let was_paused = |who: &str, a: u64, b: u64| {
+        paused
+            .iter()
+            .any(|(p, from, to)| p == who && *from <= b && *to >= a)
+    };
+
+    // --- the resources' histories ---------------------------------------
+    let gate_accepts: Vec<&Value> = ev("gate_accept").collect();
+    let mut etcd_puts: Vec<&Value> = ev("etcd_put").collect();
+    etcd_puts.sort_by_key(|v| u(v, "rev"));
+    let key = |v: &Value, h: &str| (h.to_owned(), u(v, "seq"));
+    let gate_set: HashSet<(String, u64)> = gate_accepts.iter().map(|v| key(v, s(v, "h"))).collect();
+    let etcd_set: HashSet<(String, u64)> = etcd_puts.iter().map(|v| key(v, s(v, "h"))).collect();
+    r.refused.1 = ev("gate_refuse").count() as u64;
+    for (res, list) in [("gate", &gate_accepts), ("etcd", &etcd_puts)] {
+        let mut hi = 0u64;
+        for v in list.iter() {
+            let t = u(v, "token");
+            if t < hi {
+                r.violate(
+                    "G2 no lower token accepted",
+                    format!("{res} accepted token {t} after token {hi}: {v}"),
+                );
+            }
+            hi = hi.max(t);
+        }
+    }
+
+    // --- the holders' records -------------------------------------------
+    // G4, acknowledged writes, unknown outcomes, paused holders' writes.
+    let mut last_permit: HashMap<&str, u64> = HashMap::new(); // holder -> t0
+    for v in records {
+        let p = s(v, "p");
+        match s(v, "ev") {
+            "permit" => {
+                r.permits += 1;
+                last_permit.insert(p, u(v, "t0"));
+                if u(v, "t0") >= u(v, "deadline") {
+                    r.violate(
+                        "G4 no permit at/after deadline",
+                        format!(
+                            "{p}: permit asked at {} ns, deadline {}: {v}",
+                            u(v, "t0"),
+                            u(v, "deadline")
+                        ),
+                    );
+                }
+            }
+            "write" => {
+                let etcd = s(v, "res") == "etcd";
+                let present = if etcd { &etcd_set } else { &gate_set };
+                let here = present.contains(&key(v, p));
+                let (acc, unk, unk_c) = if etcd {
+                    (
+                        &mut r.accepted.0,
+                        &mut r.unknown.0,
+                        &mut r.unknown_committed.0,
+                    )
+                } else {
+                    (
+                        &mut r.accepted.1,
+                        &mut r.unknown.1,
+                        &mut r.unknown_committed.1,
+                    )
+                };
+                match s(v, "out") {
+                    "ok" => {
+                        *acc += 1;
+                        if !here {
+                            r.violate(
+                                "acknowledged writes kept",
+                                format!("{p}: acknowledged, not in the resource: {v}"),
+                            );
+                        }
+                    }
+                    "fenced" | "refused" => {
+                        if etcd {
+                            r.refused.0 += 1;
+                        }
+                        if here {
+                            r.violate(
+                                "refused writes not applied",
+                                format!("{p}: reported refused, applied: {v}"),
+                            );
+                        }
+                    }
+                    "unknown" => {
+                        *unk += 1;
+                        if here {
+                            *unk_c += 1;
+                        }
+                    }
+                    _ => {}
+                }
+                // Sent after a pause, with a permit from before it.
+                let permit_t = last_permit.get(p).copied().unwrap_or(0);
+                if paused
+                    .iter()
+                    .any(|(who, from, to)| who == p && permit_t < *from && u(v, "sent") > *to)
+                {
+                    r.paused_writes.0 += 1;
+                    if !here {
+                        r.paused_writes.1 += 1;
+                    }
+                }
+            }
+            "state" => {
+                if s(v, "from") == "draining" && s(v, "to") == "holding" {
+                    r.resumes += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // G1, G3.
+    let fences: Vec<&Value> = ev("fence").collect();
+    r.fences = fences.len() as u64;
+    let acquired: Vec<&Value> = ev("acquired").collect();
+    r.acquisitions = acquired.len() as u64;
+    let fence_of: HashMap<u64, &Value> = fences.iter().map(|v| (u(v, "token"), *v)).collect();
+    // The first accepted write of a token above T, in either resource: gate
+    // accept times, and the send times of acknowledged etcd writes (the
+    // commit came after the send).
+    let mut firsts: Vec<(u64, u64)> = gate_accepts
+        .iter()
+        .map(|v| (u(v, "token"), u(v, "t")))
+        .collect();
+    firsts.extend(
+        ev("write")
+            .filter(|v| s(v, "res") == "etcd" && s(v, "out") == "ok")
+            .map(|v| (u(v, "token"), u(v, "sent"))),
+    );
+    firsts.sort_unstable();
+    // Suffix minimum of the time by token.
+    let mut suffix = vec![u64::MAX; firsts.len() + 1];
+    for i in (0..firsts.len()).rev() {
+        suffix[i] = suffix[i + 1].min(firsts[i].1);
+    }
+    let first_above = |tok: u64| -> Option<u64> {
+        let i = firsts.partition_point(|(t, _)| *t <= tok);
+        (suffix[i] != u64::MAX).then_some(suffix[i])
+    };
+    for f in &fences {
+        let (p, tok, at) = (s(f, "p"), u(f, "token"), u(f, "at"));
+        let Some(next) = first_above(tok) else {
+            continue;
+        };
+        let lead = ms(at, next);
+        if lead > 0.0 {
+            r.min_lead_ms = Some(r.min_lead_ms.map_or(lead, |m: f64| m.min(lead)));
+            continue;
+        }
+        let why = if operator.contains(&tok) {
+            Some("operator")
+        } else if was_paused(p, next.saturating_sub(ttl_ns), at) {
+            Some("holder paused")
+        } else {
+            None
+        };
+        match why {
+            Some(w) => {
+                let g = r.gaps.entry(w.to_owned()).or_insert((0, 0.0));
+                g.0 += 1;
+                g.1 = g.1.min(lead);
+            }
+            None => r.violate(
+                "G1 fence before successor",
+                format!("{p}: fence of {tok} at {at}, a higher token's write accepted {lead:.1} ms before"),
+            ),
+        }
+    }
+    let mut finals: HashMap<&str, &Value> = HashMap::new();
+    for v in ev("final") {
+        finals.insert(s(v, "p"), v);
+    }
+    for a in &acquired {
+        let (p, tok) = (s(a, "p"), u(a, "token"));
+        if fence_of.contains_key(&tok) || first_above(tok).is_none() {
+            continue;
+        }
+        if killed.contains(p) {
+            let g = r.gaps.entry("holder killed".into()).or_insert((0, 0.0));
+            g.0 += 1;
+            continue;
+        }
+        r.violate(
+            "G1 fence before successor",
+            format!("{p}: token {tok} superseded and never fenced"),
+        );
+    }
+    let mut seen: HashMap<u64, &str> = HashMap::new();
+    for a in &acquired {
+        let (p, tok) = (s(a, "p"), u(a, "token"));
+        if let Some(other) = seen.insert(tok, p) {
+            r.violate(
+                "G3 tokens increase",
+                format!("token {tok} acquired by {other} and {p}"),
+            );
+        }
+    }
+    for a in &acquired {
+        let Some(f) = fence_of.get(&u(a, "token")) else {
+            continue;
+        };
+        for b in &acquired {
+            if u(b, "token") < u(a, "token") && u(b, "at") > u(f, "at") {
+                r.violate(
+                    "G3 tokens increase",
+                    format!(
+                        "{} acquired {} after {} was fenced with {}",
+                        s(b, "p"),
+                        u(b, "token"),
+                        s(a, "p"),
+                        u(a, "token")
+                    ),
+                );
+            }
+        }
+    }
+
+    // Liveness.
+    let mut work: Vec<u64> = gate_accepts.iter().map(|v| u(v, "t")).collect();
+    work.sort_unstable();
+    let bound = ttl_ns + 2_000_000_000;
+    for h in heals {
+        r.heals += 1;
+        let i = work.partition_point(|&t| t < h);
+        match work.get(i) {
+            Some(&t) if t - h <= bound => {
+                let d = ms(h, t);
+                r.max_heal_ms = Some(r.max_heal_ms.map_or(d, |m: f64| m.max(d)));
+            }
+            other => r.violate(
+                "liveness",
+                format!(
+                    "heal at {h}: next accepted write {:?} ms later (bound TTL + 2 s)",
+                    other.map(|&t| ms(h, t))
+                ),
+            ),
+        }
+    }
+    let mut draining: HashMap<&str, u64> = HashMap::new();
+    for v in ev("state") {
+        let p = s(v, "p");
+        if let Some(from) = draining.remove(p) {
+            let to = u(v, "at");
+            if to - from > ttl_ns + 1_000_000_000 && !was_paused(p, from, to) {
+                r.violate("liveness", format!("{p} drained {:.0} ms", ms(from, to)));
+            }
+        }
+        if s(v, "to") == "draining" {
+            draining.insert(p, u(v, "at"));
+        }
+    }
+    if !finals.is_empty() {
+        let holding = finals
+            .values()
+            .filter(|v| s(v, "state") == "holding")
+            .count();
+        let drain = finals
+            .values()
+            .filter(|v| s(v, "state") == "draining")
+            .count();
+        if holding != 1 || drain != 0 {
+            r.violate(
+                "liveness",
+                format!("at the end {holding} holders hold and {drain} drain (want 1 and 0)"),
+            );
+        }
+    }
+    r
+}

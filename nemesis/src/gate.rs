@@ -1,0 +1,125 @@
+//! The second fenced resource: a small TCP server behind a
+//! [`dlock::FenceGate`], which refuses a token lower than the highest it
+//! admitted. Protocol, one line each way: `<holder> <token> <seq>` →
+//! `ok` or `stale <highest>`. Every decision is recorded (`gate_accept`,
+//! `gate_refuse`) under the gate's lock, so the records are in the order
+//! the gate decided.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+
+use crate::history::{Writer, now};
+
+/// A running gate.
+pub struct Gate {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    gate: Mutex<dlock::FenceGate>,
+    history: Writer,
+    /// Time of the last accepted write (0: none yet).
+    last_accept: AtomicU64,
+    /// Who wrote it.
+    last_holder: Mutex<Option<String>>,
+}
+
+impl Gate {
+    /// Starts the gate on a free loopback port, recording to `history`.
+    pub fn start(history: &Path) -> std::io::Result<Gate> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            gate: Mutex::new(dlock::FenceGate::new()),
+            history: Writer::open(history, "gate")?,
+            last_accept: AtomicU64::new(0),
+            last_holder: Mutex::new(None),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("gate".into())
+            .spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    let s = s.clone();
+                    std::thread::spawn(move || serve(conn, &s));
+                }
+            })?;
+        Ok(Gate { addr, shared })
+    }
+
+    /// Where holders connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// When the gate last accepted a write (0: never).
+    pub fn last_accept(&self) -> u64 {
+        self.shared.last_accept.load(Ordering::Relaxed)
+    }
+
+    /// The holder of the last accepted write.
+    pub fn last_holder(&self) -> Option<String> {
+        self.shared
+            .last_holder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+fn serve(conn: TcpStream, s: &Shared) {
+    let _ = conn.set_nodelay(true);
+    let Ok(mut out) = conn.try_clone() else {
+        return;
+    };
+    for line in BufReader::new(conn).lines() {
+        let Ok(line) = line else { return };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let parsed = match f.as_slice() {
+            [h, t, q] => t
+                .parse::<u64>()
+                .ok()
+                .zip(q.parse::<u64>().ok())
+                .map(|x| (*h, x)),
+            _ => None,
+        };
+        let reply = match parsed {
+            None => "error expected: <holder> <token> <seq>\n".to_owned(),
+            Some((h, (token, seq))) => {
+                let g = s.gate.lock().unwrap_or_else(|e| e.into_inner());
+                let t = now();
+                match g.admit("nemesis", dlock::Token(token)) {
+                    Ok(()) => {
+                        s.history.record_at(
+                            t,
+                            "gate_accept",
+                            json!({"h": h, "token": token, "seq": seq}),
+                        );
+                        s.last_accept.store(t, Ordering::Relaxed);
+                        *s.last_holder.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(h.to_owned());
+                        "ok\n".to_owned()
+                    }
+                    Err(stale) => {
+                        let highest = stale.highest.get();
+                        s.history.record_at(
+                            t,
+                            "gate_refuse",
+                            json!({"h": h, "token": token, "seq": seq, "highest": highest}),
+                        );
+                        format!("stale {highest}\n")
+                    }
+                }
+            }
+        };
+        if out.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `nemesis`: the nemesis run, the Rust holder, the checker, and a busy
+//! loop for the CPU-starvation case. See `docs/nemesis.md`.
+//!
+//! ```text
+//! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
+//!             [--faults a,b,..] [--flap-ms 10000]
+//! nemesis check DIR
+//! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
+//! nemesis busy
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use dlock_nemesis::holder::Flags;
+use dlock_nemesis::{Settings, check, driver, history};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("holder") => dlock_nemesis::holder::main(&args[1..]).map(|()| ExitCode::SUCCESS),
+        Some("run") => run(&args[1..]),
+        Some("check") => match args.get(1) {
+            Some(dir) => check_dir(&PathBuf::from(dir)),
+            None => Err("usage: nemesis check DIR".into()),
+        },
+        Some("busy") => loop {
+            std::hint::black_box(0u64);
+        },
+        _ => Err("usage: nemesis run|check|holder|busy ... (docs/nemesis.md)".into()),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("nemesis: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let f = Flags::parse(args)?;
+    let faults = f.get("faults", &driver::FAULTS.join(","));
+    let faults: Vec<String> = faults.split(',').map(str::to_owned).collect();
+    if let Some(bad) = faults
+        .iter()
+        .find(|k| !driver::FAULTS.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown fault {bad:?} (one of {:?})",
+            driver::FAULTS
+        ));
+    }
+    let seed = f.num("seed", history::now())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cfg = driver::Config {
+        dir: PathBuf::from(f.need("dir")?),
+        duration: Duration::from_secs(f.num("seconds", 180)?),
+        holders: f.num("holders", 4)? as usize,
+        seed,
+        faults,
+        settings: Settings::default(),
+        flap: f.ms("flap-ms", Duration::from_secs(10))?,
+        holder: (exe, vec!["holder".into()]),
+    };
+    if cfg.holders < 2 {
+        return Err("--holders must be at least 2".into());
+    }
+    eprintln!(
+        "nemesis: seed {seed}, {} holders, {:?}",
+        cfg.holders, cfg.duration
+    );
+    let dir = driver::run(cfg)?;
+    check_dir(&dir)
+}
+
+fn check_dir(dir: &std::path::Path) -> Result<ExitCode, String> {
+    let records = history::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let report = check::check(&records);
+    print!("{}", report.table());
+    Ok(if report.violation_count() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
