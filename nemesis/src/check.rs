@@ -45,6 +45,11 @@ pub struct Report {
     /// Writes a paused holder sent after resuming with a permit from before
     /// the pause, and how many of them were refused.
     pub paused_writes: (u64, u64),
+    /// Gate writes accepted after their own token's fence, while no higher
+    /// token had been accepted (a unit in flight at the fence, or a paused
+    /// holder's, that the gate cannot tell from a live one; not a
+    /// violation: the next higher token refuses it).
+    pub late_accepted: u64,
     /// Smallest G1 lead (ms) of a fence over the first accepted write of a
     /// higher token.
     pub min_lead_ms: Option<f64>,
@@ -110,6 +115,10 @@ impl Report {
                 "{} / {} (committed: {} / {})",
                 self.unknown.0, self.unknown.1, self.unknown_committed.0, self.unknown_committed.1
             ),
+        ));
+        rows.push((
+            "gate writes accepted after their token's fence (still highest)".into(),
+            self.late_accepted.to_string(),
         ));
         let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
         rows.push(("smallest G1 lead".into(), ms(self.min_lead_ms)));
@@ -329,6 +338,14 @@ pub fn check(records: &[Value]) -> Report {
     let acquired: Vec<&Value> = ev("acquired").collect();
     r.acquisitions = acquired.len() as u64;
     let fence_of: HashMap<u64, &Value> = fences.iter().map(|v| (u(v, "token"), *v)).collect();
+    r.late_accepted = gate_accepts
+        .iter()
+        .filter(|v| {
+            fence_of
+                .get(&u(v, "token"))
+                .is_some_and(|f| u(v, "t") > u(f, "at"))
+        })
+        .count() as u64;
     // The first accepted write of a token above T, in either resource: gate
     // accept times, and the send times of acknowledged etcd writes (the
     // commit came after the send).

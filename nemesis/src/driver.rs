@@ -110,8 +110,17 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     // First work before the first fault.
     n.wait_for_work(now(), Duration::from_secs(20));
     let end = Instant::now() + n.cfg.duration;
+    // A shuffled bag of every fault, refilled when empty: each kind comes
+    // up as often as the others, in a random order.
+    let mut bag: Vec<String> = Vec::new();
     while Instant::now() < end {
-        let kind = n.cfg.faults[n.rng.below(n.cfg.faults.len() as u64) as usize].clone();
+        if bag.is_empty() {
+            bag = n.cfg.faults.clone();
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, n.rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let kind = bag.pop().unwrap_or_default();
         n.fault(&kind)?;
         let gap = n
             .rng

@@ -98,7 +98,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     );
     h.record(
         "start",
-        json!({"face": "rust", "pid": std::process::id(), "lock": name,
+        json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
                "interval_ms": settings.interval.as_millis() as u64}),
@@ -112,7 +112,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         match *e {
             LockEvent::State { change, .. } => hh.record(
                 "state",
-                json!({"at": at, "from": change.from.as_str().to_lowercase(), "to": change.to.as_str().to_lowercase(),
+                json!({"at": at, "wall": wall(), "from": change.from.as_str().to_lowercase(), "to": change.to.as_str().to_lowercase(),
                        "reason": change.reason.to_string()}),
             ),
             LockEvent::Fence { token, in_flight, .. } => hh.record(
@@ -233,6 +233,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
             );
         }
         drop(permit);
+    }
+}
+
+/// Seconds of the wall clock (`CLOCK_REALTIME`, which libfaketime may
+/// step), to show a step happened.
+fn wall() -> i64 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
     }
 }
 
