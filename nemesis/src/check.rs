@@ -42,8 +42,9 @@ pub struct Report {
     pub unknown: (u64, u64),
     /// Of the unknown ones, committed: (etcd, gate).
     pub unknown_committed: (u64, u64),
-    /// Writes a paused holder sent after resuming with a permit from before
-    /// the pause, and how many of them were refused.
+    /// Stale writes a paused holder sent after resuming, with a permit from
+    /// before the pause, once a higher token had been accepted; and how
+    /// many of them were refused (all, or G2 breaks).
     pub paused_writes: (u64, u64),
     /// Gate writes accepted after their own token's fence, while no higher
     /// token had been accepted (a unit in flight at the fence, or a paused
@@ -106,7 +107,7 @@ impl Report {
             format!("{} / {}", self.refused.0, self.refused.1),
         ));
         rows.push((
-            "paused holder's writes after resume (refused / sent)".into(),
+            "stale writes of a paused holder after resume (refused / sent)".into(),
             format!("{} / {}", self.paused_writes.1, self.paused_writes.0),
         ));
         rows.push((
@@ -248,6 +249,7 @@ pub fn check(records: &[Value]) -> Report {
     // --- the holders' records -------------------------------------------
     // G4, acknowledged writes, unknown outcomes, paused holders' writes.
     let mut last_permit: HashMap<&str, u64> = HashMap::new(); // holder -> t0
+    let mut after_pause: Vec<(&Value, bool)> = Vec::new();
     for v in records {
         let p = s(v, "p");
         match s(v, "ev") {
@@ -317,10 +319,7 @@ pub fn check(records: &[Value]) -> Report {
                     .iter()
                     .any(|(who, from, to)| who == p && permit_t < *from && u(v, "sent") > *to)
                 {
-                    r.paused_writes.0 += 1;
-                    if !here {
-                        r.paused_writes.1 += 1;
-                    }
+                    after_pause.push((v, here));
                 }
             }
             "state" => {
@@ -368,6 +367,16 @@ pub fn check(records: &[Value]) -> Report {
         let i = firsts.partition_point(|(t, _)| *t <= tok);
         (suffix[i] != u64::MAX).then_some(suffix[i])
     };
+    // A paused holder's write is stale when a higher token's write was
+    // accepted before it was sent.
+    for (w, applied) in after_pause {
+        if first_above(u(w, "token")).is_some_and(|t| t < u(w, "sent")) {
+            r.paused_writes.0 += 1;
+            if !applied {
+                r.paused_writes.1 += 1;
+            }
+        }
+    }
     for f in &fences {
         let (p, tok, at) = (s(f, "p"), u(f, "token"), u(f, "at"));
         let Some(next) = first_above(tok) else {
@@ -497,4 +506,156 @@ pub fn check(records: &[Value]) -> Report {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A clean history: `a` holds token 10 and writes; it is fenced at
+    /// 1000; `b` acquires 12 at 1100 and writes from 1200. Times in ns.
+    fn clean() -> Vec<Value> {
+        vec![
+            json!({"t": 1, "p": "a", "ev": "start", "ttl_ms": 4000}),
+            json!({"t": 1, "p": "b", "ev": "start", "ttl_ms": 4000}),
+            json!({"t": 10, "p": "a", "ev": "acquired", "at": 10, "token": 10}),
+            json!({"t": 20, "p": "a", "ev": "permit", "t0": 20, "token": 10, "deadline": 900}),
+            json!({"t": 30, "p": "a", "ev": "write", "res": "etcd", "token": 10, "seq": 1, "sent": 25, "out": "ok"}),
+            json!({"t": 40, "p": "gate", "ev": "gate_accept", "h": "a", "token": 10, "seq": 1}),
+            json!({"t": 41, "p": "a", "ev": "write", "res": "gate", "token": 10, "seq": 1, "sent": 35, "out": "ok"}),
+            json!({"t": 1000, "p": "a", "ev": "fence", "at": 1000, "token": 10, "in_flight": 0}),
+            json!({"t": 1100, "p": "b", "ev": "acquired", "at": 1100, "token": 12}),
+            json!({"t": 1150, "p": "b", "ev": "permit", "t0": 1150, "token": 12, "deadline": 5000}),
+            json!({"t": 1210, "p": "b", "ev": "write", "res": "etcd", "token": 12, "seq": 1, "sent": 1200, "out": "ok"}),
+            json!({"t": 1300, "p": "gate", "ev": "gate_accept", "h": "b", "token": 12, "seq": 1}),
+            json!({"t": 1301, "p": "b", "ev": "write", "res": "gate", "token": 12, "seq": 1, "sent": 1250, "out": "ok"}),
+            json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 11, "h": "a", "seq": 1, "token": 10}),
+            json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 13, "h": "b", "seq": 1, "token": 12}),
+        ]
+    }
+
+    fn run(mut h: Vec<Value>) -> Report {
+        h.sort_by_key(|v| v["t"].as_u64().unwrap_or(0));
+        check(&h)
+    }
+
+    fn count(r: &Report, what: &str) -> usize {
+        r.violations.get(what).map_or(0, Vec::len)
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let r = run(clean());
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.accepted, (2, 2));
+        assert_eq!(r.min_lead_ms, Some((1200.0 - 1000.0) / 1e6));
+    }
+
+    #[test]
+    fn g1_a_successor_write_before_the_fence() {
+        let mut h = clean();
+        h.push(
+            json!({"t": 900, "p": "gate", "ev": "gate_accept", "h": "b", "token": 12, "seq": 9}),
+        );
+        assert_eq!(count(&run(h), "G1 fence before successor"), 1);
+    }
+
+    #[test]
+    fn g1_an_operator_gap_is_reported_not_a_violation() {
+        let mut h = clean();
+        h.push(
+            json!({"t": 900, "p": "gate", "ev": "gate_accept", "h": "b", "token": 12, "seq": 9}),
+        );
+        h.push(
+            json!({"t": 850, "p": "nemesis", "ev": "fault", "kind": "lease_revoked", "token": 10}),
+        );
+        let r = run(h);
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.gaps["operator"].0, 1);
+    }
+
+    #[test]
+    fn g1_a_superseded_token_never_fenced() {
+        let h: Vec<Value> = clean().into_iter().filter(|v| v["ev"] != "fence").collect();
+        assert_eq!(count(&run(h), "G1 fence before successor"), 1);
+    }
+
+    #[test]
+    fn g2_a_lower_token_accepted() {
+        let mut h = clean();
+        h.push(
+            json!({"t": 1400, "p": "gate", "ev": "gate_accept", "h": "a", "token": 10, "seq": 2}),
+        );
+        h.push(json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 14, "h": "a", "seq": 2, "token": 10}));
+        assert_eq!(count(&run(h), "G2 no lower token accepted"), 2);
+    }
+
+    #[test]
+    fn g3_one_token_twice_and_a_lower_one_later() {
+        let mut h = clean();
+        h.push(json!({"t": 1500, "p": "c", "ev": "acquired", "at": 1500, "token": 12}));
+        h.push(json!({"t": 1600, "p": "c", "ev": "acquired", "at": 1600, "token": 8}));
+        assert_eq!(count(&run(h), "G3 tokens increase"), 2);
+    }
+
+    #[test]
+    fn g4_a_permit_at_its_deadline() {
+        let mut h = clean();
+        h.push(
+            json!({"t": 901, "p": "a", "ev": "permit", "t0": 900, "token": 10, "deadline": 900}),
+        );
+        assert_eq!(count(&run(h), "G4 no permit at/after deadline"), 1);
+    }
+
+    #[test]
+    fn writes_acknowledged_missing_refused_applied_and_unknown() {
+        let mut h = clean();
+        // Acknowledged by the gate's client, absent from the gate.
+        h.push(json!({"t": 1310, "p": "b", "ev": "write", "res": "gate", "token": 12, "seq": 2, "sent": 1305, "out": "ok"}));
+        // Reported fenced, yet in etcd's history.
+        h.push(json!({"t": 1320, "p": "b", "ev": "write", "res": "etcd", "token": 12, "seq": 3, "sent": 1315, "out": "fenced"}));
+        h.push(json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 15, "h": "b", "seq": 3, "token": 12}));
+        // Unknown outcome, committed.
+        h.push(json!({"t": 1330, "p": "b", "ev": "write", "res": "etcd", "token": 12, "seq": 4, "sent": 1325, "out": "unknown"}));
+        h.push(json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 16, "h": "b", "seq": 4, "token": 12}));
+        let r = run(h);
+        assert_eq!(count(&r, "acknowledged writes kept"), 1);
+        assert_eq!(count(&r, "refused writes not applied"), 1);
+        assert_eq!((r.unknown.0, r.unknown_committed.0), (1, 1));
+    }
+
+    #[test]
+    fn liveness_a_heal_with_no_work_after() {
+        let mut h = clean();
+        h.push(json!({"t": 2000, "p": "nemesis", "ev": "heal", "kind": "blackhole"}));
+        assert_eq!(count(&run(h), "liveness"), 1);
+        let mut h = clean();
+        h.push(json!({"t": 1250, "p": "nemesis", "ev": "heal", "kind": "blackhole"}));
+        assert_eq!(run(h).violation_count(), 0);
+    }
+
+    #[test]
+    fn liveness_at_the_end_one_holder_holds() {
+        let mut h = clean();
+        h.push(json!({"t": 3000, "p": "a", "ev": "final", "state": "reacquiring"}));
+        h.push(json!({"t": 3000, "p": "b", "ev": "final", "state": "holding"}));
+        assert_eq!(run(h.clone()).violation_count(), 0);
+        h.push(json!({"t": 3000, "p": "c", "ev": "final", "state": "draining"}));
+        assert_eq!(count(&run(h), "liveness"), 1);
+    }
+
+    #[test]
+    fn a_paused_holders_late_writes_are_counted() {
+        let mut h = clean();
+        h.push(json!({"t": 500, "p": "a", "ev": "self_pause", "token": 10}));
+        h.push(json!({"t": 1500, "p": "a", "ev": "self_resume", "token": 10}));
+        h.push(json!({"t": 1510, "p": "a", "ev": "write", "res": "etcd", "token": 10, "seq": 2, "sent": 1505, "out": "fenced"}));
+        h.push(json!({"t": 1520, "p": "gate", "ev": "gate_refuse", "h": "a", "token": 10, "seq": 2, "highest": 12}));
+        h.push(json!({"t": 1521, "p": "a", "ev": "write", "res": "gate", "token": 10, "seq": 2, "sent": 1515, "out": "refused"}));
+        let r = run(h);
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.paused_writes, (2, 2));
+        assert_eq!(r.refused, (1, 1));
+    }
 }
