@@ -6,7 +6,9 @@
 # on any violation.
 #
 # usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR]
-#                           [--faults a,b,..]   (N default 3, H default 4)
+#                           [--faults a,b,..] [--holder-cmds "rust;PROG ARGS"]
+#                           (N default 3, H default 4; holders of the listed
+#                           commands in turn, the Rust holder by default)
 # Judge a history again: target/release/nemesis check DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,7 @@ while (($#)); do
   case $1 in
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
-    --holders | --seed | --faults) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done

@@ -130,7 +130,7 @@ impl Report {
             ));
         }
         rows.push((
-            format!("heals checked, longest heal -> accepted write"),
+            "heals checked, longest heal -> accepted write".to_owned(),
             format!("{}, {}", self.heals, ms(self.max_heal_ms)),
         ));
         for inv in INVARIANTS {
@@ -322,10 +322,8 @@ pub fn check(records: &[Value]) -> Report {
                     after_pause.push((v, here));
                 }
             }
-            "state" => {
-                if s(v, "from") == "draining" && s(v, "to") == "holding" {
-                    r.resumes += 1;
-                }
+            "state" if s(v, "from") == "draining" && s(v, "to") == "holding" => {
+                r.resumes += 1;
             }
             _ => {}
         }

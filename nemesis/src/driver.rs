@@ -52,9 +52,10 @@ pub struct Config {
     pub settings: Settings,
     /// How long a flapping connection flaps.
     pub flap: Duration,
-    /// The holder program and its leading arguments (the Rust holder:
-    /// this binary, `holder`).
-    pub holder: (PathBuf, Vec<String>),
+    /// Holder programs with their leading arguments (the Rust holder: this
+    /// binary, `holder`), taken in turn: holder `hN` runs entry
+    /// `(N - 1) % len`, so faces mix.
+    pub holder: Vec<(PathBuf, Vec<String>)>,
 }
 
 /// The run's own records: faults, heals.
@@ -145,7 +146,7 @@ impl Nemesis {
         let mut spec = self.spec.clone();
         spec.id = format!("h{}", self.next_id);
         self.next_id += 1;
-        let (prog, prefix) = &self.cfg.holder;
+        let (prog, prefix) = &self.cfg.holder[(self.next_id - 2) % self.cfg.holder.len()];
         let h = Spawned::start(prog, prefix, &self.members, spec, &[], &[])
             .map_err(|e| format!("{}: {e}", prog.display()))?;
         self.log

@@ -20,7 +20,7 @@ pub mod proxy;
 
 /// The etcd test cluster of `scripts/etcd-cluster.sh`, from the environment.
 #[path = "../../core/tests/common/etcd.rs"]
-#[allow(dead_code, missing_docs)]
+#[allow(missing_docs)]
 pub mod cluster;
 
 use std::time::Duration;

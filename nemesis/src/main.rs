@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
-//!             [--faults a,b,..] [--flap-ms 10000]
+//!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
 //! nemesis check DIR
 //! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
 //! nemesis busy
@@ -59,7 +59,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         faults,
         settings: Settings::default(),
         flap: f.ms("flap-ms", Duration::from_secs(10))?,
-        holder: (exe, vec!["holder".into()]),
+        holder: holders(&f.get("holder-cmds", ""), exe)?,
     };
     if cfg.holders < 2 {
         return Err("--holders must be at least 2".into());
@@ -70,6 +70,30 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     );
     let dir = driver::run(cfg)?;
     check_dir(&dir)
+}
+
+/// `--holder-cmds "prog arg..;prog arg.."`: holder commands taken in turn
+/// (empty: the Rust holder, this binary's `holder`).
+fn holders(cmds: &str, exe: PathBuf) -> Result<Vec<(PathBuf, Vec<String>)>, String> {
+    if cmds.trim().is_empty() {
+        return Ok(vec![(exe, vec!["holder".into()])]);
+    }
+    cmds.split(';')
+        .map(|c| {
+            let mut w = c.split_whitespace().map(str::to_owned);
+            let prog = w.next().ok_or("--holder-cmds: an empty command")?;
+            let prog = if prog == "rust" {
+                exe.clone()
+            } else {
+                PathBuf::from(prog)
+            };
+            let mut args: Vec<String> = w.collect();
+            if prog == exe && args.is_empty() {
+                args.push("holder".into());
+            }
+            Ok((prog, args))
+        })
+        .collect()
 }
 
 fn check_dir(dir: &std::path::Path) -> Result<ExitCode, String> {

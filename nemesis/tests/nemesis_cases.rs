@@ -13,7 +13,8 @@
 //! Lengths (CI defaults; `scripts/nemesis.sh` sets the long ones):
 //! `DLOCK_NEMESIS_SECONDS` (180) the mix, `DLOCK_NEMESIS_RUNS` (10) runs of
 //! each case, `DLOCK_NEMESIS_FLAP_SECONDS` (60) the flapping case,
-//! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case.
+//! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
+//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -206,7 +207,7 @@ fn nemesis_mix() {
         faults: driver::FAULTS.iter().map(|s| s.to_string()).collect(),
         settings: Settings::default(),
         flap: Duration::from_secs(env_num("DLOCK_NEMESIS_MIX_FLAP_SECONDS", 10)),
-        holder: (holder_bin(), vec!["holder".into()]),
+        holder: vec![(holder_bin(), vec!["holder".into()])],
     };
     println!("nemesis mix: seed {}, history {}", cfg.seed, d.display());
     driver::run(cfg).expect("nemesis run");
@@ -615,8 +616,9 @@ impl Drop for Busy {
     }
 }
 
-/// Two busy processes beside the holders: the p99 interval between
-/// keepalive sends stays within interval + 200 ms, and nobody fences.
+/// Two busy processes beside the holders (`DLOCK_NEMESIS_CPU_BUSY`, 2; the
+/// benchmark's baseline sets 0): the p99 interval between keepalive sends
+/// stays within interval + 200 ms, and nobody fences.
 /// Then `DLOCK_NEMESIS_CPU_ROUNDS` rounds cut every holder off to measure
 /// how late `on_fence` runs after the deadline (a figure, not a rule).
 /// The holders run at the same time, each on a lock of its own.
@@ -643,7 +645,7 @@ fn cpu_starvation() {
         );
     }
     let busy = Busy(
-        (0..2)
+        (0..env_num("DLOCK_NEMESIS_CPU_BUSY", 2))
             .map(|_| {
                 std::process::Command::new(holder_bin())
                     .arg("busy")
