@@ -124,10 +124,12 @@ impl Report {
         let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
         rows.push(("smallest G1 lead".into(), ms(self.min_lead_ms)));
         for (k, (n, worst)) in &self.gaps {
-            rows.push((
-                format!("G1 gap ({k}, unavoidable)"),
-                format!("{n} (worst {worst:.1} ms)"),
-            ));
+            let v = if k == "holder killed" {
+                format!("{n} (no fence: the process died)")
+            } else {
+                format!("{n} (worst {worst:.1} ms)")
+            };
+            rows.push((format!("G1 gap ({k}, unavoidable)"), v));
         }
         rows.push((
             "heals checked, longest heal -> accepted write".to_owned(),
