@@ -8,7 +8,8 @@
 # usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR]
 #                           [--faults a,b,..] [--holder-cmds "rust;PROG ARGS"]
 #                           (N default 3, H default 4; holders of the listed
-#                           commands in turn, the Rust holder by default)
+#                           commands in turn, the Rust holder by default;
+#                           target/nemesis/c-holder is the C one)
 # Judge a history again: target/release/nemesis check DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,11 @@ done
 dir=${dir:-target/nemesis/run-$(date -u +%Y%m%dT%H%M%S)}
 
 cargo build -p dlock-nemesis --release --locked --bins --quiet
+# The C holder, for --holder-cmds "rust;target/nemesis/c-holder".
+cargo build -p dlock-ffi --release --locked --quiet
+. scripts/c-flags.sh
+mkdir -p target/nemesis
+gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
 if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
   trap 'scripts/etcd-cluster.sh stop' EXIT
   scripts/etcd-cluster.sh start

@@ -2,7 +2,8 @@
 # The nemesis (issue 13; docs/nemesis.md): starts the etcd test cluster
 # (scripts/etcd-cluster.sh; DLOCK_TEST_PORT_BASE is honoured), runs the
 # checker's own tests and every nemesis case against the cluster
-# (nemesis/tests/nemesis_cases.rs: the random fault mix, quorum loss,
+# (nemesis/tests/nemesis_cases.rs: the random fault mix with Rust and C
+# holders (examples/nemesis/holder.c), quorum loss,
 # paused past the TTL, the wall-clock step under libfaketime, CPU
 # starvation, flapping), stops the cluster on any exit, prints the figures
 # of each case and one closing line `nemesis: N passed, M failed`.
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_build_tools
-need_debs faketime=faketime
+need_debs faketime=faketime gcc=gcc
 
 log=${1:-$(mktemp)}
 out=$(mktemp)
@@ -25,9 +26,15 @@ export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
 
-printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target)"
+printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target), the C holder"
 cargo build -p dlock-nemesis --locked --bins --tests --quiet
 cargo clippy -p dlock-nemesis --test nemesis_cases --locked --quiet -- -D warnings
+# The C holder (every other holder of the mix): on the release libdlock.so.
+cargo build -p dlock-ffi --release --locked --quiet
+. scripts/c-flags.sh
+mkdir -p target/nemesis
+gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
+export DLOCK_NEMESIS_C_HOLDER=$PWD/target/nemesis/c-holder
 
 printf '\n==> %s\n' "nemesis: the checker's own tests"
 # Also part of `cargo test --workspace`: counted here, not appended to the

@@ -14,7 +14,8 @@
 //! `DLOCK_NEMESIS_SECONDS` (180) the mix, `DLOCK_NEMESIS_RUNS` (10) runs of
 //! each case, `DLOCK_NEMESIS_FLAP_SECONDS` (60) the flapping case,
 //! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
-//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes.
+//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes; `DLOCK_NEMESIS_C_HOLDER`
+//! (the C holder's path) makes every other holder of the mix a C one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -191,6 +192,17 @@ fn verdict(case: &str, runs: usize, figures: &str, report: &Report, broken: &[St
     assert!(broken.is_empty(), "{case}: {broken:#?}");
 }
 
+/// The holders of the mix: Rust, and the C holder in turn when
+/// `DLOCK_NEMESIS_C_HOLDER` names it (scripts/test-nemesis.sh builds it
+/// from examples/nemesis/holder.c).
+fn mix_holders() -> Vec<(PathBuf, Vec<String>)> {
+    let mut v = vec![(holder_bin(), vec!["holder".to_owned()])];
+    if let Some(c) = std::env::var_os("DLOCK_NEMESIS_C_HOLDER").filter(|c| !c.is_empty()) {
+        v.push((PathBuf::from(c), Vec::new()));
+    }
+    v
+}
+
 /// The nemesis: 4 holders, the random mix of every fault for
 /// `DLOCK_NEMESIS_SECONDS`; the checker's table is printed.
 #[test]
@@ -207,7 +219,7 @@ fn nemesis_mix() {
         faults: driver::FAULTS.iter().map(|s| s.to_string()).collect(),
         settings: Settings::default(),
         flap: Duration::from_secs(env_num("DLOCK_NEMESIS_MIX_FLAP_SECONDS", 10)),
-        holder: vec![(holder_bin(), vec!["holder".into()])],
+        holder: mix_holders(),
     };
     println!("nemesis mix: seed {}, history {}", cfg.seed, d.display());
     driver::run(cfg).expect("nemesis run");
