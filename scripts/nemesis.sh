@@ -7,6 +7,8 @@
 #
 # usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR]
 #                           [--faults a,b,..] [--holder-cmds "rust;PROG ARGS"]
+#                           [--locks 100]   (the second mode: 100 locks on one
+#                           session of each holder; Rust holders only)
 #                           (N default 3, H default 4; holders of the listed
 #                           commands in turn, the Rust holder by default;
 #                           target/nemesis/c-holder is the C one)
@@ -23,7 +25,7 @@ while (($#)); do
   case $1 in
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
-    --holders | --seed | --faults | --holder-cmds) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done

@@ -9,8 +9,10 @@
 # of each case and one closing line `nemesis: N passed, M failed`.
 #
 # usage: scripts/test-nemesis.sh [LOGFILE]   (cargo test output is appended)
-# CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=180 (the
-# mix), DLOCK_NEMESIS_RUNS=10 (runs of each case), DLOCK_NEMESIS_FLAP_SECONDS=60.
+# CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=120 (the
+# mix, one lock), DLOCK_NEMESIS_MANY_SECONDS=60 (the mix, 100 locks per
+# holder), DLOCK_NEMESIS_RUNS=10 (runs of each case),
+# DLOCK_NEMESIS_FLAP_SECONDS=60.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -20,7 +22,8 @@ need_debs faketime=faketime gcc=gcc
 log=${1:-$(mktemp)}
 out=$(mktemp)
 trap 'scripts/etcd-cluster.sh stop; rm -f "$out"' EXIT
-export DLOCK_NEMESIS_SECONDS=${DLOCK_NEMESIS_SECONDS:-180} DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
+export DLOCK_NEMESIS_SECONDS=${DLOCK_NEMESIS_SECONDS:-120} DLOCK_NEMESIS_MANY_SECONDS=${DLOCK_NEMESIS_MANY_SECONDS:-60}
+export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
@@ -49,7 +52,7 @@ scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
 source target/etcd/env
 
-printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
+printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
 cargo test -p dlock-nemesis --locked --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
 cat "$out" >>"$log"
 passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")))

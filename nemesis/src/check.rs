@@ -166,8 +166,82 @@ fn ms(a: u64, b: u64) -> f64 {
 }
 
 /// Checks the records of one run (as [`crate::history::read_dir`] gives
-/// them: sorted by `t`).
+/// them: sorted by `t`). In the many-locks mode (records tagged `li`) each
+/// lock is checked on its own records plus the shared ones (the nemesis's,
+/// the holders' `start` and pauses), and the reports are summed.
 pub fn check(records: &[Value]) -> Report {
+    let mut locks: Vec<u64> = records.iter().filter_map(|v| v["li"].as_u64()).collect();
+    locks.sort_unstable();
+    locks.dedup();
+    if locks.is_empty() {
+        return check_one(records);
+    }
+    let shared = |v: &Value| {
+        v.get("li").is_none()
+            && (s(v, "p") == "nemesis"
+                || matches!(s(v, "ev"), "start" | "self_pause" | "self_resume"))
+    };
+    let mut total = Report::default();
+    for (n, li) in locks.iter().enumerate() {
+        let part: Vec<Value> = records
+            .iter()
+            .filter(|v| v["li"].as_u64() == Some(*li) || shared(v))
+            .cloned()
+            .collect();
+        let mut r = check_one(&part);
+        for ev in r.violations.values_mut() {
+            for e in ev.iter_mut() {
+                *e = format!("lock {li}: {e}");
+            }
+        }
+        total.add(r, n == 0);
+    }
+    total
+}
+
+impl Report {
+    /// Adds `r` (another lock's report); the faults and heals, shared by
+    /// every lock, are taken from the `first` only.
+    fn add(&mut self, r: Report, first: bool) {
+        if first {
+            self.faults = r.faults;
+        }
+        self.heals += r.heals;
+        self.fences += r.fences;
+        self.resumes += r.resumes;
+        self.acquisitions += r.acquisitions;
+        self.permits += r.permits;
+        let pair = |a: &mut (u64, u64), b: (u64, u64)| {
+            a.0 += b.0;
+            a.1 += b.1;
+        };
+        pair(&mut self.accepted, r.accepted);
+        pair(&mut self.refused, r.refused);
+        pair(&mut self.unknown, r.unknown);
+        pair(&mut self.unknown_committed, r.unknown_committed);
+        pair(&mut self.paused_writes, r.paused_writes);
+        self.late_accepted += r.late_accepted;
+        let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        self.min_lead_ms = min(self.min_lead_ms, r.min_lead_ms);
+        self.max_heal_ms = match (self.max_heal_ms, r.max_heal_ms) {
+            (Some(x), Some(y)) => Some(x.max(y)),
+            (x, y) => x.or(y),
+        };
+        for (k, (n, worst)) in r.gaps {
+            let g = self.gaps.entry(k).or_insert((0, 0.0));
+            g.0 += n;
+            g.1 = g.1.min(worst);
+        }
+        for (k, v) in r.violations {
+            self.violations.entry(k).or_default().extend(v);
+        }
+    }
+}
+
+fn check_one(records: &[Value]) -> Report {
     let mut r = Report::default();
     let ev = |e: &'static str| records.iter().filter(move |v| s(v, "ev") == e);
     let ttl_ns = ev("start").map(|v| u(v, "ttl_ms")).max().unwrap_or(4000) * 1_000_000;
@@ -179,6 +253,9 @@ pub fn check(records: &[Value]) -> Report {
     let mut paused: Vec<(String, u64, u64)> = Vec::new();
     let mut open_pause: HashMap<String, u64> = HashMap::new();
     let mut heals: Vec<u64> = Vec::new();
+    // Times the operator revoked a lease: every lock of that session loses
+    // its lease (reason lease_lost) at once.
+    let mut revokes: Vec<u64> = Vec::new();
     for v in records {
         let (p, e, t) = (s(v, "p"), s(v, "ev"), u(v, "t"));
         match (p, e) {
@@ -187,6 +264,9 @@ pub fn check(records: &[Value]) -> Report {
                 match s(v, "kind") {
                     "lease_revoked" | "key_deleted" => {
                         operator.insert(u(v, "token"));
+                        if s(v, "kind") == "lease_revoked" {
+                            revokes.push(t);
+                        }
                     }
                     "holder_killed" => {
                         killed.insert(s(v, "target").to_owned());
@@ -336,6 +416,10 @@ pub fn check(records: &[Value]) -> Report {
     r.fences = fences.len() as u64;
     let acquired: Vec<&Value> = ev("acquired").collect();
     r.acquisitions = acquired.len() as u64;
+    let fence_reason: HashMap<(&str, u64), &str> = ev("state")
+        .filter(|v| s(v, "to") == "fenced")
+        .map(|v| ((s(v, "p"), u(v, "at")), s(v, "reason")))
+        .collect();
     let fence_of: HashMap<u64, &Value> = fences.iter().map(|v| (u(v, "token"), *v)).collect();
     r.late_accepted = gate_accepts
         .iter()
@@ -387,7 +471,9 @@ pub fn check(records: &[Value]) -> Report {
             r.min_lead_ms = Some(r.min_lead_ms.map_or(lead, |m: f64| m.min(lead)));
             continue;
         }
-        let why = if operator.contains(&tok) {
+        let revoked = fence_reason.get(&(p, at)) == Some(&"lease_lost")
+            && revokes.iter().any(|&t| t <= at && at <= t + ttl_ns);
+        let why = if operator.contains(&tok) || revoked {
             Some("operator")
         } else if was_paused(p, next.saturating_sub(ttl_ns), at) {
             Some("holder paused")

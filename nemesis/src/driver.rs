@@ -52,6 +52,9 @@ pub struct Config {
     pub settings: Settings,
     /// How long a flapping connection flaps.
     pub flap: Duration,
+    /// Locks per holder: 1, or the second mode (N locks on one session of
+    /// each holder, all holders contending for the same N).
+    pub locks: usize,
     /// Holder programs with their leading arguments (the Rust holder: this
     /// binary, `holder`), taken in turn: holder `hN` runs entry
     /// `(N - 1) % len`, so faces mix.
@@ -85,7 +88,11 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         gate: gate.addr(),
         dir: cfg.dir.clone(),
         settings: cfg.settings,
-        extra: Vec::new(),
+        extra: if cfg.locks > 1 {
+            vec!["--locks".into(), cfg.locks.to_string()]
+        } else {
+            Vec::new()
+        },
     };
     log.record(
         "run",
@@ -137,7 +144,19 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     for h in n.holders.drain(..) {
         h.finish(Duration::from_secs(5));
     }
-    dump_etcd(&n.cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
+    if n.cfg.locks > 1 {
+        for i in 0..n.cfg.locks {
+            let key = format!("{}-{i}", n.spec.key);
+            dump_etcd_lock(
+                &n.cluster,
+                &key,
+                &n.cfg.dir.join(format!("etcd-{i}.jsonl")),
+                Some(i),
+            )?;
+        }
+    } else {
+        dump_etcd(&n.cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
+    }
     Ok(n.cfg.dir.clone())
 }
 
@@ -297,11 +316,22 @@ impl Nemesis {
                 }
             }
             "lease_revoked" | "key_deleted" => {
-                let Some((token, lease, key)) = lock_key(&self.cluster, &self.spec.lock) else {
+                // Many locks: lock 0's (a revoke fences the whole session).
+                let name = if self.cfg.locks > 1 {
+                    format!("{}-0", self.spec.lock)
+                } else {
+                    self.spec.lock.clone()
+                };
+                let Some((token, lease, key)) = lock_key(&self.cluster, &name) else {
                     self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
                     return Ok(());
                 };
-                self.record("fault", kind, json!({"token": token, "lease": lease}));
+                let mut f = json!({"token": token, "lease": lease});
+                if self.cfg.locks > 1 {
+                    f["li"] = 0.into();
+                    f["session"] = (kind == "lease_revoked").into();
+                }
+                self.record("fault", kind, f);
                 let lease = format!("{lease:x}");
                 let args: Vec<&str> = if kind == "lease_revoked" {
                     vec!["lease", "revoke", &lease]
@@ -380,6 +410,16 @@ fn b64(s: &str) -> Option<Vec<u8>> {
 /// the cluster's history; the test cluster is never compacted) into
 /// `path`, one `etcd_put` record per revision, `t` 0 (order: `rev`).
 pub fn dump_etcd(cluster: &Cluster, key: &str, path: &Path) -> Result<(), String> {
+    dump_etcd_lock(cluster, key, path, None)
+}
+
+/// [`dump_etcd`], each record tagged `"li": li` when given.
+pub fn dump_etcd_lock(
+    cluster: &Cluster,
+    key: &str,
+    path: &Path,
+    li: Option<usize>,
+) -> Result<(), String> {
     let log = Writer::open(path, "etcd").map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -407,11 +447,11 @@ pub fn dump_etcd(cluster: &Cluster, key: &str, path: &Path) -> Result<(), String
                 let value = kv.value_str().unwrap_or("");
                 let f: Vec<&str> = value.split(':').collect();
                 let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
-                log.record_at(
-                    0,
-                    "etcd_put",
-                    json!({"rev": kv.mod_revision(), "h": f.first(), "seq": num(1), "token": num(2)}),
-                );
+                let mut rec = json!({"rev": kv.mod_revision(), "h": f.first(), "seq": num(1), "token": num(2)});
+                if let Some(i) = li {
+                    rec["li"] = i.into();
+                }
+                log.record_at(0, "etcd_put", rec);
                 if kv.mod_revision() >= last {
                     return Ok(());
                 }

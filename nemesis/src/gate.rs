@@ -1,7 +1,7 @@
 //! The second fenced resource: a small TCP server behind a
 //! [`dlock::FenceGate`], which refuses a token lower than the highest it
-//! admitted. Protocol, one line each way: `<holder> <token> <seq>` →
-//! `ok` or `stale <highest>`. Every decision is recorded (`gate_accept`,
+//! admitted (per lock). Protocol, one line each way: `<holder> <token>
+//! <seq> [<lock index>]` → `ok` or `stale <highest>`. Every decision is recorded (`gate_accept`,
 //! `gate_refuse`) under the gate's lock, so the records are in the order
 //! the gate decided.
 
@@ -81,26 +81,28 @@ fn serve(conn: TcpStream, s: &Shared) {
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { return };
         let f: Vec<&str> = line.split_whitespace().collect();
+        let num = |w: &str| w.parse::<u64>().ok();
         let parsed = match f.as_slice() {
-            [h, t, q] => t
-                .parse::<u64>()
-                .ok()
-                .zip(q.parse::<u64>().ok())
-                .map(|x| (*h, x)),
+            [h, t, q] => num(t).zip(num(q)).map(|(t, q)| (*h, t, q, None)),
+            [h, t, q, i] => num(t)
+                .zip(num(q))
+                .zip(num(i))
+                .map(|((t, q), i)| (*h, t, q, Some(i))),
             _ => None,
         };
         let reply = match parsed {
-            None => "error expected: <holder> <token> <seq>\n".to_owned(),
-            Some((h, (token, seq))) => {
+            None => "error expected: <holder> <token> <seq> [<lock index>]\n".to_owned(),
+            Some((h, token, seq, li)) => {
                 let g = s.gate.lock().unwrap_or_else(|e| e.into_inner());
                 let t = now();
-                match g.admit("nemesis", dlock::Token(token)) {
+                let name = li.map_or_else(|| "nemesis".to_owned(), |i| format!("nemesis-{i}"));
+                let mut fields = json!({"h": h, "token": token, "seq": seq});
+                if let Some(i) = li {
+                    fields["li"] = i.into();
+                }
+                match g.admit(&name, dlock::Token(token)) {
                     Ok(()) => {
-                        s.history.record_at(
-                            t,
-                            "gate_accept",
-                            json!({"h": h, "token": token, "seq": seq}),
-                        );
+                        s.history.record_at(t, "gate_accept", fields);
                         s.last_accept.store(t, Ordering::Relaxed);
                         *s.last_holder.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some(h.to_owned());
@@ -108,11 +110,8 @@ fn serve(conn: TcpStream, s: &Shared) {
                     }
                     Err(stale) => {
                         let highest = stale.highest.get();
-                        s.history.record_at(
-                            t,
-                            "gate_refuse",
-                            json!({"h": h, "token": token, "seq": seq, "highest": highest}),
-                        );
+                        fields["highest"] = highest.into();
+                        s.history.record_at(t, "gate_refuse", fields);
                         format!("stale {highest}\n")
                     }
                 }

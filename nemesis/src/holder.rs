@@ -70,7 +70,11 @@ impl Flags {
 
 /// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
 /// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
-/// [--pause-self-after N] [--writes 0|1] [settings: --ttl-ms ...]`.
+/// [--pause-self-after N] [--writes 0|1] [--locks N] [settings: --ttl-ms ...]`.
+///
+/// `--locks N` (N > 1): the second mode, N locks `NAME-0` .. `NAME-<N-1>`
+/// on one session of this holder, written at `KEY-<i>`; every record of
+/// lock i carries `"li": i`.
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -93,48 +97,64 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let idle = f.ms("idle-ms", Duration::from_millis(5))?;
     let pause_after = f.num("pause-self-after", 0)?;
     let writes = f.num("writes", 1)? == 1;
+    let n_locks = f.num("locks", 1)?.clamp(1, 10_000) as usize;
     let h = Arc::new(
         Writer::open(Path::new(&f.need("history")?), &id).map_err(|e| format!("--history: {e}"))?,
     );
     h.record(
         "start",
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
+               "locks": n_locks,
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
                "interval_ms": settings.interval.as_millis() as u64}),
     );
     let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
     let client = Client::etcd(config, settings.options()).map_err(|e| e.to_string())?;
-    let lock = Arc::new(client.lock(&name).map_err(|e| e.to_string())?);
-    let hh = h.clone();
-    lock.on_event(move |e| {
-        let at = e.at().as_nanos();
-        match *e {
-            LockEvent::State { change, .. } => hh.record(
-                "state",
-                json!({"at": at, "wall": wall(), "from": change.from.as_str().to_lowercase(), "to": change.to.as_str().to_lowercase(),
-                       "reason": change.reason.to_string()}),
-            ),
-            LockEvent::Fence { token, in_flight, .. } => hh.record(
-                "fence",
-                json!({"at": at, "token": token.get(), "in_flight": in_flight}),
-            ),
-            LockEvent::Acquired { token, .. } => {
-                hh.record("acquired", json!({"at": at, "token": token.get()}))
-            }
-            LockEvent::Drained { .. } => hh.record("drained", json!({"at": at})),
-            _ => {}
-        }
-    });
-    // The driver closes stdin to end the run: the last record is the state.
+    let multi = n_locks > 1;
+    let session = if multi {
+        client
+            .session(settings.options())
+            .map_err(|e| e.to_string())?
+    } else {
+        client.default_session().clone()
+    };
+    let mut slots = Vec::new();
+    for i in 0..n_locks {
+        let li = multi.then_some(i);
+        let (lname, lkey) = match li {
+            Some(i) => (format!("{name}-{i}"), format!("{key}-{i}")),
+            None => (name.clone(), key.clone()),
+        };
+        let lock = Arc::new(session.lock(&lname).map_err(|e| e.to_string())?);
+        watch_events(&lock, &h, li);
+        slots.push(Slot {
+            lock,
+            key: lkey,
+            li,
+            seq: 0,
+            last_refusal: None,
+            refused_n: 0,
+            acquiring: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        });
+    }
+    // The driver closes stdin to end the run: the last records are the
+    // states.
     {
-        let (h, lock) = (h.clone(), lock.clone());
+        let h = h.clone();
+        let locks: Vec<(Arc<dlock::Lock>, Option<usize>)> =
+            slots.iter().map(|s| (s.lock.clone(), s.li)).collect();
         std::thread::spawn(move || {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            h.record(
-                "final",
-                json!({"state": lock.state().as_str().to_lowercase(), "token": lock.token().map(|t| t.get())}),
-            );
+            for (lock, li) in &locks {
+                record(
+                    &h,
+                    "final",
+                    *li,
+                    json!({"state": lock.state().as_str().to_lowercase(),
+                           "token": lock.token().map(|t| t.get())}),
+                );
+            }
             std::process::exit(0);
         });
     }
@@ -142,7 +162,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         // The deadline is the send time of the last confirmed keepalive +
         // TTL - margin: each new deadline dates one keepalive send, on the
         // core's own clock, however late this sampler runs.
-        let (h, lock) = (h.clone(), lock.clone());
+        let (h, lock) = (h.clone(), slots[0].lock.clone());
         let back = settings.ttl - settings.margin;
         std::thread::spawn(move || {
             let mut last = None;
@@ -159,81 +179,173 @@ pub fn main(args: &[String]) -> Result<(), String> {
         });
     }
     let mut gate = GateConn::new(gate_addr);
-    let mut seq = 0u64;
     let mut permits = 0u64;
-    let mut last_refusal: Option<Refused> = None;
-    let mut refused_n = 0u64;
     loop {
-        if matches!(lock.state(), State::Idle | State::Released) {
-            h.record("acquire", json!({}));
-            match lock.acquire(Duration::from_secs(30)) {
-                Ok(t) => h.record("acquire_ok", json!({"token": t.get()})),
-                Err(e) => {
-                    h.record(
-                        "acquire_err",
-                        json!({"code": e.code(), "msg": e.to_string()}),
-                    );
-                    std::thread::sleep(settings.retry);
+        let mut worked = false;
+        for slot in &mut slots {
+            let lock = &slot.lock;
+            let li = slot.li;
+            if matches!(lock.state(), State::Idle | State::Released) {
+                if multi {
+                    // Many locks: each free one waits for its turn on a
+                    // thread of its own (a fenced lock reacquires by itself).
+                    if !slot
+                        .acquiring
+                        .swap(true, std::sync::atomic::Ordering::AcqRel)
+                    {
+                        let (lock, h, busy) = (lock.clone(), h.clone(), slot.acquiring.clone());
+                        std::thread::spawn(move || {
+                            record(&h, "acquire", li, json!({}));
+                            match lock.acquire(Duration::from_secs(30)) {
+                                Ok(t) => record(&h, "acquire_ok", li, json!({"token": t.get()})),
+                                Err(e) => record(
+                                    &h,
+                                    "acquire_err",
+                                    li,
+                                    json!({"code": e.code(), "msg": e.to_string()}),
+                                ),
+                            }
+                            busy.store(false, std::sync::atomic::Ordering::Release);
+                        });
+                    }
+                    continue;
                 }
-            }
-            continue;
-        }
-        let t0 = now();
-        let permit = match lock.permit() {
-            Ok(p) => p,
-            Err(r) => {
-                refused_n += 1;
-                if last_refusal != Some(r) {
-                    h.record("refused", json!({"reason": r.as_str(), "state": lock.state().as_str().to_lowercase()}));
-                    last_refusal = Some(r);
+                h.record("acquire", json!({}));
+                match lock.acquire(Duration::from_secs(30)) {
+                    Ok(t) => h.record("acquire_ok", json!({"token": t.get()})),
+                    Err(e) => {
+                        h.record(
+                            "acquire_err",
+                            json!({"code": e.code(), "msg": e.to_string()}),
+                        );
+                        std::thread::sleep(settings.retry);
+                    }
                 }
-                std::thread::sleep(idle);
+                worked = true;
                 continue;
             }
-        };
-        if last_refusal.take().is_some() {
-            h.record("refusals", json!({"n": refused_n}));
-            refused_n = 0;
-        }
-        let token = permit.token().get();
-        permits += 1;
-        h.record(
-            "permit",
-            json!({"t0": t0, "token": token, "deadline": permit.deadline().as_nanos()}),
-        );
-        if pause_after > 0 && permits == pause_after {
-            h.record("self_pause", json!({"token": token}));
-            // SAFETY: kill(2) on this process; the test sends SIGCONT.
-            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-            h.record("self_resume", json!({"token": token}));
-        }
-        std::thread::sleep(unit / 2);
-        if writes {
-            seq += 1;
-            let value = format!("{id}:{seq}:{token}");
-            let sent = now();
-            let r = lock.guarded_put(permit.token(), key.as_bytes(), value.as_bytes());
-            let (out, code, msg) = match &r {
-                Ok(()) => ("ok", "", String::new()),
-                Err(Error::Fenced(_)) => ("fenced", "fenced", String::new()),
-                Err(e @ Error::Backend(_)) => ("unknown", e.code(), e.to_string()),
-                Err(e) => ("error", e.code(), e.to_string()),
+            let t0 = now();
+            let permit = match lock.permit() {
+                Ok(p) => p,
+                Err(r) => {
+                    slot.refused_n += 1;
+                    if slot.last_refusal != Some(r) {
+                        record(
+                            &h,
+                            "refused",
+                            li,
+                            json!({"reason": r.as_str(), "state": lock.state().as_str().to_lowercase()}),
+                        );
+                        slot.last_refusal = Some(r);
+                    }
+                    continue;
+                }
             };
-            h.record(
-                "write",
-                json!({"res": "etcd", "token": token, "seq": seq, "sent": sent, "out": out,
-                       "code": code, "msg": msg}),
+            worked = true;
+            if slot.last_refusal.take().is_some() {
+                record(&h, "refusals", li, json!({"n": slot.refused_n}));
+                slot.refused_n = 0;
+            }
+            let token = permit.token().get();
+            permits += 1;
+            record(
+                &h,
+                "permit",
+                li,
+                json!({"t0": t0, "token": token, "deadline": permit.deadline().as_nanos()}),
             );
+            if pause_after > 0 && permits == pause_after {
+                h.record("self_pause", json!({"token": token}));
+                // SAFETY: kill(2) on this process; the test sends SIGCONT.
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                h.record("self_resume", json!({"token": token}));
+            }
             std::thread::sleep(unit / 2);
-            let sent = now();
-            let out = gate.write(&id, token, seq);
-            h.record(
-                "write",
-                json!({"res": "gate", "token": token, "seq": seq, "sent": sent, "out": out}),
-            );
+            if writes {
+                slot.seq += 1;
+                let seq = slot.seq;
+                let value = format!("{id}:{seq}:{token}");
+                let sent = now();
+                let r = lock.guarded_put(permit.token(), slot.key.as_bytes(), value.as_bytes());
+                let (out, code, msg) = match &r {
+                    Ok(()) => ("ok", "", String::new()),
+                    Err(Error::Fenced(_)) => ("fenced", "fenced", String::new()),
+                    Err(e @ Error::Backend(_)) => ("unknown", e.code(), e.to_string()),
+                    Err(e) => ("error", e.code(), e.to_string()),
+                };
+                record(
+                    &h,
+                    "write",
+                    li,
+                    json!({"res": "etcd", "token": token, "seq": seq, "sent": sent, "out": out,
+                           "code": code, "msg": msg}),
+                );
+                std::thread::sleep(unit / 2);
+                let sent = now();
+                let out = gate.write(&id, token, seq, li);
+                record(
+                    &h,
+                    "write",
+                    li,
+                    json!({"res": "gate", "token": token, "seq": seq, "sent": sent, "out": out}),
+                );
+            }
+            drop(permit);
         }
-        drop(permit);
+        if !worked {
+            std::thread::sleep(idle);
+        }
     }
+}
+
+/// One lock of the holder and its bookkeeping.
+struct Slot {
+    lock: Arc<dlock::Lock>,
+    key: String,
+    li: Option<usize>,
+    seq: u64,
+    last_refusal: Option<Refused>,
+    refused_n: u64,
+    /// An acquisition thread runs (many-locks mode).
+    acquiring: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// `h.record(ev, fields)` with `"li": li` added in the many-locks mode.
+fn record(h: &Writer, ev: &str, li: Option<usize>, mut fields: serde_json::Value) {
+    if let (Some(i), Some(m)) = (li, fields.as_object_mut()) {
+        m.insert("li".into(), i.into());
+    }
+    h.record(ev, fields);
+}
+
+/// Records the lock's events (state changes, fences, acquisitions).
+fn watch_events(lock: &dlock::Lock, h: &Arc<Writer>, li: Option<usize>) {
+    let hh = h.clone();
+    lock.on_event(move |e| {
+        let at = e.at().as_nanos();
+        match *e {
+            LockEvent::State { change, .. } => record(
+                &hh,
+                "state",
+                li,
+                json!({"at": at, "wall": wall(), "from": change.from.as_str().to_lowercase(),
+                       "to": change.to.as_str().to_lowercase(), "reason": change.reason.to_string()}),
+            ),
+            LockEvent::Fence {
+                token, in_flight, ..
+            } => record(
+                &hh,
+                "fence",
+                li,
+                json!({"at": at, "token": token.get(), "in_flight": in_flight}),
+            ),
+            LockEvent::Acquired { token, .. } => {
+                record(&hh, "acquired", li, json!({"at": at, "token": token.get()}))
+            }
+            LockEvent::Drained { .. } => record(&hh, "drained", li, json!({"at": at})),
+            _ => {}
+        }
+    });
 }
 
 /// Seconds of the wall clock (`CLOCK_REALTIME`, which libfaketime may
@@ -257,7 +369,7 @@ impl GateConn {
     }
 
     /// `ok`, `refused`, or `unknown` (no answer after the request went out).
-    fn write(&mut self, id: &str, token: u64, seq: u64) -> &'static str {
+    fn write(&mut self, id: &str, token: u64, seq: u64, li: Option<usize>) -> &'static str {
         if self.conn.is_none() {
             let Ok(s) = TcpStream::connect(self.addr) else {
                 return "error";
@@ -269,8 +381,14 @@ impl GateConn {
         let Some((w, r)) = self.conn.as_mut() else {
             return "error";
         };
-        if w.write_all(format!("{id} {token} {seq}\n").as_bytes())
-            .is_err()
+        if w.write_all(
+            match li {
+                Some(i) => format!("{id} {token} {seq} {i}\n"),
+                None => format!("{id} {token} {seq}\n"),
+            }
+            .as_bytes(),
+        )
+        .is_err()
         {
             self.conn = None;
             return "unknown";

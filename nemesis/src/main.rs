@@ -4,6 +4,7 @@
 //! ```text
 //! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
 //!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
+//!             [--locks 100]
 //! nemesis check DIR
 //! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
 //! nemesis busy
@@ -59,6 +60,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         faults,
         settings: Settings::default(),
         flap: f.ms("flap-ms", Duration::from_secs(10))?,
+        locks: f.num("locks", 1)?.max(1) as usize,
         holder: holders(&f.get("holder-cmds", ""), exe)?,
     };
     if cfg.holders < 2 {

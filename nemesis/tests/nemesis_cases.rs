@@ -11,7 +11,8 @@
 //! (paused past the TTL, flapping) share the cluster.
 //!
 //! Lengths (CI defaults; `scripts/nemesis.sh` sets the long ones):
-//! `DLOCK_NEMESIS_SECONDS` (180) the mix, `DLOCK_NEMESIS_RUNS` (10) runs of
+//! `DLOCK_NEMESIS_SECONDS` (120) the mix, `DLOCK_NEMESIS_MANY_SECONDS` (60)
+//! the mix of the second mode (`DLOCK_NEMESIS_LOCKS`, 100, locks per holder), `DLOCK_NEMESIS_RUNS` (10) runs of
 //! each case, `DLOCK_NEMESIS_FLAP_SECONDS` (60) the flapping case,
 //! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
 //! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes; `DLOCK_NEMESIS_C_HOLDER`
@@ -203,14 +204,36 @@ fn mix_holders() -> Vec<(PathBuf, Vec<String>)> {
     v
 }
 
-/// The nemesis: 4 holders, the random mix of every fault for
-/// `DLOCK_NEMESIS_SECONDS`; the checker's table is printed.
+/// The nemesis: 4 holders (Rust and C in turn), the random mix of every
+/// fault for `DLOCK_NEMESIS_SECONDS` (120); the checker's table is printed.
 #[test]
 fn nemesis_mix() {
+    mix(
+        "mix",
+        env_num("DLOCK_NEMESIS_SECONDS", 120),
+        1,
+        mix_holders(),
+    );
+}
+
+/// The second mode: 4 Rust holders, 100 locks on one session each, all
+/// contending for the same 100; the mix for `DLOCK_NEMESIS_MANY_SECONDS`
+/// (60).
+#[test]
+fn nemesis_many_locks() {
+    let holder = vec![(holder_bin(), vec!["holder".to_owned()])];
+    let locks = env_num("DLOCK_NEMESIS_LOCKS", 100) as usize;
+    mix(
+        "many_locks",
+        env_num("DLOCK_NEMESIS_MANY_SECONDS", 60),
+        locks,
+        holder,
+    );
+}
+
+fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>) {
     let _x = exclusive();
-    let cluster = cluster();
-    let d = dir("mix");
-    let secs = env_num("DLOCK_NEMESIS_SECONDS", 180);
+    let d = dir(case);
     let cfg = driver::Config {
         dir: d.clone(),
         duration: Duration::from_secs(secs),
@@ -219,29 +242,35 @@ fn nemesis_mix() {
         faults: driver::FAULTS.iter().map(|s| s.to_string()).collect(),
         settings: Settings::default(),
         flap: Duration::from_secs(env_num("DLOCK_NEMESIS_MIX_FLAP_SECONDS", 10)),
-        holder: mix_holders(),
+        holder,
+        locks,
     };
-    println!("nemesis mix: seed {}, history {}", cfg.seed, d.display());
+    println!(
+        "nemesis {case}: seed {}, {locks} lock(s), history {}",
+        cfg.seed,
+        d.display()
+    );
     driver::run(cfg).expect("nemesis run");
-    let _ = cluster;
     let report = check(&records(&d));
     println!(
-        "nemesis mix, {secs} s: the checker's table\n{}",
+        "nemesis {case}, {secs} s: the checker's table\n{}",
         report.table()
     );
     let kinds = report.faults.len();
     let mut broken = Vec::new();
-    if secs >= 120 && kinds < driver::FAULTS.len() {
-        broken.push(format!("only {kinds} fault kinds injected in {secs} s"));
+    let faults: u64 = report.faults.values().sum();
+    if faults >= driver::FAULTS.len() as u64 && kinds < driver::FAULTS.len() {
+        broken.push(format!("{faults} faults but only {kinds} kinds"));
     }
     verdict(
-        "mix",
+        case,
         1,
         &format!(
-            "{} faults of {kinds} kinds, {} fences, {} writes accepted, min G1 lead {:.1} ms",
-            report.faults.values().sum::<u64>(),
+            "{secs} s, {locks} lock(s): {faults} faults of {kinds} kinds, {} fences, {} writes accepted, {} stale refused, {} unknown, min G1 lead {:.1} ms",
             report.fences,
             report.accepted.0 + report.accepted.1,
+            report.refused.0 + report.refused.1,
+            report.unknown.0 + report.unknown.1,
             report.min_lead_ms.unwrap_or(f64::NAN)
         ),
         &report,
