@@ -221,11 +221,10 @@ impl Report {
         pair(&mut self.unknown_committed, r.unknown_committed);
         pair(&mut self.paused_writes, r.paused_writes);
         self.late_accepted += r.late_accepted;
-        let min = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        self.min_lead_ms = match (self.min_lead_ms, r.min_lead_ms) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
         };
-        self.min_lead_ms = min(self.min_lead_ms, r.min_lead_ms);
         self.max_heal_ms = match (self.max_heal_ms, r.max_heal_ms) {
             (Some(x), Some(y)) => Some(x.max(y)),
             (x, y) => x.or(y),
