@@ -743,4 +743,27 @@ mod tests {
         assert_eq!(r.paused_writes, (2, 2));
         assert_eq!(r.refused, (1, 1));
     }
+
+    #[test]
+    fn many_locks_are_checked_each_on_its_own() {
+        // Lock 0 and lock 1 each have the clean history (same tokens: each
+        // lock has its own), and one stale accept breaks lock 1 alone.
+        let tag = |li: u64| {
+            clean().into_iter().map(move |mut v| {
+                if v["ev"] != "start" {
+                    v["li"] = li.into();
+                }
+                v
+            })
+        };
+        let mut h: Vec<Value> = tag(0).chain(tag(1)).collect();
+        let r = run(h.clone());
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.accepted, (4, 4));
+        h.push(json!({"t": 1400, "p": "gate", "ev": "gate_accept", "h": "a", "token": 10, "seq": 2, "li": 1}));
+        let r = run(h);
+        let g2 = &r.violations["G2 no lower token accepted"];
+        assert_eq!(g2.len(), 1);
+        assert!(g2[0].starts_with("lock 1:"), "{g2:?}");
+    }
 }
