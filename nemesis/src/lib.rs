@@ -13,12 +13,15 @@ pub mod gate;
 pub mod history;
 pub mod holder;
 
-/// The fault proxy of the core's etcd tests.
+// The fault proxy of the core's etcd tests, and the etcd test cluster of
+// `scripts/etcd-cluster.sh` read from the environment: shared with the
+// core's tests (documented there, not here).
+#[doc(hidden)]
 #[path = "../../core/tests/common/proxy.rs"]
 #[allow(dead_code, missing_docs)]
 pub mod proxy;
 
-/// The etcd test cluster of `scripts/etcd-cluster.sh`, from the environment.
+#[doc(hidden)]
 #[path = "../../core/tests/common/etcd.rs"]
 #[allow(missing_docs)]
 pub mod cluster;
