@@ -60,11 +60,9 @@ failed=$((failed + $(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out
 grep -q '^test result:' "$out" || { failed=$((failed + 1)); rc=1; }
 
 printf '\n==> %s\n' "nemesis: figures per case (ms, one shared clock)"
-{
-  echo "case|runs|figures"
-  grep -o 'NEMESIS|.*' "$out" | cut -d'|' -f2- | sort
-} | awk -F'|' '
-  { n = NR; for (i = 1; i <= NF; i++) { c[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) }; if (NF > nf) nf = NF }
-  END { for (r = 1; r <= n; r++) { line = ""; for (i = 1; i <= nf; i++) line = line sprintf("%-*s  ", w[i], c[r, i]); sub(/ +$/, "", line); print line } }'
+printf '%-16s %-5s %s\n' case runs figures
+{ grep -o 'NEMESIS|.*' "$out" || true; } | sort | while IFS='|' read -r _ case runs figures; do
+  printf '%-16s %-5s %s\n' "$case" "$runs" "$figures"
+done
 echo "nemesis: $passed passed, $failed failed"
 exit "$rc"

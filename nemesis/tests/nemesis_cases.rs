@@ -543,11 +543,7 @@ fn wall_clock_step() {
         );
     }
     let cut = now();
-    for h in &holders {
-        for p in &h.proxies {
-            p.set(Mode::Blackhole);
-        }
-    }
+    set_all(&holders, Mode::Blackhole);
     let mut lateness = Vec::new();
     let mut report = Report::default();
     for (i, (b, f)) in benches.iter().zip(&files).enumerate() {
@@ -610,11 +606,7 @@ fn wall_clock_step() {
             )),
         }
     }
-    for h in &holders {
-        for p in &h.proxies {
-            p.set(Mode::Pass);
-        }
-    }
+    set_all(&holders, Mode::Pass);
     for (b, h) in benches.iter().zip(holders) {
         // A write of the new token (one in flight at the cut may still land
         // with the old one).
@@ -643,6 +635,13 @@ fn wall_clock_step() {
         &report,
         &broken,
     );
+}
+
+/// Switches every proxy of every holder to `mode`.
+fn set_all(holders: &[Spawned], mode: Mode) {
+    for p in holders.iter().flat_map(|h| &h.proxies) {
+        p.set(mode);
+    }
 }
 
 /// Processes killed when dropped.
@@ -714,11 +713,7 @@ fn cpu_starvation() {
     let mut lateness = Vec::new();
     for _ in 0..rounds {
         let cut = now();
-        for h in &holders {
-            for p in &h.proxies {
-                p.set(Mode::Blackhole);
-            }
-        }
+        set_all(&holders, Mode::Blackhole);
         for b in &benches {
             let f = wait_for(&b.dir, settings.ttl + Duration::from_secs(2), |v| {
                 s(v, "ev") == "fence" && u(v, "t") > cut
@@ -736,11 +731,7 @@ fn cpu_starvation() {
                 .unwrap_or(0);
             lateness.push(ms(deadline, u(&f, "t")));
         }
-        for h in &holders {
-            for p in &h.proxies {
-                p.set(Mode::Pass);
-            }
-        }
+        set_all(&holders, Mode::Pass);
         let healed = now();
         for b in &benches {
             if wait_for(&b.dir, settings.ttl + Duration::from_secs(10), |v| {
