@@ -541,7 +541,13 @@ fn check_one(records: &[Value]) -> Report {
     }
 
     // Liveness.
-    let mut work: Vec<u64> = gate_accepts.iter().map(|v| u(v, "t")).collect();
+    // Work: gate accepts of a live token (not one already fenced: a late
+    // unit proves nobody holds).
+    let mut work: Vec<u64> = gate_accepts
+        .iter()
+        .filter(|v| fence_of.get(&u(v, "token")).is_none_or(|f| u(v, "t") <= u(f, "at")))
+        .map(|v| u(v, "t"))
+        .collect();
     work.sort_unstable();
     let bound = ttl_ns + 2_000_000_000;
     for h in heals {
