@@ -545,7 +545,11 @@ fn check_one(records: &[Value]) -> Report {
     // unit proves nobody holds).
     let mut work: Vec<u64> = gate_accepts
         .iter()
-        .filter(|v| fence_of.get(&u(v, "token")).is_none_or(|f| u(v, "t") <= u(f, "at")))
+        .filter(|v| {
+            fence_of
+                .get(&u(v, "token"))
+                .is_none_or(|f| u(v, "t") <= u(f, "at"))
+        })
         .map(|v| u(v, "t"))
         .collect();
     work.sort_unstable();

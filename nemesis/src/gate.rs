@@ -122,3 +122,51 @@ fn serve(conn: TcpStream, s: &Shared) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(conn: &mut (TcpStream, BufReader<TcpStream>), line: &str) -> String {
+        conn.0.write_all(line.as_bytes()).unwrap();
+        let mut reply = String::new();
+        conn.1.read_line(&mut reply).unwrap();
+        reply
+    }
+
+    #[test]
+    fn the_gate_refuses_a_lower_token_per_lock_and_records_in_order() {
+        let dir =
+            std::env::temp_dir().join(format!("nemesis-gate-{}-{}", std::process::id(), now()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let g = Gate::start(&dir.join("gate.jsonl")).unwrap();
+        let s = TcpStream::connect(g.addr()).unwrap();
+        let mut c = (s.try_clone().unwrap(), BufReader::new(s));
+        assert_eq!(ask(&mut c, "a 5 1\n"), "ok\n");
+        assert_eq!(ask(&mut c, "b 7 1\n"), "ok\n");
+        assert_eq!(ask(&mut c, "a 5 2\n"), "stale 7\n");
+        assert_eq!(
+            ask(&mut c, "a 5 3 0\n"),
+            "ok\n",
+            "lock 0 has its own highest"
+        );
+        assert!(ask(&mut c, "nonsense\n").starts_with("error"));
+        assert_eq!(g.last_holder().as_deref(), Some("a"));
+        let recs = crate::history::read_dir(&dir).unwrap();
+        let evs: Vec<(&str, u64)> = recs
+            .iter()
+            .map(|v| (v["ev"].as_str().unwrap(), v["token"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            evs,
+            [
+                ("gate_accept", 5),
+                ("gate_accept", 7),
+                ("gate_refuse", 5),
+                ("gate_accept", 5)
+            ]
+        );
+        assert_eq!(recs[3]["li"], 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
