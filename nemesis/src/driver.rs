@@ -161,6 +161,28 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
 }
 
 impl Nemesis {
+    /// Restarts member `m` (0-based), trying again when the cluster script
+    /// fails (once a killed member's port was still taken under load): a
+    /// harness hiccup is recorded, it does not end the run.
+    fn restart(&mut self, m: usize) {
+        for attempt in 1..=5 {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.cluster.restart_member(m)
+            }));
+            match r {
+                Ok(()) => return,
+                Err(_) => {
+                    self.log.record(
+                        "restart_retry",
+                        json!({"member": m + 1, "attempt": attempt}),
+                    );
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+        panic!("member m{} did not restart in 5 attempts", m + 1);
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let mut spec = self.spec.clone();
         spec.id = format!("h{}", self.next_id);
@@ -296,7 +318,7 @@ impl Nemesis {
             "leader_restarted" => {
                 let m = self.cluster.leader();
                 self.record("fault", kind, json!({"member": m + 1}));
-                self.cluster.restart_member(m);
+                self.restart(m);
             }
             "quorum_lost" => {
                 let keep = self.rng.below(3) as usize;
@@ -312,7 +334,7 @@ impl Nemesis {
                 }
                 std::thread::sleep(self.rng.between(Duration::from_secs(1), s.ttl));
                 for &m in &stop {
-                    self.cluster.restart_member(m);
+                    self.restart(m);
                 }
             }
             "lease_revoked" | "key_deleted" => {

@@ -6,6 +6,7 @@
 //!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
 //!             [--locks 100]
 //! nemesis check DIR
+//! nemesis dump --dir DIR      (the etcd key's history, after a run cut short)
 //! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
 //! nemesis busy
 //! ```
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
             Some(dir) => check_dir(&PathBuf::from(dir)),
             None => Err("usage: nemesis check DIR".into()),
         },
+        Some("dump") => dump(&args[1..]),
         Some("busy") => loop {
             std::hint::black_box(0u64);
         },
@@ -96,6 +98,22 @@ fn holders(cmds: &str, exe: PathBuf) -> Result<Vec<(PathBuf, Vec<String>)>, Stri
             Ok((prog, args))
         })
         .collect()
+}
+
+/// `nemesis dump --dir DIR`: reads the etcd key of the run in DIR (its
+/// `run` record) back into DIR/etcd.jsonl, for a run that ended early.
+fn dump(args: &[String]) -> Result<ExitCode, String> {
+    let f = Flags::parse(args)?;
+    let dir = PathBuf::from(f.need("dir")?);
+    let records = history::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let run = records
+        .iter()
+        .find(|v| v["ev"] == "run")
+        .ok_or("no run record in the history")?;
+    let key = run["key"].as_str().ok_or("the run record has no key")?;
+    let cluster = dlock_nemesis::cluster::Cluster::from_env();
+    driver::dump_etcd(&cluster, key, &dir.join("etcd.jsonl"))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check_dir(dir: &std::path::Path) -> Result<ExitCode, String> {
