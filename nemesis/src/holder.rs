@@ -174,7 +174,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
                     }
                     last = d;
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(20));
             }
         });
     }
@@ -463,6 +463,9 @@ impl Spawned {
             .arg(spec.dir.join(format!("{}.jsonl", spec.id)))
             .args(spec.settings.args())
             .args(&spec.extra)
+            // cargo test's library path lists target/debug/deps first: a C
+            // holder must load the release libdlock.so it was linked with.
+            .env_remove("LD_LIBRARY_PATH")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::null());

@@ -676,7 +676,17 @@ fn cpu_starvation() {
         .collect();
     let holders: Vec<Spawned> = benches
         .iter()
-        .map(|b| b.holder("a", &["--sample-keepalives", "1", "--writes", "0"]))
+        .map(|b| {
+            let quiet = [
+                "--sample-keepalives",
+                "1",
+                "--writes",
+                "0",
+                "--unit-ms",
+                "100",
+            ];
+            b.holder("a", &quiet)
+        })
         .collect();
     for b in &benches {
         assert!(
