@@ -20,6 +20,6 @@ if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
 fi
 for busy in 0 2; do
   echo "== $busy busy processes"
-  DLOCK_NEMESIS_CPU_BUSY=$busy cargo test -p dlock-nemesis --release --locked --test nemesis_cases \
+  DLOCK_NEMESIS_CPU_BUSY=$busy cargo test -p dlock-nemesis --locked --test nemesis_cases \
     -- --exact cpu_starvation --nocapture 2>&1 | grep -o 'NEMESIS|.*' || true
 done
