@@ -35,7 +35,7 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 # The other faces (issues 10-12), each with its own script that builds what it
 # needs, starts its own etcd cluster for its etcd tests, appends cargo output
 # to the log and prints its own `<face>: N passed, N failed` line.
-for face in python node cli; do
+for face in python node cli nemesis; do
   if [[ -e scripts/test-$face.sh ]]; then ./scripts/test-$face.sh "$log"; fi
 done
 

@@ -1,0 +1,269 @@
+/* The C holder of the nemesis (docs/nemesis.md, "A holder of another face"):
+ * contends for one lock on etcd through the endpoints given, works under
+ * permits as fast as it can (a guarded put of KEY = ID:SEQ:TOKEN, then one
+ * line "ID TOKEN SEQ" to the gate), and appends the history records of the
+ * holder protocol to FILE, stamped with CLOCK_BOOTTIME in nanoseconds. EOF
+ * on stdin: records "final" and exits.
+ *
+ * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
+ *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
+ *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1]
+ *
+ * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
+ *   examples/nemesis/holder.c -Ltarget/release -ldlock -lpthread */
+#define _GNU_SOURCE
+#include <dlock.h>
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int hist = -1;
+static const char *id = "";
+static struct lk_lock *lock;
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_BOOTTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Appends {"t":now,"p":id,"ev":ev,<fields>} as one write(2). */
+static void record(const char *ev, const char *fmt, ...) {
+  char fields[768] = "";
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fields, sizeof fields, fmt, ap);
+    va_end(ap);
+  }
+  char line[1024];
+  int n = snprintf(line, sizeof line, "{\"t\":%" PRIu64 ",\"p\":\"%s\",\"ev\":\"%s\"%s%s}\n", now_ns(), id,
+                   ev, fields[0] ? "," : "", fields);
+  if (n > 0 && (size_t)n < sizeof line && write(hist, line, (size_t)n) < 0) {
+    /* A full disk loses the record; the checker never invents one. */
+  }
+}
+
+/* Lower-case state name, as the history wants it. */
+static const char *state_word(int s, char *buf, size_t len) {
+  snprintf(buf, len, "%s", lk_state_name(s));
+  for (char *c = buf; *c; c++) *c = (char)tolower((unsigned char)*c);
+  return buf;
+}
+
+static void on_state(void *u, enum lk_state from, enum lk_state to, enum lk_reason why) {
+  (void)u;
+  char a[32], b[32];
+  record("state", "\"at\":%" PRIu64 ",\"from\":\"%s\",\"to\":\"%s\",\"reason\":\"%s\",\"wall\":%lld", now_ns(),
+         state_word(from, a, sizeof a), state_word(to, b, sizeof b), lk_reason_name(why), (long long)time(NULL));
+}
+
+/* The C callbacks carry no instant: `at` is when the callback ran (later
+ * than the core's decision, so G1 leads come out smaller, never larger). */
+static void on_fence(void *u, uint64_t token, uint64_t in_flight) {
+  (void)u;
+  record("fence", "\"at\":%" PRIu64 ",\"token\":%" PRIu64 ",\"in_flight\":%" PRIu64, now_ns(), token, in_flight);
+}
+
+static void on_acquired(void *u, uint64_t token) {
+  (void)u;
+  record("acquired", "\"at\":%" PRIu64 ",\"token\":%" PRIu64, now_ns(), token);
+}
+
+static void *watch_stdin(void *u) {
+  (void)u;
+  char buf[256];
+  while (read(0, buf, sizeof buf) > 0) {
+  }
+  enum lk_state st = LK_STATE_IDLE;
+  uint64_t token = 0;
+  lk_lock_state(lock, &st);
+  char w[32];
+  if (lk_lock_token(lock, &token) == LK_OK)
+    record("final", "\"state\":\"%s\",\"token\":%" PRIu64, state_word(st, w, sizeof w), token);
+  else
+    record("final", "\"state\":\"%s\",\"token\":null", state_word(st, w, sizeof w));
+  _exit(0);
+}
+
+/* The gate: one line each way; "ok", "refused", "unknown" or "error". */
+static int gate_fd = -1;
+static struct sockaddr_in gate_addr;
+
+static const char *gate_write(uint64_t token, uint64_t seq) {
+  if (gate_fd < 0) {
+    gate_fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(gate_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(gate_fd, (struct sockaddr *)&gate_addr, sizeof gate_addr) != 0) {
+      close(gate_fd);
+      gate_fd = -1;
+      return "error";
+    }
+  }
+  char req[128];
+  int n = snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 "\n", id, token, seq);
+  if (write(gate_fd, req, (size_t)n) != n) goto lost;
+  char rep[64];
+  size_t got = 0;
+  while (got < sizeof rep - 1) {
+    ssize_t r = read(gate_fd, rep + got, 1);
+    if (r <= 0) goto lost;
+    if (rep[got++] == '\n') break;
+  }
+  rep[got] = 0;
+  if (strncmp(rep, "ok", 2) == 0) return "ok";
+  if (strncmp(rep, "stale", 5) == 0) return "refused";
+lost:
+  close(gate_fd);
+  gate_fd = -1;
+  return "unknown";
+}
+
+static void sleep_ms(uint64_t ms) {
+  struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "holder: %s\n", what);
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  const char *endpoints = NULL, *name = NULL, *key = NULL, *gate = NULL, *path = NULL;
+  struct lk_client_options o;
+  lk_client_options_init(&o, LK_CLIENT_OPTIONS_VERSION);
+  o.ttl_ms = 4000, o.keepalive_interval_ms = 1000, o.keepalive_timeout_ms = 500;
+  o.retry_interval_ms = 250, o.margin_ms = 1000, o.reacquire = true;
+  uint64_t unit = 10, idle = 5, writes = 1;
+  for (int i = 1; i < argc; i += 2) {
+    if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc) {
+      fprintf(stderr, "holder: bad argument %s (flags are --key value)\n", argv[i]);
+      return 2;
+    }
+    const char *k = argv[i] + 2, *v = argv[i + 1];
+    char *end = NULL;
+    uint64_t n = strtoull(v, &end, 10);
+    int num = end && *end == 0;
+#define NUM(dst)                                                                                        \
+  do {                                                                                                  \
+    if (!num) die("a number flag got a word");                                                          \
+    dst = n;                                                                                            \
+  } while (0)
+    if (!strcmp(k, "id")) id = v;
+    else if (!strcmp(k, "endpoints")) endpoints = v;
+    else if (!strcmp(k, "lock")) name = v;
+    else if (!strcmp(k, "key")) key = v;
+    else if (!strcmp(k, "gate")) gate = v;
+    else if (!strcmp(k, "history")) path = v;
+    else if (!strcmp(k, "ttl-ms")) NUM(o.ttl_ms);
+    else if (!strcmp(k, "interval-ms")) NUM(o.keepalive_interval_ms);
+    else if (!strcmp(k, "timeout-ms")) NUM(o.keepalive_timeout_ms);
+    else if (!strcmp(k, "retry-ms")) NUM(o.retry_interval_ms);
+    else if (!strcmp(k, "margin-ms")) NUM(o.margin_ms);
+    else if (!strcmp(k, "unit-ms")) NUM(unit);
+    else if (!strcmp(k, "idle-ms")) NUM(idle);
+    else if (!strcmp(k, "writes")) NUM(writes);
+    else {
+      fprintf(stderr, "holder: unknown flag --%s\n", k);
+      return 2;
+    }
+  }
+  if (!*id || !endpoints || !name || !key || !gate || !path)
+    die("--id, --endpoints, --lock, --key, --gate and --history are required");
+  hist = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (hist < 0) die("cannot open --history");
+  char host[64];
+  const char *colon = strrchr(gate, ':');
+  if (!colon || (size_t)(colon - gate) >= sizeof host) die("--gate is HOST:PORT");
+  memcpy(host, gate, (size_t)(colon - gate));
+  host[colon - gate] = 0;
+  gate_addr.sin_family = AF_INET;
+  gate_addr.sin_port = htons((uint16_t)atoi(colon + 1));
+  if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
+  record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"ttl_ms\":%" PRIu64
+         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64,
+         (int)getpid(), name, (long long)time(NULL), o.ttl_ms, o.margin_ms, o.keepalive_interval_ms);
+
+  o.endpoints = endpoints;
+  struct lk_client *client = NULL;
+  if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());
+  if (lk_lock_new(client, name, &lock) != LK_OK) die(lk_last_error());
+  lk_set_on_state_change(lock, on_state, NULL);
+  lk_set_on_fence(lock, on_fence, NULL);
+  lk_set_on_acquired(lock, on_acquired, NULL);
+  pthread_t t;
+  pthread_create(&t, NULL, watch_stdin, NULL);
+
+  uint64_t seq = 0, refused_n = 0;
+  int last_refusal = -1;
+  for (;;) {
+    enum lk_state st = LK_STATE_IDLE;
+    lk_lock_state(lock, &st);
+    if (st == LK_STATE_IDLE || st == LK_STATE_RELEASED) {
+      record("acquire", NULL);
+      uint64_t token = 0;
+      enum lk_status s = lk_lock_acquire(lock, 30000, &token);
+      if (s == LK_OK) {
+        record("acquire_ok", "\"token\":%" PRIu64, token);
+      } else {
+        record("acquire_err", "\"code\":\"%s\"", lk_status_name(s));
+        sleep_ms(o.retry_interval_ms);
+      }
+      continue;
+    }
+    uint64_t t0 = now_ns();
+    struct lk_permit p;
+    enum lk_status s = lk_permit(lock, &p);
+    if (s != LK_OK) {
+      refused_n++;
+      if ((int)s != last_refusal) {
+        char w[32];
+        lk_lock_state(lock, &st);
+        record("refused", "\"reason\":\"%s\",\"state\":\"%s\"", lk_status_name(s), state_word(st, w, sizeof w));
+        last_refusal = (int)s;
+      }
+      sleep_ms(idle);
+      continue;
+    }
+    if (last_refusal >= 0) {
+      record("refusals", "\"n\":%" PRIu64, refused_n);
+      refused_n = 0;
+      last_refusal = -1;
+    }
+    uint64_t token = 0, deadline = 0;
+    lk_permit_token(&p, &token);
+    lk_lock_deadline(lock, &deadline);
+    record("permit", "\"t0\":%" PRIu64 ",\"token\":%" PRIu64 ",\"deadline\":%" PRIu64, t0, token, deadline);
+    sleep_ms(unit / 2);
+    if (writes) {
+      seq++;
+      char value[128];
+      int vn = snprintf(value, sizeof value, "%s:%" PRIu64 ":%" PRIu64, id, seq, token);
+      uint64_t sent = now_ns();
+      s = lk_lock_guarded_put(lock, token, (const uint8_t *)key, strlen(key), (const uint8_t *)value, (size_t)vn);
+      const char *out = s == LK_OK ? "ok" : s == LK_FENCED ? "fenced" : s == LK_BACKEND ? "unknown" : "error";
+      record("write", "\"res\":\"etcd\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64
+             ",\"out\":\"%s\",\"code\":\"%s\"",
+             token, seq, sent, out, s == LK_OK ? "" : lk_status_name(s));
+      sleep_ms(unit / 2);
+      sent = now_ns();
+      out = gate_write(token, seq);
+      record("write", "\"res\":\"gate\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64 ",\"out\":\"%s\"",
+             token, seq, sent, out);
+    }
+    lk_permit_end(&p);
+  }
+}

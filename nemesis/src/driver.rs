@@ -1,0 +1,483 @@
+//! The nemesis run: the gate, N holder processes (each behind one fault
+//! proxy per member), and a nemesis that every few seconds picks a fault,
+//! records it, heals it, and waits for the lock to be worked again; at the
+//! end the etcd key's history is read back into the history directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::cluster::Cluster;
+use crate::gate::Gate;
+use crate::history::{Writer, now};
+use crate::holder::{Spawned, Spec};
+use crate::proxy::Mode;
+use crate::{Rng, Settings};
+
+/// The faults the nemesis picks from.
+pub const FAULTS: &[&str] = &[
+    "blackhole",
+    "replies_lost",
+    "delay_short",
+    "delay_long",
+    "tcp_reset",
+    "flapping",
+    "pause_short",
+    "pause_long",
+    "holder_killed",
+    "member_paused",
+    "leader_restarted",
+    "quorum_lost",
+    "lease_revoked",
+    "key_deleted",
+];
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// History directory (created; must not hold an older history).
+    pub dir: PathBuf,
+    /// How long the nemesis injects faults.
+    pub duration: Duration,
+    /// Holder processes.
+    pub holders: usize,
+    /// Seed of the fault sequence.
+    pub seed: u64,
+    /// The faults to pick from (names of [`FAULTS`]).
+    pub faults: Vec<String>,
+    /// Holder settings.
+    pub settings: Settings,
+    /// How long a flapping connection flaps.
+    pub flap: Duration,
+    /// Locks per holder: 1, or the second mode (N locks on one session of
+    /// each holder, all holders contending for the same N).
+    pub locks: usize,
+    /// Holder programs with their leading arguments (the Rust holder: this
+    /// binary, `holder`), taken in turn: holder `hN` runs entry
+    /// `(N - 1) % len`, so faces mix.
+    pub holder: Vec<(PathBuf, Vec<String>)>,
+}
+
+/// The run's own records: faults, heals.
+struct Nemesis {
+    cluster: Cluster,
+    gate: Gate,
+    holders: Vec<Spawned>,
+    members: Vec<SocketAddr>,
+    next_id: usize,
+    spec: Spec,
+    cfg: Config,
+    log: Writer,
+    rng: Rng,
+}
+
+/// Runs the nemesis; returns the history directory.
+pub fn run(cfg: Config) -> Result<PathBuf, String> {
+    let cluster = Cluster::from_env();
+    std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
+    let stamp = format!("{}-{}", std::process::id(), now());
+    let gate = Gate::start(&cfg.dir.join("gate.jsonl")).map_err(|e| e.to_string())?;
+    let log = Writer::open(&cfg.dir.join("nemesis.jsonl"), "nemesis").map_err(|e| e.to_string())?;
+    let spec = Spec {
+        id: String::new(),
+        lock: format!("nemesis/{stamp}"),
+        key: format!("nemesis-resource/{stamp}"),
+        gate: gate.addr(),
+        dir: cfg.dir.clone(),
+        settings: cfg.settings,
+        extra: if cfg.locks > 1 {
+            vec!["--locks".into(), cfg.locks.to_string()]
+        } else {
+            Vec::new()
+        },
+    };
+    log.record(
+        "run",
+        json!({"seed": cfg.seed, "holders": cfg.holders, "lock": spec.lock, "key": spec.key,
+               "seconds": cfg.duration.as_secs(), "faults": cfg.faults,
+               "ttl_ms": cfg.settings.ttl.as_millis() as u64}),
+    );
+    let members = (0..3).map(|i| cluster.member_addr(i)).collect();
+    let mut n = Nemesis {
+        cluster,
+        gate,
+        holders: Vec::new(),
+        members,
+        next_id: 1,
+        spec,
+        rng: Rng::new(cfg.seed),
+        cfg,
+        log,
+    };
+    for _ in 0..n.cfg.holders {
+        n.spawn()?;
+    }
+    // First work before the first fault.
+    n.wait_for_work(now(), Duration::from_secs(20));
+    let end = Instant::now() + n.cfg.duration;
+    // A shuffled bag of every fault, refilled when empty: each kind comes
+    // up as often as the others, in a random order.
+    let mut bag: Vec<String> = Vec::new();
+    while Instant::now() < end {
+        if bag.is_empty() {
+            bag = n.cfg.faults.clone();
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, n.rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let kind = bag.pop().unwrap_or_default();
+        n.fault(&kind)?;
+        let gap = n
+            .rng
+            .between(Duration::from_millis(500), Duration::from_millis(2000));
+        std::thread::sleep(gap);
+    }
+    // Settle: a healthy cluster and network for two TTLs.
+    let settle = now();
+    n.log.record("settle", json!({}));
+    n.wait_for_work(settle, n.cfg.settings.ttl + Duration::from_secs(2));
+    std::thread::sleep(n.cfg.settings.ttl * 2);
+    n.log.record("end", json!({}));
+    for h in n.holders.drain(..) {
+        h.finish(Duration::from_secs(5));
+    }
+    if n.cfg.locks > 1 {
+        for i in 0..n.cfg.locks {
+            let key = format!("{}-{i}", n.spec.key);
+            dump_etcd_lock(
+                &n.cluster,
+                &key,
+                &n.cfg.dir.join(format!("etcd-{i}.jsonl")),
+                Some(i),
+            )?;
+        }
+    } else {
+        dump_etcd(&n.cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
+    }
+    Ok(n.cfg.dir.clone())
+}
+
+impl Nemesis {
+    /// Restarts member `m` (0-based), trying again when the cluster script
+    /// fails (once a killed member's port was still taken under load): a
+    /// harness hiccup is recorded, it does not end the run.
+    fn restart(&mut self, m: usize) {
+        for attempt in 1..=5 {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.cluster.restart_member(m)
+            }));
+            match r {
+                Ok(()) => return,
+                Err(_) => {
+                    self.log.record(
+                        "restart_retry",
+                        json!({"member": m + 1, "attempt": attempt}),
+                    );
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+        panic!("member m{} did not restart in 5 attempts", m + 1);
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut spec = self.spec.clone();
+        spec.id = format!("h{}", self.next_id);
+        self.next_id += 1;
+        let (prog, prefix) = &self.cfg.holder[(self.next_id - 2) % self.cfg.holder.len()];
+        let h = Spawned::start(prog, prefix, &self.members, spec, &[], &[])
+            .map_err(|e| format!("{}: {e}", prog.display()))?;
+        self.log
+            .record("holder", json!({"id": h.spec.id, "pid": h.pid()}));
+        self.holders.push(h);
+        Ok(())
+    }
+
+    /// Waits until the gate accepts a write after `since` (or `max`).
+    fn wait_for_work(&self, since: u64, max: Duration) -> bool {
+        let end = Instant::now() + max;
+        while Instant::now() < end {
+            if self.gate.last_accept() > since {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// A holder to hit: the one the gate heard from last half the time
+    /// (whose faults matter most), else any.
+    fn target(&mut self) -> usize {
+        let last = self.gate.last_holder();
+        if self.rng.below(2) == 0 {
+            if let Some(i) = self
+                .holders
+                .iter()
+                .position(|h| Some(&h.spec.id) == last.as_ref())
+            {
+                return i;
+            }
+        }
+        self.rng.below(self.holders.len() as u64) as usize
+    }
+
+    fn record(&self, ev: &str, kind: &str, extra: Value) {
+        let mut v = json!({"kind": kind});
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        self.log.record(ev, v);
+    }
+
+    fn fault(&mut self, kind: &str) -> Result<(), String> {
+        let s = self.cfg.settings;
+        let i = self.target();
+        let who = self.holders[i].spec.id.clone();
+        let mode_for = |m: Mode, d: Duration, this: &mut Nemesis| {
+            this.record(
+                "fault",
+                kind,
+                json!({"target": who, "ms": d.as_millis() as u64}),
+            );
+            for p in &this.holders[i].proxies {
+                p.set(m);
+            }
+            std::thread::sleep(d);
+            for p in &this.holders[i].proxies {
+                p.set(Mode::Pass);
+            }
+        };
+        match kind {
+            "blackhole" => {
+                let d = self
+                    .rng
+                    .between(Duration::from_secs(1), s.ttl + Duration::from_secs(2));
+                mode_for(Mode::Blackhole, d, self)
+            }
+            "replies_lost" => {
+                let d = self
+                    .rng
+                    .between(Duration::from_secs(1), s.ttl + Duration::from_secs(2));
+                mode_for(Mode::DropReplies, d, self)
+            }
+            "delay_short" => mode_for(Mode::Delay(s.timeout * 3 / 5), Duration::from_secs(3), self),
+            "delay_long" => mode_for(Mode::Delay(s.timeout * 3), Duration::from_secs(4), self),
+            "tcp_reset" => {
+                self.record("fault", kind, json!({"target": who}));
+                for p in &self.holders[i].proxies {
+                    p.reset();
+                }
+            }
+            "flapping" => {
+                self.record(
+                    "fault",
+                    kind,
+                    json!({"target": who, "ms": self.cfg.flap.as_millis() as u64}),
+                );
+                let end = Instant::now() + self.cfg.flap;
+                while Instant::now() < end {
+                    for p in &self.holders[i].proxies {
+                        p.reset();
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+            "pause_short" | "pause_long" => {
+                let d = if kind == "pause_short" {
+                    Duration::from_millis(300)
+                } else {
+                    s.ttl + Duration::from_secs(1)
+                };
+                self.record(
+                    "fault",
+                    kind,
+                    json!({"target": who, "ms": d.as_millis() as u64}),
+                );
+                self.holders[i].signal(libc::SIGSTOP);
+                std::thread::sleep(d);
+                self.holders[i].signal(libc::SIGCONT);
+                self.record("resume", kind, json!({"target": who}));
+            }
+            "holder_killed" => {
+                self.record("fault", kind, json!({"target": who}));
+                self.holders.remove(i).kill();
+                self.spawn()?;
+            }
+            "member_paused" => {
+                let m = self.rng.below(3) as usize;
+                let pid = self.cluster.pid(m);
+                self.record("fault", kind, json!({"member": m + 1}));
+                // SAFETY: kill(2) on a member of the test cluster.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+                std::thread::sleep(Duration::from_secs(2));
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
+            "leader_restarted" => {
+                let m = self.cluster.leader();
+                self.record("fault", kind, json!({"member": m + 1}));
+                self.restart(m);
+            }
+            "quorum_lost" => {
+                let keep = self.rng.below(3) as usize;
+                let stop: Vec<usize> = (0..3).filter(|&m| m != keep).collect();
+                self.record(
+                    "fault",
+                    kind,
+                    json!({"members": stop.iter().map(|m| m + 1).collect::<Vec<_>>()}),
+                );
+                for &m in &stop {
+                    // SAFETY: kill(2) on a member of the test cluster.
+                    unsafe { libc::kill(self.cluster.pid(m), libc::SIGSTOP) };
+                }
+                std::thread::sleep(self.rng.between(Duration::from_secs(1), s.ttl));
+                for &m in &stop {
+                    self.restart(m);
+                }
+            }
+            "lease_revoked" | "key_deleted" => {
+                // Many locks: lock 0's (a revoke fences the whole session).
+                let name = if self.cfg.locks > 1 {
+                    format!("{}-0", self.spec.lock)
+                } else {
+                    self.spec.lock.clone()
+                };
+                let Some((token, lease, key)) = lock_key(&self.cluster, &name) else {
+                    self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
+                    return Ok(());
+                };
+                let mut f = json!({"token": token, "lease": lease});
+                if self.cfg.locks > 1 {
+                    f["li"] = 0.into();
+                    f["session"] = (kind == "lease_revoked").into();
+                }
+                self.record("fault", kind, f);
+                let lease = format!("{lease:x}");
+                let args: Vec<&str> = if kind == "lease_revoked" {
+                    vec!["lease", "revoke", &lease]
+                } else {
+                    vec!["del", &key]
+                };
+                let _ = etcdctl(&self.cluster, &args);
+            }
+            other => return Err(format!("unknown fault {other:?} (one of {FAULTS:?})")),
+        }
+        let healed = now();
+        self.record("heal", kind, json!({}));
+        if !self.wait_for_work(healed, s.ttl + Duration::from_secs(4)) {
+            self.record("no_work_after_heal", kind, json!({}));
+        }
+        Ok(())
+    }
+}
+
+/// The holder of `name` now: (token, lease, key) of the lowest
+/// create_revision under `name/`.
+fn lock_key(cluster: &Cluster, name: &str) -> Option<(u64, i64, String)> {
+    let out = etcdctl(
+        cluster,
+        &["get", "--prefix", &format!("{name}/"), "-w", "json"],
+    )?;
+    let v: Value = serde_json::from_str(&out).ok()?;
+    let kv = v["kvs"]
+        .as_array()?
+        .iter()
+        .min_by_key(|kv| kv["create_revision"].as_u64().unwrap_or(u64::MAX))?;
+    let key = kv["key"].as_str()?;
+    let key = String::from_utf8(b64(key)?).ok()?;
+    Some((kv["create_revision"].as_u64()?, kv["lease"].as_i64()?, key))
+}
+
+/// etcdctl's stdout, or `None` when it fails (a fault may be on).
+fn etcdctl(cluster: &Cluster, args: &[&str]) -> Option<String> {
+    let out = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--dial-timeout=2s", "--command-timeout=5s"])
+        .arg(format!("--endpoints={}", cluster.members.join(",")))
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Standard base64 (etcdctl's JSON keys).
+fn b64(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::new();
+    for chunk in s.trim_end_matches('=').as_bytes().chunks(4) {
+        let mut n = 0u32;
+        for (k, &c) in chunk.iter().enumerate() {
+            n |= val(c)? << (18 - 6 * k);
+        }
+        let bytes = n.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    Some(out)
+}
+
+/// Reads every put of `key` since revision 1 (a watch from the start of
+/// the cluster's history; the test cluster is never compacted) into
+/// `path`, one `etcd_put` record per revision, `t` 0 (order: `rev`).
+pub fn dump_etcd(cluster: &Cluster, key: &str, path: &Path) -> Result<(), String> {
+    dump_etcd_lock(cluster, key, path, None)
+}
+
+/// [`dump_etcd`], each record tagged `"li": li` when given.
+pub fn dump_etcd_lock(
+    cluster: &Cluster,
+    key: &str,
+    path: &Path,
+    li: Option<usize>,
+) -> Result<(), String> {
+    let log = Writer::open(path, "etcd").map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut c = etcd_client::Client::connect(&cluster.members, None)
+            .await
+            .map_err(|e| format!("etcd: {e}"))?;
+        let now = c.get(key, None).await.map_err(|e| format!("etcd get: {e}"))?;
+        let Some(last) = now.kvs().first().map(|kv| kv.mod_revision()) else {
+            return Ok(()); // never written
+        };
+        let opts = etcd_client::WatchOptions::new().with_start_revision(1);
+        let mut w = c.watch(key, Some(opts)).await.map_err(|e| format!("etcd watch: {e}"))?;
+        loop {
+            let Some(resp) = w.message().await.map_err(|e| format!("etcd watch: {e}"))? else {
+                return Err("etcd watch ended early".into());
+            };
+            for ev in resp.events() {
+                let Some(kv) = ev.kv() else { continue };
+                if ev.event_type() != etcd_client::EventType::Put {
+                    continue;
+                }
+                let value = kv.value_str().unwrap_or("");
+                let f: Vec<&str> = value.split(':').collect();
+                let num = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+                let mut rec = json!({"rev": kv.mod_revision(), "h": f.first(), "seq": num(1), "token": num(2)});
+                if let Some(i) = li {
+                    rec["li"] = i.into();
+                }
+                log.record_at(0, "etcd_put", rec);
+                if kv.mod_revision() >= last {
+                    return Ok(());
+                }
+            }
+        }
+    })
+}

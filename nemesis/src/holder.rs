@@ -1,0 +1,526 @@
+//! A holder: one process that contends for the lock, writes to both fenced
+//! resources under permits as fast as it can, and records everything (the
+//! holder protocol of `docs/nemesis.md`). [`main`] is the Rust holder
+//! (`nemesis holder ...`); [`Spawned`] starts any face's holder process.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dlock::{Client, Error, EtcdConfig, LockEvent, Refused, State};
+use serde_json::json;
+
+use crate::Settings;
+use crate::history::{Writer, now};
+use crate::proxy::Proxy;
+
+/// Command-line flags as `--key value` pairs.
+pub struct Flags(HashMap<String, String>);
+
+impl Flags {
+    /// Parses `--key value ...`; a flag without a value or a stray word is
+    /// an error naming it.
+    pub fn parse(args: &[String]) -> Result<Flags, String> {
+        let mut m = HashMap::new();
+        let mut it = args.iter();
+        while let Some(k) = it.next() {
+            let Some(key) = k.strip_prefix("--") else {
+                return Err(format!("unexpected argument {k:?} (flags are --key value)"));
+            };
+            let v = it.next().ok_or_else(|| format!("--{key} needs a value"))?;
+            m.insert(key.to_owned(), v.clone());
+        }
+        Ok(Flags(m))
+    }
+
+    /// The value of `--key`, or an error naming it.
+    pub fn need(&self, key: &str) -> Result<String, String> {
+        self.0
+            .get(key)
+            .cloned()
+            .ok_or_else(|| format!("--{key} is required"))
+    }
+
+    /// `--key` as a number, `default` when absent.
+    pub fn num(&self, key: &str, default: u64) -> Result<u64, String> {
+        self.0.get(key).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("--{key} must be a whole number, got {v:?}"))
+        })
+    }
+
+    /// `--key` in milliseconds.
+    pub fn ms(&self, key: &str, default: Duration) -> Result<Duration, String> {
+        self.num(key, default.as_millis() as u64)
+            .map(Duration::from_millis)
+    }
+
+    /// `--key` as a string, `default` when absent.
+    pub fn get(&self, key: &str, default: &str) -> String {
+        self.0
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| default.to_owned())
+    }
+}
+
+/// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
+/// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
+/// [--pause-self-after N] [--writes 0|1] [--locks N] [settings: --ttl-ms ...]`.
+///
+/// `--locks N` (N > 1): the second mode, N locks `NAME-0` .. `NAME-<N-1>`
+/// on one session of this holder, written at `KEY-<i>`; every record of
+/// lock i carries `"li": i`.
+pub fn main(args: &[String]) -> Result<(), String> {
+    let f = Flags::parse(args)?;
+    let id = f.need("id")?;
+    let d = Settings::default();
+    let settings = Settings {
+        ttl: f.ms("ttl-ms", d.ttl)?,
+        interval: f.ms("interval-ms", d.interval)?,
+        timeout: f.ms("timeout-ms", d.timeout)?,
+        retry: f.ms("retry-ms", d.retry)?,
+        margin: f.ms("margin-ms", d.margin)?,
+    };
+    let endpoints = f.need("endpoints")?;
+    let name = f.need("lock")?;
+    let key = f.need("key")?;
+    let gate_addr: SocketAddr = f
+        .need("gate")?
+        .parse()
+        .map_err(|e| format!("--gate: {e}"))?;
+    let unit = f.ms("unit-ms", Duration::from_millis(10))?;
+    let idle = f.ms("idle-ms", Duration::from_millis(5))?;
+    let pause_after = f.num("pause-self-after", 0)?;
+    let writes = f.num("writes", 1)? == 1;
+    let n_locks = f.num("locks", 1)?.clamp(1, 10_000) as usize;
+    let h = Arc::new(
+        Writer::open(Path::new(&f.need("history")?), &id).map_err(|e| format!("--history: {e}"))?,
+    );
+    h.record(
+        "start",
+        json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
+               "locks": n_locks,
+               "ttl_ms": settings.ttl.as_millis() as u64,
+               "margin_ms": settings.margin.as_millis() as u64,
+               "interval_ms": settings.interval.as_millis() as u64}),
+    );
+    let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
+    let client = Client::etcd(config, settings.options()).map_err(|e| e.to_string())?;
+    let multi = n_locks > 1;
+    let session = if multi {
+        client
+            .session(settings.options())
+            .map_err(|e| e.to_string())?
+    } else {
+        client.default_session().clone()
+    };
+    let mut slots = Vec::new();
+    for i in 0..n_locks {
+        let li = multi.then_some(i);
+        let (lname, lkey) = match li {
+            Some(i) => (format!("{name}-{i}"), format!("{key}-{i}")),
+            None => (name.clone(), key.clone()),
+        };
+        let lock = Arc::new(session.lock(&lname).map_err(|e| e.to_string())?);
+        watch_events(&lock, &h, li);
+        slots.push(Slot {
+            lock,
+            key: lkey,
+            li,
+            seq: 0,
+            last_refusal: None,
+            refused_n: 0,
+            acquiring: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        });
+    }
+    // The driver closes stdin to end the run: the last records are the
+    // states.
+    {
+        let h = h.clone();
+        let locks: Vec<(Arc<dlock::Lock>, Option<usize>)> =
+            slots.iter().map(|s| (s.lock.clone(), s.li)).collect();
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            for (lock, li) in &locks {
+                record(
+                    &h,
+                    "final",
+                    *li,
+                    json!({"state": lock.state().as_str().to_lowercase(),
+                           "token": lock.token().map(|t| t.get())}),
+                );
+            }
+            std::process::exit(0);
+        });
+    }
+    if f.num("sample-keepalives", 0)? == 1 {
+        // The deadline is the send time of the last confirmed keepalive +
+        // TTL - margin: each new deadline dates one keepalive send, on the
+        // core's own clock, however late this sampler runs.
+        let (h, lock) = (h.clone(), slots[0].lock.clone());
+        let back = settings.ttl - settings.margin;
+        std::thread::spawn(move || {
+            let mut last = None;
+            loop {
+                let d = lock.deadline();
+                if d != last {
+                    if let Some(d) = d {
+                        h.record("keepalive", json!({"sent": (d - back).as_nanos()}));
+                    }
+                    last = d;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+    let mut gate = GateConn::new(gate_addr);
+    let mut permits = 0u64;
+    loop {
+        let mut worked = false;
+        for slot in &mut slots {
+            let lock = &slot.lock;
+            let li = slot.li;
+            if matches!(lock.state(), State::Idle | State::Released) {
+                if multi {
+                    // Many locks: each free one waits for its turn on a
+                    // thread of its own (a fenced lock reacquires by itself).
+                    if !slot
+                        .acquiring
+                        .swap(true, std::sync::atomic::Ordering::AcqRel)
+                    {
+                        let (lock, h, busy) = (lock.clone(), h.clone(), slot.acquiring.clone());
+                        std::thread::spawn(move || {
+                            record(&h, "acquire", li, json!({}));
+                            match lock.acquire(Duration::from_secs(30)) {
+                                Ok(t) => record(&h, "acquire_ok", li, json!({"token": t.get()})),
+                                Err(e) => record(
+                                    &h,
+                                    "acquire_err",
+                                    li,
+                                    json!({"code": e.code(), "msg": e.to_string()}),
+                                ),
+                            }
+                            busy.store(false, std::sync::atomic::Ordering::Release);
+                        });
+                    }
+                    continue;
+                }
+                h.record("acquire", json!({}));
+                match lock.acquire(Duration::from_secs(30)) {
+                    Ok(t) => h.record("acquire_ok", json!({"token": t.get()})),
+                    Err(e) => {
+                        h.record(
+                            "acquire_err",
+                            json!({"code": e.code(), "msg": e.to_string()}),
+                        );
+                        std::thread::sleep(settings.retry);
+                    }
+                }
+                worked = true;
+                continue;
+            }
+            let t0 = now();
+            let permit = match lock.permit() {
+                Ok(p) => p,
+                Err(r) => {
+                    slot.refused_n += 1;
+                    if slot.last_refusal != Some(r) {
+                        record(
+                            &h,
+                            "refused",
+                            li,
+                            json!({"reason": r.as_str(), "state": lock.state().as_str().to_lowercase()}),
+                        );
+                        slot.last_refusal = Some(r);
+                    }
+                    continue;
+                }
+            };
+            worked = true;
+            if slot.last_refusal.take().is_some() {
+                record(&h, "refusals", li, json!({"n": slot.refused_n}));
+                slot.refused_n = 0;
+            }
+            let token = permit.token().get();
+            permits += 1;
+            record(
+                &h,
+                "permit",
+                li,
+                json!({"t0": t0, "token": token, "deadline": permit.deadline().as_nanos()}),
+            );
+            if pause_after > 0 && permits == pause_after {
+                h.record("self_pause", json!({"token": token}));
+                // SAFETY: kill(2) on this process; the test sends SIGCONT.
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                h.record("self_resume", json!({"token": token}));
+            }
+            std::thread::sleep(unit / 2);
+            if writes {
+                slot.seq += 1;
+                let seq = slot.seq;
+                let value = format!("{id}:{seq}:{token}");
+                let sent = now();
+                let r = lock.guarded_put(permit.token(), slot.key.as_bytes(), value.as_bytes());
+                let (out, code, msg) = match &r {
+                    Ok(()) => ("ok", "", String::new()),
+                    Err(Error::Fenced(_)) => ("fenced", "fenced", String::new()),
+                    Err(e @ Error::Backend(_)) => ("unknown", e.code(), e.to_string()),
+                    Err(e) => ("error", e.code(), e.to_string()),
+                };
+                record(
+                    &h,
+                    "write",
+                    li,
+                    json!({"res": "etcd", "token": token, "seq": seq, "sent": sent, "out": out,
+                           "code": code, "msg": msg}),
+                );
+                std::thread::sleep(unit / 2);
+                let sent = now();
+                let out = gate.write(&id, token, seq, li);
+                record(
+                    &h,
+                    "write",
+                    li,
+                    json!({"res": "gate", "token": token, "seq": seq, "sent": sent, "out": out}),
+                );
+            }
+            drop(permit);
+        }
+        if !worked {
+            std::thread::sleep(idle);
+        }
+    }
+}
+
+/// One lock of the holder and its bookkeeping.
+struct Slot {
+    lock: Arc<dlock::Lock>,
+    key: String,
+    li: Option<usize>,
+    seq: u64,
+    last_refusal: Option<Refused>,
+    refused_n: u64,
+    /// An acquisition thread runs (many-locks mode).
+    acquiring: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// `h.record(ev, fields)` with `"li": li` added in the many-locks mode.
+fn record(h: &Writer, ev: &str, li: Option<usize>, mut fields: serde_json::Value) {
+    if let (Some(i), Some(m)) = (li, fields.as_object_mut()) {
+        m.insert("li".into(), i.into());
+    }
+    h.record(ev, fields);
+}
+
+/// Records the lock's events (state changes, fences, acquisitions).
+fn watch_events(lock: &dlock::Lock, h: &Arc<Writer>, li: Option<usize>) {
+    let hh = h.clone();
+    lock.on_event(move |e| {
+        let at = e.at().as_nanos();
+        match *e {
+            LockEvent::State { change, .. } => record(
+                &hh,
+                "state",
+                li,
+                json!({"at": at, "wall": wall(), "from": change.from.as_str().to_lowercase(),
+                       "to": change.to.as_str().to_lowercase(), "reason": change.reason.to_string()}),
+            ),
+            LockEvent::Fence {
+                token, in_flight, ..
+            } => record(
+                &hh,
+                "fence",
+                li,
+                json!({"at": at, "token": token.get(), "in_flight": in_flight}),
+            ),
+            LockEvent::Acquired { token, .. } => {
+                record(&hh, "acquired", li, json!({"at": at, "token": token.get()}))
+            }
+            LockEvent::Drained { .. } => record(&hh, "drained", li, json!({"at": at})),
+            _ => {}
+        }
+    });
+}
+
+/// Seconds of the wall clock (`CLOCK_REALTIME`, which libfaketime may
+/// step), to show a step happened.
+fn wall() -> i64 {
+    match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    }
+}
+
+/// The holder's connection to the gate, reopened after an error.
+struct GateConn {
+    addr: SocketAddr,
+    conn: Option<(TcpStream, BufReader<TcpStream>)>,
+}
+
+impl GateConn {
+    fn new(addr: SocketAddr) -> GateConn {
+        GateConn { addr, conn: None }
+    }
+
+    /// `ok`, `refused`, or `unknown` (no answer after the request went out).
+    fn write(&mut self, id: &str, token: u64, seq: u64, li: Option<usize>) -> &'static str {
+        if self.conn.is_none() {
+            let Ok(s) = TcpStream::connect(self.addr) else {
+                return "error";
+            };
+            let _ = s.set_nodelay(true);
+            let Ok(r) = s.try_clone() else { return "error" };
+            self.conn = Some((s, BufReader::new(r)));
+        }
+        let Some((w, r)) = self.conn.as_mut() else {
+            return "error";
+        };
+        if w.write_all(
+            match li {
+                Some(i) => format!("{id} {token} {seq} {i}\n"),
+                None => format!("{id} {token} {seq}\n"),
+            }
+            .as_bytes(),
+        )
+        .is_err()
+        {
+            self.conn = None;
+            return "unknown";
+        }
+        let mut line = String::new();
+        match r.read_line(&mut line) {
+            Ok(n) if n > 0 && line.starts_with("ok") => "ok",
+            Ok(n) if n > 0 && line.starts_with("stale") => "refused",
+            _ => {
+                self.conn = None;
+                "unknown"
+            }
+        }
+    }
+}
+
+/// What a holder process is given: who it is and where things are.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// The holder's id (`h1`, ...): its records' `p`.
+    pub id: String,
+    /// The lock name.
+    pub lock: String,
+    /// The etcd key written only by guarded writes.
+    pub key: String,
+    /// The gate.
+    pub gate: SocketAddr,
+    /// The history directory (the holder writes `<dir>/<id>.jsonl`).
+    pub dir: PathBuf,
+    /// Settings.
+    pub settings: Settings,
+    /// More flags (`--unit-ms`, `--pause-self-after`, ...).
+    pub extra: Vec<String>,
+}
+
+/// A running holder process behind one fault proxy per member.
+pub struct Spawned {
+    /// The spec it was started with.
+    pub spec: Spec,
+    /// One proxy per member, in member order.
+    pub proxies: Vec<Proxy>,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Spawned {
+    /// Starts `program prefix... --id ...` (the holder protocol) with a
+    /// fresh proxy to each of `members`. `wrap` runs before the program
+    /// (e.g. `faketime`), `env` is added to its environment.
+    pub fn start(
+        program: &Path,
+        prefix: &[String],
+        members: &[SocketAddr],
+        spec: Spec,
+        wrap: &[String],
+        env: &[(String, String)],
+    ) -> std::io::Result<Spawned> {
+        let proxies: Vec<Proxy> = members.iter().map(|&m| Proxy::start(m)).collect();
+        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+        let mut cmd = if let Some((first, rest)) = wrap.split_first() {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        cmd.args(prefix)
+            .args(["--id", &spec.id, "--endpoints", &urls.join(",")])
+            .args(["--lock", &spec.lock, "--key", &spec.key])
+            .args(["--gate", &spec.gate.to_string()])
+            .arg("--history")
+            .arg(spec.dir.join(format!("{}.jsonl", spec.id)))
+            .args(spec.settings.args())
+            .args(&spec.extra)
+            // cargo test's library path lists target/debug/deps first: a C
+            // holder must load the release libdlock.so it was linked with.
+            .env_remove("LD_LIBRARY_PATH")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null());
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take();
+        Ok(Spawned {
+            spec,
+            proxies,
+            child,
+            stdin,
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends `sig`.
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Closes stdin (the holder records `final` and exits) and waits up to
+    /// `wait` for it, then kills it.
+    pub fn finish(mut self, wait: Duration) {
+        self.signal(libc::SIGCONT);
+        drop(self.stdin.take());
+        let end = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,128 @@
+//! `nemesis`: the nemesis run, the Rust holder, the checker, and a busy
+//! loop for the CPU-starvation case. See `docs/nemesis.md`.
+//!
+//! ```text
+//! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
+//!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
+//!             [--locks 100]
+//! nemesis check DIR
+//! nemesis dump --dir DIR      (the etcd key's history, after a run cut short)
+//! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
+//! nemesis busy
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use dlock_nemesis::holder::Flags;
+use dlock_nemesis::{Settings, check, driver, history};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("holder") => dlock_nemesis::holder::main(&args[1..]).map(|()| ExitCode::SUCCESS),
+        Some("run") => run(&args[1..]),
+        Some("check") => match args.get(1) {
+            Some(dir) => check_dir(&PathBuf::from(dir)),
+            None => Err("usage: nemesis check DIR".into()),
+        },
+        Some("dump") => dump(&args[1..]),
+        Some("busy") => loop {
+            std::hint::black_box(0u64);
+        },
+        _ => Err("usage: nemesis run|check|holder|busy ... (docs/nemesis.md)".into()),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("nemesis: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let f = Flags::parse(args)?;
+    let faults = f.get("faults", &driver::FAULTS.join(","));
+    let faults: Vec<String> = faults.split(',').map(str::to_owned).collect();
+    if let Some(bad) = faults
+        .iter()
+        .find(|k| !driver::FAULTS.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown fault {bad:?} (one of {:?})",
+            driver::FAULTS
+        ));
+    }
+    let seed = f.num("seed", history::now())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let cfg = driver::Config {
+        dir: PathBuf::from(f.need("dir")?),
+        duration: Duration::from_secs(f.num("seconds", 180)?),
+        holders: f.num("holders", 4)? as usize,
+        seed,
+        faults,
+        settings: Settings::default(),
+        flap: f.ms("flap-ms", Duration::from_secs(10))?,
+        locks: f.num("locks", 1)?.max(1) as usize,
+        holder: holders(&f.get("holder-cmds", ""), exe)?,
+    };
+    if cfg.holders < 2 {
+        return Err("--holders must be at least 2".into());
+    }
+    eprintln!(
+        "nemesis: seed {seed}, {} holders, {:?}",
+        cfg.holders, cfg.duration
+    );
+    let dir = driver::run(cfg)?;
+    check_dir(&dir)
+}
+
+/// `--holder-cmds "prog arg..;prog arg.."`: holder commands taken in turn
+/// (empty: the Rust holder, this binary's `holder`).
+fn holders(cmds: &str, exe: PathBuf) -> Result<Vec<(PathBuf, Vec<String>)>, String> {
+    if cmds.trim().is_empty() {
+        return Ok(vec![(exe, vec!["holder".into()])]);
+    }
+    cmds.split(';')
+        .map(|c| {
+            let mut w = c.split_whitespace().map(str::to_owned);
+            let prog = w.next().ok_or("--holder-cmds: an empty command")?;
+            let prog = if prog == "rust" {
+                exe.clone()
+            } else {
+                PathBuf::from(prog)
+            };
+            let mut args: Vec<String> = w.collect();
+            if prog == exe && args.is_empty() {
+                args.push("holder".into());
+            }
+            Ok((prog, args))
+        })
+        .collect()
+}
+
+/// `nemesis dump --dir DIR`: reads the etcd key of the run in DIR (its
+/// `run` record) back into DIR/etcd.jsonl, for a run that ended early.
+fn dump(args: &[String]) -> Result<ExitCode, String> {
+    let f = Flags::parse(args)?;
+    let dir = PathBuf::from(f.need("dir")?);
+    let records = history::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let run = records
+        .iter()
+        .find(|v| v["ev"] == "run")
+        .ok_or("no run record in the history")?;
+    let key = run["key"].as_str().ok_or("the run record has no key")?;
+    let cluster = dlock_nemesis::cluster::Cluster::from_env();
+    driver::dump_etcd(&cluster, key, &dir.join("etcd.jsonl"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn check_dir(dir: &std::path::Path) -> Result<ExitCode, String> {
+    let records = history::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let report = check::check(&records);
+    print!("{}", report.table());
+    Ok(if report.violation_count() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

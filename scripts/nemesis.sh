@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A nemesis run as long as asked (docs/nemesis.md): starts the etcd test
+# cluster (unless DLOCK_TEST_MEMBERS is already set), runs `nemesis run`
+# for N minutes with H holders, writes the history to DIR (default
+# target/nemesis/run-<time>) and prints the checker's table; exits non-zero
+# on any violation.
+#
+# usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR]
+#                           [--faults a,b,..] [--holder-cmds "rust;PROG ARGS"]
+#                           [--locks 100]   (the second mode: 100 locks on one
+#                           session of each holder; Rust holders only)
+#                           (N default 3, H default 4; holders of the listed
+#                           commands in turn, the Rust holder by default;
+#                           target/nemesis/c-holder is the C one)
+# Judge a history again: target/release/nemesis check DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+need_build_tools
+
+minutes=3
+args=()
+dir=
+while (($#)); do
+  case $1 in
+    --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
+    --dir) dir=${2:?--dir needs a path}; shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
+  esac
+done
+[[ $minutes =~ ^[0-9]+$ ]] && ((minutes > 0)) || { echo "--minutes must be a whole number > 0, got '$minutes'" >&2; exit 2; }
+dir=${dir:-target/nemesis/run-$(date -u +%Y%m%dT%H%M%S)}
+
+cargo build -p dlock-nemesis --release --locked --bins --quiet
+# The C holder, for --holder-cmds "rust;target/nemesis/c-holder".
+cargo build -p dlock-ffi --release --locked --quiet
+. scripts/c-flags.sh
+mkdir -p target/nemesis
+gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
+if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
+  trap 'scripts/etcd-cluster.sh stop' EXIT
+  scripts/etcd-cluster.sh start
+  # shellcheck disable=SC1091
+  source target/etcd/env
+fi
+echo "nemesis: $minutes min, history in $dir"
+target/release/nemesis run --dir "$dir" --seconds $((minutes * 60)) "${args[@]}"
