@@ -3,7 +3,7 @@
 # busy processes beside the holders and without (the baseline, same run):
 # the cpu_starvation case of nemesis/tests/nemesis_cases.rs with
 # DLOCK_NEMESIS_CPU_ROUNDS rounds (default 20) of 10 holders cut off at once
-# (200 fences per setting). Prints both figure lines.
+# (200 fences per setting), release build. Prints both figure lines.
 #
 # usage: scripts/bench-nemesis.sh   (starts the etcd test cluster unless
 #        DLOCK_TEST_MEMBERS is set)
@@ -20,6 +20,6 @@ if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
 fi
 for busy in 0 2; do
   echo "== $busy busy processes"
-  DLOCK_NEMESIS_CPU_BUSY=$busy cargo test -p dlock-nemesis --locked --test nemesis_cases \
+  DLOCK_NEMESIS_CPU_BUSY=$busy cargo test --release -p dlock-nemesis --locked --test nemesis_cases \
     -- --exact cpu_starvation --nocapture 2>&1 | grep -o 'NEMESIS|.*' || true
 done
