@@ -11,9 +11,10 @@
  *   success.
  * - Pointers are NULL (LK_NULL_PARAMETER unless documented as optional) or
  *   valid; strings are NUL-terminated UTF-8. Handles (lk_client, lk_session,
- *   lk_lock, lk_memory, lk_fence_gate) are thread-safe: share them between
- *   threads; free each once, when no other thread uses it. *_free(NULL) does
- *   nothing.
+ *   lk_lock, lk_memory, lk_fence_gate, lk_acquisition, lk_election,
+ *   lk_observer) are thread-safe:
+ *   share them between threads; free each once, when no other thread uses
+ *   it. *_free(NULL) does nothing.
  * - A permit (struct lk_permit) lives in the caller's storage: declare it
  *   with LK_PERMIT_INIT, end it once with lk_permit_end (again: no effect).
  *   The type has no typedef because lk_permit() is the function that grants
@@ -22,6 +23,10 @@
  * - fork(): in a child of a process that used dlock, every function that
  *   returns a status returns LK_FORKED, lk_permit_valid() is false, and the
  *   *_free functions free memory only, never touching the parent's leases.
+ * - Exit: dlock calls lk_shutdown() when the process exits (atexit, set by
+ *   the first client): every held lock's key is deleted at once, so the
+ *   next holder need not wait a TTL. A killed process leaves its leases to
+ *   expire.
  * - SIGPIPE: dlock's network I/O runs on its own driver thread, which blocks
  *   SIGPIPE, so a connection closed by the lock service never kills the
  *   process; the signal settings of your threads are left as they are.
@@ -51,10 +56,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-/* Defaults of the version-1 options, field by field. */
-#define LK_CLIENT_OPTIONS_INIT { LK_CLIENT_OPTIONS_VERSION, LK_DEFAULT_TTL_MS, \
-    LK_DEFAULT_KEEPALIVE_INTERVAL_MS, LK_DEFAULT_KEEPALIVE_TIMEOUT_MS, \
-    LK_DEFAULT_RETRY_INTERVAL_MS, LK_DEFAULT_MARGIN_MS, true, NULL, NULL, NULL, \
+/* Defaults of the version-1 options, field by field (timing: left to the core). */
+#define LK_CLIENT_OPTIONS_INIT { LK_CLIENT_OPTIONS_VERSION, LK_UNSET_MS, \
+    LK_UNSET_MS, LK_UNSET_MS, LK_UNSET_MS, LK_UNSET_MS, true, NULL, NULL, NULL, \
     NULL, NULL, NULL, false, LK_DEFAULT_CONNECT_TIMEOUT_MS, \
     LK_DEFAULT_REQUEST_TIMEOUT_MS, NULL }
 
@@ -63,6 +67,10 @@
 
 /* Asks lk_session_stats for the fields of this header's version. */
 #define LK_SESSION_STATS_INIT { LK_SESSION_STATS_VERSION, 0, 0, 0, 0 }
+
+/* An empty leader of this header's version, for lk_election_leader and
+ * lk_observer_next (lk_leader_clear it after they fill it). */
+#define LK_LEADER_INIT { LK_LEADER_VERSION, false, NULL, 0, 0, NULL, 0 }
 
 /* An empty permit: lk_permit_end on it does nothing. */
 #define LK_PERMIT_INIT { { 0, 0, 0, 0 } }
@@ -74,7 +82,12 @@
 // working with later libraries.
 #define LK_CLIENT_OPTIONS_VERSION 1
 
-// Default lease TTL (ms).
+// A timing field (`*_ms`) left out: the core derives it from the ones
+// given (docs/design.md §14). `LK_CLIENT_OPTIONS_INIT` and
+// `lk_client_options_init()` start every timing field so.
+#define LK_UNSET_MS UINT64_MAX
+
+// Default lease TTL (ms): the TTL when no timing field is given.
 #define LK_DEFAULT_TTL_MS 15000
 
 // Default time between keepalives (ms).
@@ -100,6 +113,9 @@
 
 // The version of `struct lk_session_stats` this header describes.
 #define LK_SESSION_STATS_VERSION 1
+
+// The version of `struct lk_leader` this header describes.
+#define LK_LEADER_VERSION 1
 
 // The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 // (`lk_status_name`) are the error codes every dlock binding shares.
@@ -193,9 +209,32 @@ enum lk_reason {
   LK_REASON_OTHER = 255,
 };
 
+// What an observer reports.
+enum lk_observed {
+  // A new leader (or the current one, first); the leader is given.
+  LK_OBSERVED_LEADER = 0,
+  // The same leader (same token) proclaimed a new value; given.
+  LK_OBSERVED_PROCLAIMED = 1,
+  // Nobody leads: the leader's key is gone and no candidate holds.
+  LK_OBSERVED_NO_LEADER = 2,
+  // The watch failed and is being opened again; the state then follows
+  // (repeated even if unchanged).
+  LK_OBSERVED_RECONNECTING = 3,
+};
+
+// A pending acquisition (`lk_lock_acquire_start`): cancel it with
+// `lk_acquisition_cancel`, free it with `lk_acquisition_free`. It keeps
+// nothing alive: the lock may be freed first.
+struct lk_acquisition;
+
 // A connection to a lock service with the settings its locks share.
 // Locks outlive their client: freeing the client frees only this handle.
 struct lk_client;
+
+// One candidate in an election: an `lk_lock` (`lk_election_lock`) plus
+// campaign, proclaim, resign and leader. Freeing it releases (resigns
+// without waiting).
+struct lk_election;
 
 // Accepts a write only if its token is at least the highest seen for its
 // lock name (atomic; share one gate between threads).
@@ -208,14 +247,20 @@ struct lk_lock;
 // switches, in this process. Handles to one service share it.
 struct lk_memory;
 
+// An observer of one election. Pull its events with `lk_observer_next`
+// (`lk_observer_new`), or get them in a callback (`lk_observer_start`).
+struct lk_observer;
+
 // One lease shared by many locks: one keepalive loop, one deadline. A
 // failed keepalive drains every lock of it, a lost lease fences them all,
 // a deleted lock key fences that lock alone. Its locks keep it alive.
 struct lk_session;
 
 // Settings of a client. Start from `LK_CLIENT_OPTIONS_INIT` or
-// `lk_client_options_init()`, then change fields: the defaults are the
-// core's, and `version` lets later releases add fields.
+// `lk_client_options_init()`, then change fields: the timing fields start
+// `LK_UNSET_MS` and the core derives the ones left out from the ones given
+// (with none given, the `LK_DEFAULT_*_MS`), the others start at the
+// core's defaults, and `version` lets later releases add fields.
 //
 // The timing rules (checked by `lk_client_new`, `LK_INVALID_OPTION`):
 // ttl >= 2000 and > keepalive_interval + margin; 0 < keepalive_timeout <
@@ -327,6 +372,40 @@ struct lk_session_stats {
   uint64_t last_keepalive_rtt_us;
 };
 
+// `done(user_data, status, token)`: the outcome of `lk_lock_acquire_start`,
+// once: `LK_OK` with the token, or the status `lk_lock_acquire` would have
+// returned (`LK_RELEASED` after `lk_acquisition_cancel`).
+typedef void (*lk_acquire_done_fn)(void *user_data, enum lk_status status, uint64_t token);
+
+// A leader as the service sees it, filled by `lk_election_leader` and
+// `lk_observer_next`. Set `version` (`LK_LEADER_INIT`) before the call;
+// `value` and `key` are the library's until `lk_leader_clear`, which
+// every filled struct needs (filling one again clears it first).
+struct lk_leader {
+  // `LK_LEADER_VERSION` (or any earlier version).
+  unsigned int version;
+  // False: nobody leads (every other field zero).
+  bool has_leader;
+  // The value the leader proclaims (`value_len` bytes, no NUL added;
+  // NULL when empty).
+  const uint8_t *value;
+  size_t value_len;
+  // The leader key's create revision: its fencing token (unchanged by a
+  // proclaim).
+  uint64_t token;
+  // The leader's key, `<name>/<lease hex>` (NUL-terminated).
+  const char *key;
+  // The lease the key is held under.
+  int64_t lease;
+};
+
+// `on_observed(user_data, what, leader)`: one event of the observer;
+// `leader` is the leader for `LK_OBSERVED_LEADER` and
+// `LK_OBSERVED_PROCLAIMED` (valid during the call only), NULL otherwise.
+typedef void (*lk_observed_fn)(void *user_data,
+                               enum lk_observed what,
+                               const struct lk_leader *leader);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -370,7 +449,9 @@ enum lk_status lk_client_new(const struct lk_client_options *opts, struct lk_cli
 enum lk_status lk_client_from_env(const struct lk_client_options *opts,
                                   struct lk_client **client_out);
 
-// Frees a client handle (NULL: nothing). Its locks go on.
+// Frees a client handle (NULL: nothing). Its locks and sessions go on;
+// once the last handle of the client is freed (the client, its sessions
+// and locks), its sessions end as with `lk_client_shutdown`.
 void lk_client_free(struct lk_client *client);
 
 // A new, isolated embedded service.
@@ -584,6 +665,7 @@ enum lk_status lk_lock_guarded_delete(const struct lk_lock *lock,
 // locks. Timing and `reacquire` come from `options` (NULL: the client's
 // own; any version from 1 to `LK_CLIENT_OPTIONS_VERSION`); the other
 // fields (endpoints, TLS, `memory`) are the client's and ignored here.
+// Timing fields left out (`LK_UNSET_MS`) are derived over the client's.
 // `LK_INVALID_OPTION` for timings that break a rule. The lease is granted
 // on the first acquisition.
 enum lk_status lk_session_new(const struct lk_client *client,
@@ -645,6 +727,190 @@ enum lk_status lk_fence_gate_admit(const struct lk_fence_gate *gate,
 enum lk_status lk_fence_gate_highest(const struct lk_fence_gate *gate,
                                      const char *name,
                                      uint64_t *token_out);
+
+// Ends every session of every client of this process at once: every held
+// lock's key is deleted (each session's lease revoked), the sessions in
+// parallel, and it returns once they are done or after one keepalive
+// timeout in total, whatever the service does. Afterwards every handle
+// behaves as closed: `lk_permit` refuses `LK_RELEASED`, acquiring fails
+// with `LK_SHUTDOWN`, release and close do nothing; the handles are still
+// freed as usual. Clients made afterwards work as usual. Idempotent;
+// callable from any thread, also from a callback.
+//
+// dlock runs it by itself when the process exits (`exit()` or a return
+// from `main`; registered with `atexit` by the first client), so a
+// program that exits while holding lets the next holder in at once
+// instead of a TTL later. A signal that kills the process, or `_exit`,
+// leaves the lease to expire.
+enum lk_status lk_shutdown(void);
+
+// `lk_shutdown` for this client's sessions only (its default session and
+// those of `lk_session_new`): other clients are untouched. Freeing the
+// last handle of a client (the client, its sessions and locks) ends its
+// sessions the same way, without waiting.
+enum lk_status lk_client_shutdown(const struct lk_client *client);
+
+// Starts acquiring `lock` and returns at once: `done` (may be NULL) then
+// runs exactly once, on dlock's callback thread (in order with the lock's
+// callbacks), with the outcome. `timeout_ms` as for `lk_lock_acquire` (0:
+// try once, `LK_WOULD_BLOCK` if held). `*acquisition_out` is the handle
+// that cancels it; free it with `lk_acquisition_free` whenever you are
+// done with it (before or after `done` ran). A status other than `LK_OK`
+// (a NULL argument, `LK_FORKED`): nothing started, `done` never runs;
+// every failure of the acquisition itself (`LK_SHUTDOWN` too) comes
+// through `done`.
+enum lk_status lk_lock_acquire_start(const struct lk_lock *lock,
+                                     uint64_t timeout_ms,
+                                     lk_acquire_done_fn done,
+                                     void *user_data,
+                                     struct lk_acquisition **acquisition_out);
+
+// Leaves nothing held by this acquisition, whenever it is called: a wait
+// in the queue ends (`done`, if it has not run, gets `LK_RELEASED`), a key
+// its request put is deleted, and if it already succeeded the lock is
+// released (only while it still holds the token this acquisition won).
+// Never blocks; calling it again does nothing.
+enum lk_status lk_acquisition_cancel(const struct lk_acquisition *acquisition);
+
+// Frees the handle (NULL: nothing). It does not cancel: the acquisition
+// goes on and `done` still runs.
+void lk_acquisition_free(struct lk_acquisition *acquisition);
+
+// Renders every session and lock of `client` in the Prometheus text
+// exposition format (docs/metrics.md; per-lock series capped at 100, the
+// rest folded into `lock="_other"`). `*len_out` is the text's length; the
+// first `min(len, cap)` bytes are copied to `buf` (NULL when `cap` is 0;
+// call with cap 0 to learn the length; no NUL is written). `*len_out >
+// cap`: the copy was cut short; call again with a larger buffer.
+enum lk_status lk_client_metrics_text(const struct lk_client *client,
+                                      uint8_t *buf,
+                                      size_t cap,
+                                      size_t *len_out);
+
+// For a health endpoint: `*healthy_out` is false once the lock is still
+// holding or draining more than `max_overdue_ms` past its deadline (the
+// fence that was due did not happen); a lock not held is healthy.
+enum lk_status lk_lock_healthy(const struct lk_lock *lock,
+                               uint64_t max_overdue_ms,
+                               bool *healthy_out);
+
+// A candidate handle in the election `name` (1 to 1024 bytes of UTF-8)
+// on `client`'s default session. Not campaigning yet: set callbacks on
+// `lk_election_lock`, then `lk_election_campaign`.
+enum lk_status lk_election_new(const struct lk_client *client,
+                               const char *name,
+                               struct lk_election **election_out);
+
+// As `lk_election_new`, on `session` (its own lease and deadline).
+enum lk_status lk_session_election_new(const struct lk_session *session,
+                                       const char *name,
+                                       struct lk_election **election_out);
+
+// The election's lock: every `lk_lock` function works on it (`lk_permit`
+// for each unit of leader work, `lk_set_on_fence` and the other
+// callbacks, `lk_lock_token`, `lk_lock_state`, `lk_lock_close`, stats);
+// `lk_lock_acquire` on it campaigns with the last value. Valid until
+// `lk_election_free`; never `lk_lock_free` it. NULL for a NULL election.
+const struct lk_lock *lk_election_lock(const struct lk_election *election);
+
+// Campaigns with `value` (`value_len` bytes, any content; NULL with 0:
+// empty): puts the candidate key holding it and waits up to `timeout_ms`
+// to lead (0: try once). Blocks the calling thread. On success writes the
+// leader's token (its key's create revision) to `token_out` (may be
+// NULL). Every wait ends with a read of the candidate's own key, so a
+// candidate whose key went meanwhile is never told it leads. `LK_TIMEOUT`
+// (nothing held), `LK_RELEASED` (the session is closed),
+// `LK_INVALID_ARGUMENT` (a value over etcd's request limit), `LK_BACKEND`.
+enum lk_status lk_election_campaign(const struct lk_election *election,
+                                    const uint8_t *value,
+                                    size_t value_len,
+                                    uint64_t timeout_ms,
+                                    uint64_t *token_out);
+
+// Starts campaigning with `value` and returns at once, as
+// `lk_lock_acquire_start` does for a lock: `done` (may be NULL) runs
+// exactly once on dlock's callback thread with `LK_OK` and the token or
+// the status `lk_election_campaign` would have returned;
+// `lk_acquisition_cancel` leaves nothing held. Bad input (a NULL
+// argument, a value over the limit, a closed session) is refused here and
+// `done` never runs.
+enum lk_status lk_election_campaign_start(const struct lk_election *election,
+                                          const uint8_t *value,
+                                          size_t value_len,
+                                          uint64_t timeout_ms,
+                                          lk_acquire_done_fn done,
+                                          void *user_data,
+                                          struct lk_acquisition **acquisition_out);
+
+// Puts a new value in the leader's key, guarded by its token (one
+// transaction; the token does not change). `LK_FENCED`: the leadership
+// was lost; `LK_NOT_HELD`: not leading (never elected, campaigning,
+// resigned, released); `LK_INVALID_ARGUMENT`: a value over the limit.
+enum lk_status lk_election_proclaim(const struct lk_election *election,
+                                    const uint8_t *value,
+                                    size_t value_len);
+
+// Steps down: no permit from now on; the key is deleted once the permits
+// in flight end, or after `grace_ms` with some still in flight, so the
+// next leader starts only after this one's work. Returns once the delete
+// had its first try (blocks up to `grace_ms` and a keepalive timeout).
+// Campaigning again is allowed.
+enum lk_status lk_election_resign(const struct lk_election *election, uint64_t grace_ms);
+
+// Reads the current leader of the election (one read; blocks for it) into
+// `*leader_out`, whose `version` the caller set: `has_leader` false when
+// nobody leads. `LK_BACKEND` when the service cannot be read.
+enum lk_status lk_election_leader(const struct lk_election *election, struct lk_leader *leader_out);
+
+// Frees what `lk_election_leader` or `lk_observer_next` put in `*leader`
+// and zeroes it (its `version` kept). NULL, or an empty one: nothing.
+void lk_leader_clear(struct lk_leader *leader);
+
+// Frees an election handle (NULL: nothing), releasing its key without
+// waiting (`lk_election_resign` first to let work in flight end; the
+// rules of `lk_lock_free` apply to its lock and callbacks).
+void lk_election_free(struct lk_election *election);
+
+// Observes the election `name` on `client` (no lease, no key of its own):
+// pull the events with `lk_observer_next`; the first is the current state.
+// `LK_SHUTDOWN` on a shut-down client, `LK_INVALID_ARGUMENT` for an empty
+// name.
+enum lk_status lk_observer_new(const struct lk_client *client,
+                               const char *name,
+                               struct lk_observer **observer_out);
+
+// Observes the election `name` on `client` with a callback: `cb` runs for
+// each event, in order, one at a time, on a thread of this observer's own
+// (not dlock's callback thread), the first with the current state. After
+// `lk_observer_close` or `lk_observer_free` returns it runs no more (so
+// do not call them holding a mutex `cb` takes); `cb` may call them
+// itself. `lk_observer_next` is refused on it.
+enum lk_status lk_observer_start(const struct lk_client *client,
+                                 const char *name,
+                                 lk_observed_fn cb,
+                                 void *user_data,
+                                 struct lk_observer **observer_out);
+
+// The next event, waiting up to `timeout_ms` (0: only one already
+// waiting; `UINT64_MAX`: no limit): `*what_out`, and for a leader or a
+// proclaim the leader in `*leader_out` (may be NULL; else its `version`
+// set, `LK_LEADER_INIT`, and `lk_leader_clear` it after; `has_leader`
+// false for the other events). `LK_TIMEOUT`: none came;
+// `LK_RELEASED`: the observer was closed (also while waiting);
+// `LK_INVALID_ARGUMENT` on a callback observer.
+enum lk_status lk_observer_next(const struct lk_observer *observer,
+                                uint64_t timeout_ms,
+                                enum lk_observed *what_out,
+                                struct lk_leader *leader_out);
+
+// Ends the observation: its watch stops, a waiting `lk_observer_next`
+// returns `LK_RELEASED` (and every later one), and once it returns the
+// callback runs no more (from the callback itself: no more after it
+// returns). Closing twice is harmless.
+enum lk_status lk_observer_close(const struct lk_observer *observer);
+
+// Closes (as `lk_observer_close`) and frees the observer (NULL: nothing).
+void lk_observer_free(struct lk_observer *observer);
 
 #ifdef __cplusplus
 }  // extern "C"

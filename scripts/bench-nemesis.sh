@@ -6,13 +6,13 @@
 # (200 fences per setting), release build. Prints both figure lines.
 #
 # usage: scripts/bench-nemesis.sh   (starts the etcd test cluster unless
-#        DLOCK_TEST_MEMBERS is set)
+#        DLOCK_TEST_ETCD says one runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_build_tools
 export DLOCK_NEMESIS_CPU_ROUNDS=${DLOCK_NEMESIS_CPU_ROUNDS:-20} DLOCK_NEMESIS_RUNS=10
-if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
+if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
   trap 'scripts/etcd-cluster.sh stop' EXIT
   scripts/etcd-cluster.sh start
   # shellcheck disable=SC1091

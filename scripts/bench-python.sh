@@ -15,7 +15,7 @@ venv=target/py-bench-venv
 "$venv/bin/python" -c 'import etcd3, maturin' 2>/dev/null ||
   "$venv/bin/pip" install -q maturin etcd3==0.12.0 protobuf==3.20.3 tenacity==6.3.1
 "$venv/bin/maturin" build --release --locked -m bindings/python/Cargo.toml -o target/wheels-bench
-"$venv/bin/pip" install -q --force-reinstall --no-deps target/wheels-bench/dlock-*.whl
+"$venv/bin/pip" install -q --force-reinstall --no-deps target/wheels-bench/dlock_fence-*.whl
 trap 'scripts/etcd-cluster.sh stop' EXIT
 scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091

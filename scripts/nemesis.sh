@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # A nemesis run as long as asked (docs/nemesis.md): starts the etcd test
-# cluster (unless DLOCK_TEST_MEMBERS is already set), runs `nemesis run`
+# cluster (unless DLOCK_TEST_ETCD says one runs), runs `nemesis run`
 # for N minutes with H holders, writes the history to DIR (default
 # target/nemesis/run-<time>) and prints the checker's table; exits non-zero
 # on any violation.
 #
 # usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR]
 #                           [--faults a,b,..] [--holder-cmds "rust;PROG ARGS"]
+#                           [--all-faces]   (one holder command per face:
+#                           Rust, C, Python, Node, `dlock run`; at least 5
+#                           holders; nemesis/holders/build-faces.sh)
 #                           [--locks 100]   (the second mode: 100 locks on one
 #                           session of each holder; Rust holders only)
+#                           [--election 1]  (the election mode: candidates of
+#                           one election and an observer; Rust holders, and
+#                           `dlock elect` ones with --holder-cmds "rust;python3
+#                           nemesis/holders/run_holder.py --dlock target/release/dlock")
 #                           (N default 3, H default 4; holders of the listed
 #                           commands in turn, the Rust holder by default;
 #                           target/nemesis/c-holder is the C one)
@@ -21,11 +28,13 @@ need_build_tools
 minutes=3
 args=()
 dir=
+all_faces=
 while (($#)); do
   case $1 in
+    --all-faces) all_faces=1; shift ;;
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
-    --holders | --seed | --faults | --holder-cmds | --locks) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks | --election) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +47,11 @@ cargo build -p dlock-ffi --release --locked --quiet
 . scripts/c-flags.sh
 mkdir -p target/nemesis
 gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
-if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
+if [[ -n $all_faces ]]; then
+  args+=(--holder-cmds "$(nemesis/holders/build-faces.sh)")
+  [[ " ${args[*]} " == *" --holders "* ]] || args+=(--holders 5)
+fi
+if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
   trap 'scripts/etcd-cluster.sh stop' EXIT
   scripts/etcd-cluster.sh start
   # shellcheck disable=SC1091

@@ -6,8 +6,8 @@
 # operator's `etcdctl del` of its lock key.
 #
 # Expects the env of scripts/etcd-cluster.sh exported (source
-# target/etcd/env); scripts/test-etcd.sh runs it that way. Without it the
-# checks are skipped, or fail when DLOCK_TEST_REQUIRE_ETCD=1.
+# target/etcd/env); scripts/test-etcd.sh runs it that way. Without it
+# (DLOCK_TEST_ETCD unset: no cluster) it fails.
 # Prints `c-etcd: N passed, N failed`; fails on any failure.
 # Usage: scripts/test-c-etcd.sh [LOGFILE]   (every step's output is appended)
 set -uo pipefail
@@ -16,15 +16,11 @@ root=$PWD
 log=${1:-/dev/null}
 [[ $log = /* || $log = /dev/null ]] || log="$root/$log"
 
-if [[ -z ${DLOCK_TEST_MEMBERS:-} ]]; then
-  if [[ ${DLOCK_TEST_REQUIRE_ETCD:-} = 1 ]]; then
-    echo "c-etcd: no cluster env (DLOCK_TEST_MEMBERS unset) and DLOCK_TEST_REQUIRE_ETCD=1" | tee -a "$log" >&2
-    exit 1
-  fi
-  echo "c-etcd: skipped (no cluster env; run scripts/etcd-cluster.sh start and source target/etcd/env)" | tee -a "$log"
-  exit 0
+if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
+  echo "c-etcd: no etcd test cluster (DLOCK_TEST_ETCD unset: run scripts/etcd-cluster.sh start and source target/etcd/env)" | tee -a "$log" >&2
+  exit 1
 fi
-for v in DLOCK_TEST_TLS_ENDPOINT DLOCK_TEST_CA DLOCK_TEST_CERT DLOCK_TEST_KEY DLOCK_TEST_USER DLOCK_TEST_PASSWORD; do
+for v in DLOCK_TEST_MEMBERS DLOCK_TEST_TLS_ENDPOINT DLOCK_TEST_CA DLOCK_TEST_CERT DLOCK_TEST_KEY DLOCK_TEST_USER DLOCK_TEST_PASSWORD; do
   [[ -n ${!v:-} ]] || { echo "c-etcd: $v is not set (source target/etcd/env)" >&2; exit 1; }
 done
 
@@ -52,7 +48,8 @@ compile() {
   gcc "${STRICT[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd-asan" "${LINK[@]}" &&
     gcc "${STRICT[@]}" -O1 -g -Iinclude ffi-c/tests/c/etcd.c -o "$work/etcd" "${LINK[@]}" &&
     gcc "${STRICT[@]}" -O2 -Iinclude examples/c/worker.c -o "$work/worker" "${LINK[@]}" &&
-    echo "compiled etcd.c (sanitized and plain) and examples/c/worker.c"
+    gcc "${STRICT[@]}" -O2 -Iinclude ffi-c/tests/c/exit_holding.c -o "$work/exit_holding" "${LINK[@]}" &&
+    echo "compiled etcd.c (sanitized and plain), examples/c/worker.c and exit_holding.c"
 }
 step "compile: gcc ${STRICT[*]}" compile
 
@@ -94,5 +91,16 @@ worker_story() {
   DLOCK_C_WORKER=$work/worker cargo test -p dlock --locked --test c_worker_etcd -- --nocapture
 }
 [[ -x $work/worker ]] && step "examples/c/worker on etcd: guarded commits, fenced by etcdctl del, clean stop" worker_story
+
+# Exit while holding (ffi-c/tests/exit_etcd.rs, a test = false target): the
+# C child returns from main / calls exit while holding, the Rust child calls
+# dlock::shutdown; a contender must acquire within one keepalive timeout of
+# the exit (a SIGKILLed child, the baseline, waits out the lease). Prints
+# `EXIT|<face>|<ms>` lines.
+exit_story() {
+  cargo clippy -p dlock-ffi --locked --test exit_etcd -- -D warnings &&
+    DLOCK_C_EXIT=$work/exit_holding cargo test -p dlock-ffi --locked --test exit_etcd -- --nocapture --test-threads=1
+}
+[[ -x $work/exit_holding ]] && step "exit while holding: C (return, exit) and Rust release at once; SIGKILL waits out the lease" exit_story
 
 summary

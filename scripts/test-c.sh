@@ -38,13 +38,16 @@ fi
 step "cargo build --release -p dlock-ffi -p dlock-scenarios (libdlock.so, libdlock.a, libdlock_scenarios.so)" \
   cargo build --release --locked -p dlock-ffi -p dlock-scenarios
 [[ -f target/release/libdlock.so && -f target/release/libdlock.a && -f target/release/libdlock_scenarios.so ]] || summary
+props_bin=$(cargo test -p dlock-ffi --locked --test props --no-run --message-format=json 2>/dev/null | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+step "the lk_ functions by property (ffi-c/tests/props.rs)" env DLOCK_C_LIB="$PWD/target/release/libdlock.so" "$props_bin"
+step "the same under libasan's allocator" env DLOCK_C_LIB="$PWD/target/release/libdlock.so" LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:exitcode=1 "$props_bin"
 
 step "include/dlock.h matches a fresh cbindgen $CBINDGEN_VERSION generation" bash -c '
   cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output "$1/dlock.h" ffi-c 2>/dev/null &&
     cmp "$1/dlock.h" include/dlock.h ||
     { echo "include/dlock.h is stale: run cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output include/dlock.h ffi-c"; exit 1; }' _ "$work"
 
-tests=(api callbacks threads fork sessions scenarios)
+tests=(api callbacks threads fork sessions scenarios metrics election)
 mkdir -p "$work/asan" "$work/plain"
 
 compile_all() {
@@ -69,7 +72,12 @@ header_as_cxx() {
 }
 step "header as C++: g++ ${STRICT_CXX[*]}" header_as_cxx
 
-args_of() { [[ $1 = scenarios ]] && echo "$root/scenarios"; }
+args_of() {
+  case $1 in
+    scenarios) echo "$root/scenarios" ;;
+    metrics) echo "$root/core/tests/fixtures/metric-families.txt" ;;
+  esac
+}
 
 # --- sanitizer run ----------------------------------------------------------
 san_env_on

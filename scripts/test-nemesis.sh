@@ -2,16 +2,19 @@
 # The nemesis (issue 13; docs/nemesis.md): starts the etcd test cluster
 # (scripts/etcd-cluster.sh; DLOCK_TEST_PORT_BASE is honoured), runs the
 # checker's own tests and every nemesis case against the cluster
-# (nemesis/tests/nemesis_cases.rs: the random fault mix with Rust and C
-# holders (examples/nemesis/holder.c), quorum loss,
+# (nemesis/tests/nemesis_cases.rs: the random fault mix with one holder of
+# each face: Rust, C (examples/nemesis/holder.c), Python, Node and `dlock
+# run` (nemesis/holders/), quorum loss,
 # paused past the TTL, the wall-clock step under libfaketime, CPU
-# starvation, flapping), stops the cluster on any exit, prints the figures
+# starvation, flapping; the election mode: Rust and `dlock elect`
+# candidates), stops the cluster on any exit, prints the figures
 # of each case and one closing line `nemesis: N passed, M failed`.
 #
 # usage: scripts/test-nemesis.sh [LOGFILE]   (cargo test output is appended)
-# CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=120 (the
+# CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=60 (the
 # mix, one lock), DLOCK_NEMESIS_MANY_SECONDS=60 (the mix, 100 locks per
-# holder), DLOCK_NEMESIS_RUNS=10 (runs of each case),
+# holder), DLOCK_NEMESIS_ELECTION_SECONDS=60 (the mix, one election),
+# DLOCK_NEMESIS_RUNS=10 (runs of each case),
 # DLOCK_NEMESIS_FLAP_SECONDS=60.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,22 +25,25 @@ need_debs faketime=faketime gcc=gcc
 log=${1:-$(mktemp)}
 out=$(mktemp)
 trap 'scripts/etcd-cluster.sh stop; rm -f "$out"' EXIT
-export DLOCK_NEMESIS_SECONDS=${DLOCK_NEMESIS_SECONDS:-120} DLOCK_NEMESIS_MANY_SECONDS=${DLOCK_NEMESIS_MANY_SECONDS:-60}
+# The election mode's minute is taken from the mix (120 s before it).
+export DLOCK_NEMESIS_SECONDS=${DLOCK_NEMESIS_SECONDS:-60} DLOCK_NEMESIS_MANY_SECONDS=${DLOCK_NEMESIS_MANY_SECONDS:-60}
+export DLOCK_NEMESIS_ELECTION_SECONDS=${DLOCK_NEMESIS_ELECTION_SECONDS:-60}
 export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
 
-printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target), the C holder"
+printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target)"
 cargo build -p dlock-nemesis --locked --bins --tests --quiet
 cargo clippy -p dlock-nemesis --test nemesis_cases --locked --quiet -- -D warnings
-# The C holder (every other holder of the mix): on the release libdlock.so.
-cargo build -p dlock-ffi --release --locked --quiet
-. scripts/c-flags.sh
-mkdir -p target/nemesis
-gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
-export DLOCK_NEMESIS_C_HOLDER=$PWD/target/nemesis/c-holder
+
+printf '\n==> %s\n' "nemesis: the holders of every face (nemesis/holders/build-faces.sh)"
+# One holder of each face in the mix, in this order: h1 Rust, h2 C, h3
+# Python, h4 Node, h5 `dlock run` (a killed holder's replacement is of its
+# face).
+DLOCK_NEMESIS_HOLDER_CMDS=$(nemesis/holders/build-faces.sh)
+export DLOCK_NEMESIS_HOLDER_CMDS
 
 printf '\n==> %s\n' "nemesis: the checker's own tests"
 # Also part of `cargo test --workspace`: counted here, not appended to the
@@ -52,7 +58,7 @@ scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
 source target/etcd/env
 
-printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
+printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
 cargo test -p dlock-nemesis --locked --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
 cat "$out" >>"$log"
 passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")))

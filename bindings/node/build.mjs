@@ -5,7 +5,12 @@
 // definitions through @napi-rs/cli's own generateTypeDef, then runs tsc
 // (index.ts → index.js + index.d.ts).
 //
-//   node build.mjs [--debug] [--features F] [--out FILE] [--addon-only]
+//   node build.mjs [--debug] [--features F] [--out FILE] [--addon-only] [--zig TYPEDEFS]
+//
+// --zig TYPEDEFS (scripts/dist.sh): no cargo here; the addon is the one
+// dist.sh built with zig for its glibc floor (`cargo zigbuild --target
+// <arch>-unknown-linux-gnu.2.17`, target/<arch>-unknown-linux-gnu/release,
+// with NAPI_TYPE_DEF_TMP_FOLDER=TYPEDEFS), the build the packages ship.
 //
 // --features scenarios --out test/scenarios.node --addon-only builds the
 // test suite's addon (with the scenario runner export) beside the real one.
@@ -25,6 +30,13 @@ const value = (name) => {
 };
 const profile = flag('--debug') ? 'debug' : 'release';
 const features = value('--features');
+const zigTypeDefs = value('--zig');
+const rustArch = { x64: 'x86_64', arm64: 'aarch64' }[process.arch];
+const zigTriple = zigTypeDefs && `${rustArch}-unknown-linux-gnu`;
+if (zigTypeDefs && (process.platform !== 'linux' || !rustArch)) {
+  console.error(`build.mjs: --zig builds for Linux x64 or arm64 only, not ${process.platform}-${process.arch}`);
+  process.exit(2);
+}
 
 function run(cmd, argv, env = process.env) {
   const r = spawnSync(cmd, argv, { cwd: here, env, stdio: 'inherit' });
@@ -47,7 +59,9 @@ const targetDir = JSON.parse(meta.stdout).target_directory;
 
 // One folder per profile and feature set: napi-derive writes the type
 // definitions of the crate into it whenever the crate is compiled.
-const typeDefDir = join(targetDir, 'napi-typedefs', `${profile}-${features ?? 'default'}`);
+const typeDefDir = zigTypeDefs
+  ? resolve(zigTypeDefs)
+  : join(targetDir, 'napi-typedefs', `${profile}-${features ?? 'default'}`);
 mkdirSync(typeDefDir, { recursive: true });
 const cargoArgs = ['build', '--locked', '-p', 'dlock-node'];
 if (profile === 'release') cargoArgs.push('--release');
@@ -56,7 +70,7 @@ if (features) cargoArgs.push('--features', features);
 // again to write them: a changed variable makes cargo do that.
 const env = { ...process.env, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
 if (readdirSync(typeDefDir).length === 0) env.NAPI_FORCE_BUILD_DLOCK_NODE = String(Date.now());
-run('cargo', cargoArgs, env);
+if (!zigTypeDefs) run('cargo', cargoArgs, env);
 
 const platform = (() => {
   const base = `${process.platform}-${process.arch}`;
@@ -71,7 +85,7 @@ const out = resolve(here, value('--out') ?? `dlock.${platform}.node`);
 mkdirSync(dirname(out), { recursive: true });
 // Copy to a new file then rename, so a running process keeps its mapping.
 const tmp = `${out}.tmp`;
-copyFileSync(join(targetDir, profile, lib), tmp);
+copyFileSync(join(targetDir, ...(zigTriple ? [zigTriple] : []), profile, lib), tmp);
 rmSync(out, { force: true });
 copyFileSync(tmp, out);
 rmSync(tmp);

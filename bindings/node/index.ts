@@ -8,9 +8,20 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type * as N from './native';
 
+// The addon: beside this file first (a build from the repository, or a
+// package that carries it), then the platform package npm installed as an
+// optional dependency (napi-rs's layout: dlock-fence-linux-x64-gnu, ...).
 function loadAddon(): typeof N {
   const override = process.env.DLOCK_NODE_ADDON;
   if (override) return require(override);
+  const libc =
+    process.platform !== 'linux'
+      ? ''
+      : (process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined)?.header
+            ?.glibcVersionRuntime
+        ? 'gnu'
+        : 'musl';
+  const platform = [process.platform, process.arch, libc].filter(Boolean).join('-');
   const names = [
     `dlock.${process.platform}-${process.arch}-gnu.node`,
     `dlock.${process.platform}-${process.arch}-musl.node`,
@@ -20,16 +31,24 @@ function loadAddon(): typeof N {
     const p = join(__dirname, n);
     if (existsSync(p)) return require(p);
   }
+  const pkg = `dlock-fence-${platform}`;
+  try {
+    return require(pkg);
+  } catch (e) {
+    if ((e as { code?: string }).code !== 'MODULE_NOT_FOUND') throw e;
+  }
   throw new Error(
-    `dlock: no native addon for ${process.platform}-${process.arch} in ${__dirname} ` +
-      '(run `npm install && npm run build` in bindings/node)',
+    `dlock: no native addon for ${platform}: none in ${__dirname} and no package ${pkg} ` +
+      '(npm skips an optional dependency built for another platform; from the repository: ' +
+      '`npm install && npm run build` in bindings/node)',
   );
 }
 
 const native = loadAddon();
-// A process that exits while holding releases on the way out (the end of
-// the script and `process.exit`; the addon's cleanup hook covers the rest).
-process.on('exit', () => native.releaseAll());
+// A process that exits while holding lets the next holder in at once: the
+// core's shutdown on the way out (the end of the script and `process.exit`;
+// the addon's cleanup hook covers an embedder's teardown).
+process.on('exit', () => native.shutdown());
 const WORDS: string[] = native.codeWords();
 
 // ---------------------------------------------------------------- errors
@@ -91,13 +110,6 @@ const ERRORS: Record<string, new (code: string, message: string) => DlockError> 
   backend: BackendError,
   shutdown: ShutdownError,
   forked: ForkedError,
-};
-
-const REFUSALS: Record<string, string> = {
-  draining: 'draining: a keepalive failed, no new work until one is confirmed',
-  fenced: 'fenced: the lock must be assumed lost',
-  released: 'released',
-  not_held: 'not held',
 };
 
 function errorOf(code: string, message: string): DlockError {
@@ -300,26 +312,36 @@ export class Service {
 /** The embedded link of one client (every session of it): its fault switches. */
 export class Link {
   /** @internal */
-  constructor(private readonly _c: N.NativeClient) {}
+  constructor(private readonly _l: N.NativeLink) {}
   partition(): void {
-    this._c.fault('partition');
+    this._l.partition();
   }
   heal(): void {
-    this._c.fault('heal');
+    this._l.heal();
   }
   dropKeepaliveReplies(on = true): void {
-    this._c.fault(checkBool('on', on) === false ? 'keep_replies' : 'drop_replies');
+    this._l.dropKeepaliveReplies(checkBool('on', on) ?? true);
   }
   /** Delays keepalive replies by `ms` (0 ends it). */
   delayKeepaliveReplies(ms: number): void {
-    this._c.fault('delay_replies', checkMs('ms', ms) ?? 0);
+    call(() => this._l.delayKeepaliveReplies(checkMs('ms', ms) ?? 0));
   }
+  /** Keepalives fail at once (`on` false: they work again). */
   failKeepalives(on = true): void {
-    this._c.fault(checkBool('on', on) === false ? 'stop_failing' : 'fail_keepalives');
+    this._l.failKeepalives(checkBool('on', on) === false ? null : 'injected failure');
   }
   declareLeaseLost(): void {
-    this._c.fault('lease_lost');
+    this._l.declareLeaseLost();
   }
+}
+
+/**
+ * Ends every session of every client of this process at once, bounded by
+ * one keepalive timeout in total (the core's shutdown). dlock calls it by
+ * itself on `process.on('exit')`; handles behave as closed afterwards.
+ */
+export function shutdown(): void {
+  native.shutdown();
 }
 
 /** Blocks dlock's driver thread for `ms` without blocking the caller (tests of a starved keepalive). */
@@ -332,7 +354,7 @@ export function stallDriver(ms: number): void {
 export interface AcquireOptions {
   /** Milliseconds to wait for one's turn; absent: as long as it takes; 0: try once. */
   timeout?: number;
-  /** Aborting it gives up the acquire (and releases, should it have completed meanwhile). */
+  /** Aborting it cancels the acquire (the core's cancel: nothing stays held, even if it completed meanwhile). */
   signal?: AbortSignal;
 }
 
@@ -382,13 +404,29 @@ export class Client {
       service = o.service._n;
     }
     this._n = call(() => native.NativeClient.connect(t, etcd, service));
-    this.link = this._n.embedded ? new Link(this._n) : null;
+    const link = this._n.link();
+    this.link = link ? new Link(link) : null;
   }
 
   /** A handle on the lock `name` on the default session, not acquired yet. */
   lock(name: string): Lock {
     const n = checkString('name', name);
     return new Lock(call(() => this._n.lock(n)));
+  }
+
+  /** A candidate in the election `name` on the default session, not campaigning yet. */
+  election(name: string): Election {
+    return this.defaultSession.election(name);
+  }
+
+  /**
+   * Observes the election `name` (no lease, no key of its own): an async
+   * iterator of `Leader | undefined` and an EventEmitter (`'change'`).
+   * Its first event is the current state. `close()` ends it.
+   */
+  observe(name: string): Observer {
+    const n = checkString('name', name);
+    return new Observer(call(() => native.NativeObserver.start(this._n, n, dispatchObserved)));
   }
 
   /** The default session (shared by `client.lock(...)`). */
@@ -401,6 +439,15 @@ export class Client {
     const o = checkObject('options', options, TIMING_KEYS);
     const t = timing('options', o);
     return new Session(call(() => this._n.session(t)));
+  }
+
+  /**
+   * Ends every session of this client at once (every held lock's key
+   * deleted, bounded by one keepalive timeout): what the process's exit
+   * does for every client. Its locks then behave as closed.
+   */
+  shutdown(): void {
+    this._n.shutdown();
   }
 
   /** The effective settings, in milliseconds. */
@@ -428,7 +475,7 @@ export class Client {
     const lock = this.lock(name);
     const ac = new AbortController();
     const onFence = (token: bigint) => {
-      ac.abort(new FencedError('fenced', `fenced: token ${token} does not hold the lock`));
+      ac.abort(new FencedError('fenced', native.fencedMessage(token)));
     };
     const onOuter = () => ac.abort(outer?.reason);
     lock.on('fence', onFence);
@@ -464,6 +511,11 @@ export class Session {
     const n = checkString('name', name);
     return new Lock(call(() => this._n.lock(n)));
   }
+  /** A candidate in the election `name` on this session, not campaigning yet. */
+  election(name: string): Election {
+    const n = checkString('name', name);
+    return new Election(call(() => native.NativeElection.ofSession(this._n, n)));
+  }
   get lease(): bigint | null {
     return this._n.lease ?? null;
   }
@@ -486,6 +538,44 @@ export class Session {
 }
 
 // ------------------------------------------------------------------ lock
+
+/**
+ * An acquisition (`lock.acquire`, `election.campaign`) started by
+ * `start`: resolves with the token. An aborted `signal` rejects with its
+ * reason and calls the core's cancel (a wait ends, a lock won meanwhile is
+ * let go); an abort once the promise has settled changes nothing.
+ */
+async function acquisition(
+  signal: AbortSignal | undefined,
+  start: (handle?: N.NativeAcquisition) => Promise<N.Outcome>,
+): Promise<bigint> {
+  if (signal === undefined) return settle(await call(() => start()))!;
+  const handle = new native.NativeAcquisition();
+  const pending = call(() => start(handle));
+  return new Promise<bigint>((resolve, reject) => {
+    const onAbort = () => {
+      reject(signal.reason);
+      // The core's cancel: a wait ends, a lock won meanwhile is let go.
+      handle.cancel();
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    pending.then(
+      (outcome) => {
+        signal.removeEventListener('abort', onAbort);
+        if (signal.aborted) return;
+        try {
+          resolve(settle(outcome)!);
+        } catch (e) {
+          reject(e);
+        }
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
 
 export type State = 'Idle' | 'Acquiring' | 'Holding' | 'Draining' | 'Fenced' | 'Reacquiring' | 'Released';
 
@@ -532,6 +622,29 @@ const listening = new Map<number, WeakRef<Lock>>();
 const forget = new FinalizationRegistry<number>((id) => listening.delete(id));
 
 /** Every lock's events, on the JavaScript thread, in the core's order. */
+/**
+ * Calls every listener of `event` on `emitter` (a lock's or an
+ * observer's): a throwing one goes to 'error' (or a warning) and the
+ * others still run.
+ */
+function callListeners(emitter: EventEmitter, event: string | symbol, args: unknown[]): void {
+  for (const f of emitter.rawListeners(event) as ((...a: unknown[]) => unknown)[]) {
+    try {
+      f.apply(emitter, args);
+    } catch (err) {
+      if (emitter.listenerCount('error') > 0) {
+        try {
+          emitter.emit('error', err);
+        } catch (again) {
+          process.emitWarning(again instanceof Error ? again : String(again));
+        }
+      } else {
+        process.emitWarning(err instanceof Error ? err : String(err));
+      }
+    }
+  }
+}
+
 function dispatch(e: N.NativeEvent): void {
   const lock = listening.get(e.lock)?.deref();
   if (lock === undefined) return;
@@ -616,21 +729,7 @@ export class Lock extends EventEmitter<LockEvents> {
       const e = toEvent(event, args);
       if (e) for (const q of this._streams) q.push(e);
     }
-    for (const f of this.rawListeners(event) as ((...a: unknown[]) => unknown)[]) {
-      try {
-        f.apply(this, args);
-      } catch (err) {
-        if (this.listenerCount('error') > 0) {
-          try {
-            this.emit('error', err);
-          } catch (again) {
-            process.emitWarning(again instanceof Error ? again : String(again));
-          }
-        } else {
-          process.emitWarning(err instanceof Error ? err : String(err));
-        }
-      }
-    }
+    callListeners(this, event, args);
     // `once` listeners remove themselves when called through rawListeners.
   }
 
@@ -657,6 +756,15 @@ export class Lock extends EventEmitter<LockEvents> {
   get closed(): boolean {
     return this._n.closed;
   }
+  /**
+   * Readiness (client-go's leader-election `Check`): false once the lock is
+   * still Holding or Draining more than `maxOverdueMs` past its deadline,
+   * i.e. the fence that was due did not happen. Not held: true.
+   */
+  healthy(maxOverdueMs = 0): boolean {
+    const m = checkMs('maxOverdueMs', maxOverdueMs) ?? 0;
+    return call(() => native.lockHealthy(this._n, m));
+  }
   stats(): LockStats {
     const s = this._n.stats();
     return {
@@ -674,43 +782,16 @@ export class Lock extends EventEmitter<LockEvents> {
 
   /**
    * Acquires the lock; resolves with the fencing token. An aborted
-   * `signal` rejects with its reason and releases, so no lock is left
-   * behind.
+   * `signal` rejects with its reason and cancels the acquisition (the
+   * core's cancel), so no lock is left behind; an abort once the promise
+   * has settled changes nothing.
    */
   async acquire(options?: AcquireOptions): Promise<bigint> {
     const o = checkObject('options', options, ['timeout', 'signal']);
     const timeout = checkMs('options.timeout', o.timeout, true);
     const signal = checkSignal(o.signal);
     signal?.throwIfAborted();
-    const pending = call(() => this._n.acquire(timeout ?? null));
-    if (signal === undefined) return settle(await pending)!;
-    return new Promise<bigint>((resolve, reject) => {
-      const onAbort = () => {
-        reject(signal.reason);
-        // The core's acquire goes on until released: a wait ends with
-        // `released`, a completed acquire is let go.
-        this._n.release().then(
-          () => {},
-          () => {},
-        );
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      pending.then(
-        (outcome) => {
-          signal.removeEventListener('abort', onAbort);
-          if (signal.aborted) return;
-          try {
-            resolve(settle(outcome)!);
-          } catch (e) {
-            reject(e);
-          }
-        },
-        (e: unknown) => {
-          signal.removeEventListener('abort', onAbort);
-          reject(e);
-        },
-      );
-    });
+    return acquisition(signal, (handle) => this._n.acquire(timeout ?? null, handle));
   }
 
   /** Acquires if nobody holds the lock, else rejects with `WouldBlockError`. */
@@ -740,7 +821,7 @@ export class Lock extends EventEmitter<LockEvents> {
     const slot = this._n.permit();
     if (slot < 0) {
       const word = WORDS[-slot] ?? 'panic';
-      throw errorOf(word, REFUSALS[word] ?? word);
+      throw errorOf(word, this._n.refusal());
     }
     return new Permit(this._n, slot);
   }
@@ -859,6 +940,210 @@ export class Permit implements Disposable {
   }
 }
 
+
+// -------------------------------------------------------------- elections
+
+/** The leader of an election as the service sees it. */
+export interface Leader {
+  /** The leader's key, `<name>/<lease hex>` (etcd's election key). */
+  key: string;
+  /** The value it campaigned with or last proclaimed (bytes; `String(value)` decodes UTF-8). */
+  value: Buffer;
+  /** The key's create revision: the leader's fencing token, unchanged by a proclaim. */
+  token: bigint;
+  /** The lease the key is held under. */
+  lease: bigint;
+}
+
+export interface ResignOptions {
+  /** Milliseconds to wait for the permits in flight before the key is deleted (default 0: at once). */
+  grace?: number;
+}
+
+/** The longest value a candidate may carry, in bytes: etcd's request limit (1.5 MiB) less room for the key. */
+export const MAX_VALUE_LEN: number = native.maxValueLen();
+
+function leaderOf(l: N.NativeLeader): Leader {
+  return { key: l.key, value: l.value, token: l.token, lease: l.lease };
+}
+
+/**
+ * A candidate in one election: a `Lock` (permits, events, `onFence`,
+ * stats, close) that carries a value. Drain = stop starting leader work;
+ * fence = stopped leading, before the service can elect anyone else; with
+ * `reacquire` (the default) a fenced leader campaigns again with its last
+ * value. Values are bytes: a string is encoded as UTF-8.
+ */
+export class Election extends Lock {
+  /** @internal */
+  readonly _e: N.NativeElection;
+
+  /** @internal */
+  constructor(e: N.NativeElection) {
+    super(e.lock());
+    this._e = e;
+  }
+
+  /**
+   * Campaigns with `value` and resolves with the leader's token once
+   * elected; never resolves without leadership (the core re-reads its own
+   * key after every wait). `timeout` (ms) runs out with a `TimeoutError`,
+   * nothing held; an aborted `signal` rejects with its reason and cancels
+   * the campaign (the core's cancel), as `acquire` does.
+   */
+  async campaign(value: string | Uint8Array, options?: AcquireOptions): Promise<bigint> {
+    const v = checkBytes('value', value);
+    const o = checkObject('options', options, ['timeout', 'signal']);
+    const timeout = checkMs('options.timeout', o.timeout, true);
+    const signal = checkSignal(o.signal);
+    signal?.throwIfAborted();
+    return acquisition(signal, (handle) => this._e.campaign(v, timeout ?? null, handle));
+  }
+
+  /**
+   * Puts a new value in the leader's key, guarded by its token (the token
+   * does not change). `FencedError` once the leadership was lost,
+   * `NotHeldError` when not leading.
+   */
+  async proclaim(value: string | Uint8Array): Promise<void> {
+    const v = checkBytes('value', value);
+    settle(await call(() => this._e.proclaim(v)));
+  }
+
+  /**
+   * Steps down: no permit from now on; the key is deleted once the
+   * permits in flight end, or after `grace` ms with some still running,
+   * so the next leader starts after this one's work. Resolves once the
+   * delete had its first try. Campaigning again is allowed.
+   */
+  async resign(options?: ResignOptions): Promise<void> {
+    const o = checkObject('options', options, ['grace']);
+    const grace = checkMs('options.grace', o.grace) ?? 0;
+    settle(await call(() => this._e.resign(grace)));
+  }
+
+  /** The current leader, read from the service; `undefined` when nobody leads. */
+  async leader(): Promise<Leader | undefined> {
+    const o = await this._e.leader();
+    if (o.code !== 'ok') throw errorOf(o.code, o.message);
+    return o.leader ? leaderOf(o.leader) : undefined;
+  }
+}
+
+/** What changed, as the second argument of `'change'`. */
+export type ObservedKind = 'leader' | 'proclaimed' | 'no-leader';
+
+export interface ObserverEvents {
+  /** A new leader (`kind` `'leader'`), a new value of the same leader (`'proclaimed'`), or nobody leads (`undefined`, `'no-leader'`). */
+  change: [leader: Leader | undefined, kind: ObservedKind];
+  /** The watch failed and is being opened again; the state then follows, even if unchanged. */
+  reconnecting: [];
+  error: [error: unknown];
+}
+
+/** Open observers by the id their events carry (held until closed, as a socket is). */
+const observers = new Map<number, Observer>();
+
+/** Every observer's events, on the JavaScript thread. */
+function dispatchObserved(e: N.NativeObserved): void {
+  const o = observers.get(e.observer);
+  if (o === undefined) return;
+  try {
+    o._observed(e);
+  } catch (err) {
+    process.emitWarning(err instanceof Error ? err : String(err));
+  }
+}
+
+/**
+ * An election's leaders (`client.observe(name)`): `for await (const
+ * leader of observer)` yields a `Leader`, or `undefined` while nobody
+ * leads; `observer.on('change', (leader, kind) => ...)` gets the same.
+ * The first is the current state. Never a leader whose key is already
+ * gone. It keeps the process alive only while someone awaits its next
+ * event; listeners alone do not. `close()` (or leaving a `for await`)
+ * ends it.
+ */
+export class Observer
+  extends EventEmitter<ObserverEvents>
+  implements AsyncIterableIterator<Leader | undefined>
+{
+  /** @internal */
+  readonly _n: N.NativeObserver;
+  private readonly _items: (Leader | undefined)[] = [];
+  private readonly _waiting: ((r: IteratorResult<Leader | undefined>) => void)[] = [];
+  private _closed = false;
+
+  /** @internal */
+  constructor(n: N.NativeObserver) {
+    super({ captureRejections: false });
+    this._n = n;
+    observers.set(n.id, this);
+  }
+
+  /** @internal One event of the core's observer. */
+  _observed(e: N.NativeObserved): void {
+    if (this._closed) return;
+    if (e.kind === 'reconnecting') {
+      this._emit('reconnecting', []);
+      return;
+    }
+    const leader = e.leader ? leaderOf(e.leader) : undefined;
+    const w = this._waiting.shift();
+    if (w) {
+      if (this._waiting.length === 0) this._n.hold(false);
+      w({ value: leader, done: false });
+    } else {
+      this._items.push(leader);
+    }
+    this._emit('change', [leader, e.kind as ObservedKind]);
+  }
+
+  /** Calls every listener; a throwing one changes nothing (as a lock's). */
+  private _emit<K extends keyof ObserverEvents>(event: K, args: ObserverEvents[K]): void {
+    callListeners(this, event, args);
+  }
+
+  get closed(): boolean {
+    return this._closed;
+  }
+
+  /** The next state: a `Leader`, or `undefined` while nobody leads; done once closed. */
+  next(): Promise<IteratorResult<Leader | undefined>> {
+    if (this._items.length > 0) return Promise.resolve({ value: this._items.shift(), done: false });
+    if (this._closed) return Promise.resolve({ value: undefined, done: true });
+    return new Promise((resolve) => {
+      this._waiting.push(resolve);
+      // Someone awaits: the process stays alive, as for a pending read.
+      this._n.hold(true);
+    });
+  }
+
+  /** Leaving a `for await`: closes the observer. */
+  return(): Promise<IteratorResult<Leader | undefined>> {
+    this._items.length = 0;
+    this.close();
+    return Promise.resolve({ value: undefined, done: true });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterableIterator<Leader | undefined> {
+    return this;
+  }
+
+  /**
+   * Ends the observation (the core observer and its watch): waiting
+   * `next()` calls resolve as done; states already queued can still be
+   * read. Closing twice is harmless.
+   */
+  close(): void {
+    if (this._closed) return;
+    this._closed = true;
+    observers.delete(this._n.id);
+    this._n.close();
+    for (const w of this._waiting.splice(0)) w({ value: undefined, done: true });
+  }
+}
+
 // ------------------------------------------------------------ fence gate
 
 /** The resource side: accepts a write only if its token is >= the highest seen for that name. */
@@ -868,14 +1153,48 @@ export class FenceGate {
   admit(name: string, token: bigint | number): void {
     const n = checkString('name', name);
     const t = checkToken('token', token);
-    const highest = call(() => this._n.admit(n, t));
-    if (highest !== null && highest !== undefined) {
-      throw new StaleError('stale', `stale: token ${t} is lower than ${highest}, already seen for ${n}`, t, highest);
+    const stale = call(() => this._n.admit(n, t));
+    if (stale !== null && stale !== undefined) {
+      throw new StaleError('stale', stale.message, t, stale.highest);
     }
   }
   highest(name: string): bigint | null {
     return this._n.highest(checkString('name', name)) ?? null;
   }
+}
+
+// ------------------------------------------------------------------- log
+
+/** One record of the core's log. */
+export interface LogRecord {
+  level: 'error' | 'warn' | 'info' | 'debug' | 'trace';
+  /** Where it comes from (`dlock::driver`, ...). */
+  target: string;
+  /** The message, then its fields as `name=value`. */
+  message: string;
+}
+
+/**
+ * Sends the core's log (acquired, resumed at `info`; draining, fenced at
+ * `warn`; keepalive failures at `debug`) to `fn` on the main thread, in
+ * order; `null` stops. Never keeps the process alive. A throwing `fn`
+ * becomes a process warning.
+ */
+export function onLog(fn: ((record: LogRecord) => void) | null): void {
+  if (fn !== null && typeof fn !== 'function') throw new TypeError('onLog needs a function or null');
+  call(() =>
+    native.setLogSink(
+      fn === null
+        ? null
+        : (r) => {
+            try {
+              fn(r as LogRecord);
+            } catch (e) {
+              process.emitWarning(e instanceof Error ? e : String(e));
+            }
+          },
+    ),
+  );
 }
 
 /** @internal The addon, for the test suite's scenario runner. */

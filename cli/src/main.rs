@@ -5,7 +5,9 @@
 //! this binary turns them into signals to a process group. Guide:
 //! `docs/cli.md`.
 
+mod elect;
 mod exit;
+mod metrics;
 mod run;
 mod show;
 
@@ -36,6 +38,8 @@ enum Cmd {
     Show(show::ShowArgs),
     /// Every lock under PREFIX with its holder and number of waiters.
     List(show::ListArgs),
+    /// Campaign in election NAME with VALUE, run CMD while leading (as `run`); or --observe NAME.
+    Elect(elect::ElectArgs),
 }
 
 /// Where the lock service is: each flag overrides its `DLOCK_*` variable
@@ -141,7 +145,12 @@ fn main() {
         Cmd::Run(args) => run::main(args),
         Cmd::Show(args) => show::show(args),
         Cmd::List(args) => show::list(args),
+        Cmd::Elect(args) => elect::main(args),
     };
+    // On the way out, whatever the outcome: the core's shutdown (a no-op
+    // when nothing is held; `run` has already called it while its handles
+    // were alive).
+    dlock::shutdown();
     std::process::exit(match code {
         Ok(code) => code,
         Err(fail) => {

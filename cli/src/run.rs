@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, Refused, State, Token};
+use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, PartialOptions, Refused, State, Token};
 use signal_hook::consts::{
     SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2, SIGWINCH,
 };
@@ -35,68 +35,75 @@ pub const KILL_ROOM: Duration = Duration::from_millis(250);
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
-    conn: Conn,
+    pub(crate) conn: Conn,
     #[command(flatten)]
-    timing: Timing,
+    pub(crate) timing: Timing,
     /// Wait at most this long for the lock (default: as long as it takes)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
-    timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// Do not wait: exit 120 if another holder has the lock
     #[arg(long = "try", conflicts_with = "timeout")]
-    try_only: bool,
+    pub(crate) try_only: bool,
     /// Time between SIGTERM and SIGKILL to the group at the fence; must be
     /// at most --margin - 250ms
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "500ms")]
-    grace: Duration,
+    pub(crate) grace: Duration,
     /// At the drain (a keepalive failed): `none`, `stop` (SIGSTOP, SIGCONT
     /// on resume) or a signal to send (e.g. USR1)
     #[arg(long, value_name = "WHAT", value_parser = on_drain, default_value = "none")]
-    on_drain: OnDrain,
+    pub(crate) on_drain: OnDrain,
     /// After a fence, acquire again (higher token) and start CMD again
     #[arg(long)]
-    restart: bool,
+    pub(crate) restart: bool,
     /// With --restart: at most this many restarts
     #[arg(long, value_name = "N", requires = "restart")]
-    restart_limit: Option<u32>,
+    pub(crate) restart_limit: Option<u32>,
+    #[command(flatten)]
+    pub(crate) metrics: crate::metrics::TextfileArgs,
     /// The lock's name
-    name: String,
+    pub(crate) name: String,
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
-/// The session's timing (docs/design.md §14); unset: the library's defaults.
+/// The session's timing (docs/design.md §14); unset: derived from the ones
+/// given by the core (the defaults when none is).
 #[derive(Args, Debug, Clone, Default)]
 pub struct Timing {
     /// Lease TTL [default: 15s]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     ttl: Option<Duration>,
-    /// Time between keepalives [default: 5s]
+    /// Time between keepalives [default: ttl/3, 5s]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     keepalive_interval: Option<Duration>,
-    /// Time a keepalive may take [default: 2s]
+    /// Time a keepalive may take [default: min(2s, keepalive-interval × 2/5)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     keepalive_timeout: Option<Duration>,
-    /// Time between keepalive retries while draining [default: 1s]
+    /// Time between keepalive retries while draining [default: min(1s,
+    /// keepalive-interval / 5)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     retry_interval: Option<Duration>,
     /// Subtracted from every deadline: the time between the local deadline
-    /// and the server's expiry [default: 1s]
+    /// and the server's expiry [default: min(1s, (ttl - keepalive-interval) / 2)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     margin: Option<Duration>,
 }
 
 impl Timing {
-    fn options(&self, reacquire: bool) -> Options {
-        let d = Options::default();
-        Options {
-            ttl: self.ttl.unwrap_or(d.ttl),
-            keepalive_interval: self.keepalive_interval.unwrap_or(d.keepalive_interval),
-            keepalive_timeout: self.keepalive_timeout.unwrap_or(d.keepalive_timeout),
-            retry_interval: self.retry_interval.unwrap_or(d.retry_interval),
-            margin: self.margin.unwrap_or(d.margin),
-            reacquire,
+    /// The flags given, the others derived from them by the core's rule
+    /// (docs/design.md §14).
+    fn options(&self, reacquire: bool) -> Result<Options, Fail> {
+        PartialOptions {
+            ttl: self.ttl,
+            keepalive_interval: self.keepalive_interval,
+            keepalive_timeout: self.keepalive_timeout,
+            retry_interval: self.retry_interval,
+            margin: self.margin,
+            reacquire: Some(reacquire),
         }
+        .resolve()
+        .map_err(Fail::from)
     }
 }
 
@@ -148,8 +155,45 @@ enum Ev {
     Acquired(Result<Token, dlock::Error>),
 }
 
+/// What `run` holds while CMD runs: a lock, or an election's candidate
+/// (`dlock elect`), which campaigns with its value instead of acquiring.
+pub trait Held: Send + Sync + 'static {
+    /// The lock whose permits the command runs under.
+    fn lock(&self) -> &dlock::Lock;
+    /// Starts the first acquisition (see `dlock::Lock::acquire_then`).
+    fn start(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
+    ) -> Result<dlock::Acquisition, dlock::Error>;
+}
+
+impl Held for dlock::Lock {
+    fn lock(&self) -> &dlock::Lock {
+        self
+    }
+
+    fn start(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
+    ) -> Result<dlock::Acquisition, dlock::Error> {
+        Ok(self.acquire_then(wait, timeout, done))
+    }
+}
+
 pub fn main(args: RunArgs) -> Result<i32, Fail> {
-    let options = args.timing.options(args.restart);
+    main_with(args, |session, name| Ok(Arc::new(session.lock(name)?)))
+}
+
+/// `run` with what to hold made by `held` (a lock, an election).
+pub fn main_with(
+    args: RunArgs,
+    held: impl FnOnce(&dlock::Session, &str) -> Result<Arc<dyn Held>, Fail>,
+) -> Result<i32, Fail> {
+    let options = args.timing.options(args.restart)?;
     if args.grace + KILL_ROOM > options.margin {
         return Err(Fail::new(
             exit::INVALID,
@@ -171,10 +215,11 @@ pub fn main(args: RunArgs) -> Result<i32, Fail> {
 
     let client = dlock::Client::connect(ClientConfig::etcd(etcd).with_options(options.clone()))?;
     let session = client.session(options)?;
-    let lock = Arc::new(session.lock(&args.name)?);
+    let lock = held(&session, &args.name)?;
+    let textfile = args.metrics.start(&client);
     {
         let tx = tx.clone();
-        lock.on_event(move |e| {
+        lock.lock().on_event(move |e| {
             let _ = tx.send(Ev::Lock(*e));
         });
     }
@@ -184,9 +229,13 @@ pub fn main(args: RunArgs) -> Result<i32, Fail> {
         lock: lock.clone(),
     }
     .go(tx);
-    // Releases the lock and revokes the lease (waits at most a keepalive
-    // timeout when the service does not answer).
-    let _ = session.close();
+    // On the way out, whatever ended the run: the core's shutdown deletes
+    // the key and revokes the lease (at most a keepalive timeout when the
+    // service does not answer), while the handles are still alive. The
+    // group is gone and the permit ended by now, so a fenced lease is
+    // revoked only after that (docs/design.md §11 a).
+    dlock::shutdown();
+    drop(textfile);
     r
 }
 
@@ -217,7 +266,7 @@ fn listen_to_signals(tx: Sender<Ev>) -> Result<(), Fail> {
 struct Run<'a> {
     args: &'a RunArgs,
     rx: Receiver<Ev>,
-    lock: Arc<dlock::Lock>,
+    lock: Arc<dyn Held>,
 }
 
 /// How one child's run ended.
@@ -239,7 +288,7 @@ impl Run<'_> {
         let mut restarts = 0u32;
         loop {
             let permit = loop {
-                match self.lock.permit_owned() {
+                match self.lock.lock().permit_owned() {
                     Ok(permit) => break Some(permit),
                     // A keepalive failed right after the acquisition: the
                     // command starts once one is confirmed (or never).
@@ -290,33 +339,22 @@ impl Run<'_> {
         }
     }
 
-    /// The first acquisition, in a thread of its own so that signals are
-    /// heard while waiting.
+    /// The first acquisition: the core's `acquire_then`, answered on the
+    /// event channel, so that signals are heard while waiting.
     fn acquire(&self, tx: Sender<Ev>) -> Result<Token, Fail> {
-        let lock = self.lock.clone();
-        let (try_only, timeout) = (self.args.try_only, self.args.timeout);
-        std::thread::Builder::new()
-            .name("dlock-acquire".into())
-            .spawn(move || {
-                let r = if try_only {
-                    lock.try_acquire()
-                } else {
-                    match tokio::runtime::Builder::new_current_thread().build() {
-                        Ok(rt) => rt.block_on(lock.acquire_async(timeout)),
-                        Err(e) => Err(dlock::Error::Backend(format!(
-                            "cannot start a runtime: {e}"
-                        ))),
-                    }
-                };
-                let _ = tx.send(Ev::Acquired(r));
-            })
-            .map_err(|e| Fail::new(exit::OTHER, format!("cannot start a thread: {e}")))?;
+        let done = Box::new(move |r| {
+            let _ = tx.send(Ev::Acquired(r));
+        });
+        let acquisition = self
+            .lock
+            .start(!self.args.try_only, self.args.timeout, done)
+            .map_err(Fail::from)?;
         loop {
             match self.rx.recv() {
                 Ok(Ev::Acquired(r)) => return r.map_err(Fail::from),
                 Ok(Ev::Signal(s)) if ENDING.contains(&s) => {
-                    // Cancels the acquisition; the caller closes the session.
-                    let _ = self.lock.release();
+                    // The core's cancel: nothing stays held by it.
+                    acquisition.cancel();
                     return Err(Fail::new(
                         128 + s,
                         format!("signal {s} while waiting for the lock"),
@@ -347,8 +385,8 @@ impl Run<'_> {
     /// is gone; the permit ends then.
     fn start(&self, permit: OwnedPermit) -> Result<Ended, Fail> {
         let token = permit.token();
-        let lease = self.lock.session().lease().unwrap_or_default();
-        let key = format!("{}/{lease:x}", self.args.name);
+        let lease = self.lock.lock().session().lease().unwrap_or_default();
+        let key = dlock::lock_key(&self.args.name, lease);
         let (program, rest) = crate::split_command(&self.args.command);
         let mut command = Command::new(program);
         command

@@ -4,13 +4,8 @@
 //! the lowest create revision holds, its create revision is the token, the
 //! others wait in that order.
 
-use std::time::Duration;
-
 use clap::Args;
-use etcd_client::{
-    Certificate, Client, ConnectOptions, GetOptions, Identity, KeyValue, SortOrder, SortTarget,
-    TlsOptions,
-};
+use dlock::{EtcdReader, LockKey};
 use serde::Serialize;
 
 use crate::Conn;
@@ -23,6 +18,9 @@ pub struct ShowArgs {
     /// Print JSON
     #[arg(long)]
     json: bool,
+    /// Print the Prometheus text format (docs/metrics.md)
+    #[arg(long, conflicts_with = "json")]
+    metrics: bool,
     /// The lock's name
     name: String,
 }
@@ -81,87 +79,28 @@ fn backend(what: &str, e: impl std::fmt::Display) -> Fail {
     )
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Fail> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Fail::new(exit::OTHER, format!("cannot start a runtime: {e}")))
+/// The core's read-only connection for the configuration (TLS, user auth
+/// with token refresh, require-leader, fail-over).
+fn connect(conn: &Conn) -> Result<EtcdReader, Fail> {
+    conn.etcd()?.connect_reader().map_err(|e| match e {
+        dlock::Error::Backend(m) => backend("connect", m),
+        e => Fail::from(e),
+    })
 }
 
-/// A plain etcd client for the configuration (TLS, user), with the same
-/// timeouts; `limit` bounds connecting plus one request.
-async fn connect(conn: &Conn) -> Result<(Client, Duration), Fail> {
-    let config = conn.etcd()?;
-    let read = |what: &str, p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| {
-            Fail::new(
-                exit::INVALID,
-                format!(
-                    "invalid_argument: cannot read the {what} `{}`: {e}",
-                    p.display()
-                ),
-            )
-        })
-    };
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(config.connect_timeout)
-        .with_timeout(config.request_timeout);
-    let tls = config.tls();
-    if tls {
-        let mut t = TlsOptions::new();
-        if let Some(ca) = &config.ca_file {
-            t = t.ca_certificate(Certificate::from_pem(read("CA file", ca)?));
-        }
-        if let (Some(c), Some(k)) = (&config.cert_file, &config.key_file) {
-            t = t.identity(Identity::from_pem(
-                read("certificate file", c)?,
-                read("key file", k)?,
-            ));
-        }
-        options = options.with_tls(t);
+/// A failed read: the core's backend error names the request.
+fn read_failed(e: dlock::Error) -> Fail {
+    match e {
+        dlock::Error::Backend(m) => Fail::new(exit::BACKEND, format!("backend: {}", one_line(&m))),
+        e => Fail::from(e),
     }
-    if let (Some(u), Some(p)) = (&config.user, &config.password) {
-        options = options.with_user(u.clone(), p.clone());
-    }
-    let scheme = if tls { "https" } else { "http" };
-    let urls: Vec<String> = config
-        .endpoints
-        .iter()
-        .map(|e| {
-            let hostport = e.split_once("://").map_or(e.as_str(), |(_, r)| r);
-            format!("{scheme}://{}", hostport.trim_end_matches('/'))
-        })
-        .collect();
-    let limit = config.connect_timeout + config.request_timeout;
-    let client = tokio::time::timeout(limit, Client::connect(&urls, Some(options)))
-        .await
-        .map_err(|_| {
-            backend(
-                "connect",
-                format!("no answer from {} within {limit:?}", urls.join(",")),
-            )
-        })?
-        .map_err(|e| backend("connect", e))?;
-    Ok((client, limit))
 }
 
-/// The keys under `prefix`, oldest first.
-async fn keys(client: &mut Client, limit: Duration, prefix: &str) -> Result<Vec<KeyValue>, Fail> {
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let got = tokio::time::timeout(limit, client.get(prefix, Some(opts)))
-        .await
-        .map_err(|_| backend("get", format!("no answer within {limit:?}")))?
-        .map_err(|e| backend("get", e))?;
-    Ok(got.kvs().to_vec())
-}
-
-fn key(kv: &KeyValue) -> Key {
+fn key(k: &LockKey) -> Key {
     Key {
-        key: String::from_utf8_lossy(kv.key()).into_owned(),
-        token: kv.create_revision(),
-        lease: format!("{:x}", kv.lease()),
+        key: k.key.clone(),
+        token: k.create_revision,
+        lease: format!("{:x}", k.lease),
     }
 }
 
@@ -181,34 +120,36 @@ fn check_name(name: &str) -> Result<(), Fail> {
 
 pub fn show(args: ShowArgs) -> Result<i32, Fail> {
     check_name(&args.name)?;
-    let shown = runtime()?.block_on(async {
-        let (mut client, limit) = connect(&args.conn).await?;
-        let kvs = keys(&mut client, limit, &format!("{}/", args.name)).await?;
-        let mut queue = kvs.iter();
-        let holder = match queue.next() {
-            None => None,
-            Some(kv) => {
-                let ttl = tokio::time::timeout(limit, client.lease_time_to_live(kv.lease(), None))
-                    .await
-                    .map_err(|_| {
-                        backend("lease time-to-live", format!("no answer within {limit:?}"))
-                    })?
-                    .map_err(|e| backend("lease time-to-live", e))?;
-                Some(Holder {
-                    key: key(kv),
-                    ttl_left_s: ttl.ttl(),
-                    ttl_granted_s: ttl.granted_ttl(),
-                })
-            }
-        };
-        Ok::<_, Fail>(Shown {
-            name: args.name.clone(),
-            held: holder.is_some(),
-            holder,
-            waiters: queue.map(key).collect(),
-        })
-    })?;
-    if args.json {
+    let reader = connect(&args.conn)?;
+    let mut queue = reader
+        .lock_keys(&format!("{}/", args.name))
+        .map_err(read_failed)?
+        .into_iter()
+        .filter(|k| k.name == args.name);
+    let holder = match queue.next() {
+        None => None,
+        Some(k) => {
+            let ttl = reader.lease_ttl(k.lease).map_err(read_failed)?;
+            Some(Holder {
+                key: key(&k),
+                ttl_left_s: ttl.left_s,
+                ttl_granted_s: ttl.granted_s,
+            })
+        }
+    };
+    let shown = Shown {
+        name: args.name.clone(),
+        held: holder.is_some(),
+        holder,
+        waiters: queue.map(|k| key(&k)).collect(),
+    };
+    if args.metrics {
+        let token = shown.holder.as_ref().map(|h| h.key.token);
+        print!(
+            "{}",
+            crate::metrics::show_text(&shown.name, token, shown.waiters.len())
+        );
+    } else if args.json {
         println!("{}", serde_json::to_string(&shown).expect("serializable"));
     } else if let Some(h) = &shown.holder {
         println!("lock      {}", shown.name);
@@ -230,32 +171,22 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
 }
 
 pub fn list(args: ListArgs) -> Result<i32, Fail> {
-    let listed = runtime()?.block_on(async {
-        let (mut client, limit) = connect(&args.conn).await?;
-        let kvs = keys(&mut client, limit, &args.prefix).await?;
-        // Lock keys: `<name>/<lease hex>` under a lease. Grouped by name,
-        // oldest first, so each name's first key is its holder.
-        let mut locks: Vec<Listed> = Vec::new();
-        for kv in &kvs {
-            let k = String::from_utf8_lossy(kv.key()).into_owned();
-            let Some((name, lease)) = k.rsplit_once('/') else {
-                continue;
-            };
-            if kv.lease() == 0 || lease != format!("{:x}", kv.lease()) {
-                continue;
-            }
-            match locks.iter_mut().find(|l| l.name == name) {
-                Some(l) => l.waiters += 1,
-                None => locks.push(Listed {
-                    name: name.to_owned(),
-                    holder: key(kv),
-                    waiters: 0,
-                }),
-            }
+    let keys = connect(&args.conn)?
+        .lock_keys(&args.prefix)
+        .map_err(read_failed)?;
+    // Grouped by name, oldest first, so each name's first key is its holder.
+    let mut listed: Vec<Listed> = Vec::new();
+    for k in &keys {
+        match listed.iter_mut().find(|l| l.name == k.name) {
+            Some(l) => l.waiters += 1,
+            None => listed.push(Listed {
+                name: k.name.clone(),
+                holder: key(k),
+                waiters: 0,
+            }),
         }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok::<_, Fail>(locks)
-    })?;
+    }
+    listed.sort_by(|a, b| a.name.cmp(&b.name));
     if args.json {
         println!("{}", serde_json::to_string(&listed).expect("serializable"));
     } else {

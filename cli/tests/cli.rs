@@ -146,3 +146,42 @@ fn an_unreachable_service_is_a_backend_error() {
         "backend:",
     );
 }
+
+/// Settings left out follow the given ones (design §14): a 6 s TTL with a
+/// 2 s interval passes the option rules (the keepalive timeout is derived
+/// from the interval, not the 2 s default) and gets as far as the service;
+/// only a contradiction the user wrote is refused, naming both settings.
+#[test]
+fn left_out_settings_follow_the_given_ones() {
+    let unreachable = [
+        "--endpoints",
+        "127.0.0.1:1",
+        "--connect-timeout",
+        "300ms",
+        "--request-timeout",
+        "300ms",
+    ];
+    let run = |timing: &[&str]| -> Vec<String> {
+        let mut args = vec!["run".to_string()];
+        args.extend(unreachable.iter().chain(timing).map(|s| s.to_string()));
+        args.extend(["jobs", "--", "true"].map(String::from));
+        args
+    };
+    let args = run(&["--ttl", "6s", "--keepalive-interval", "2s"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    one_line_error(&args, 122, "backend:");
+    let args = run(&[
+        "--ttl",
+        "6s",
+        "--keepalive-interval",
+        "2s",
+        "--keepalive-timeout",
+        "2s",
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    one_line_error(
+        &args,
+        123,
+        "invalid_option: invalid option `keepalive_timeout`: must be > 0 and < keepalive_interval (2s), got 2s",
+    );
+}

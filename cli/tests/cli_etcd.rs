@@ -10,12 +10,9 @@
 //! when no process of it is left in /proc (polled every millisecond), a
 //! contender's acquisition when its first line arrives.
 
-#[path = "../../core/tests/common/etcd.rs"]
-mod etcd_cluster;
+use dlock_testkit::etcd as etcd_cluster;
 // Shared with the core's fault tests; this binary uses a part.
-#[allow(dead_code)]
-#[path = "../../core/tests/common/proxy.rs"]
-mod proxy;
+use dlock_testkit::proxy;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -341,9 +338,9 @@ fn assert_free(c: &Cluster, name: &str) {
     );
 }
 
-/// The cluster and a fresh lock name; `None`: skipped (no cluster).
-fn setup(what: &str) -> Option<(Cluster, String)> {
-    Some((etcd_cluster::cluster()?, unique(what)))
+/// The cluster (a missing one fails the test) and a fresh lock name.
+fn setup(what: &str) -> (Cluster, String) {
+    (etcd_cluster::cluster(), unique(what))
 }
 
 /// SIGTERM to dlock, forwarded: the command dies of it, so does dlock's
@@ -400,9 +397,7 @@ fn signed_ms(later: Instant, earlier: Instant) -> f64 {
 /// expiry of the lease, a margin after the local deadline.
 #[test]
 fn cut_off_group_is_gone_before_the_contender_acquires() {
-    let Some(c) = etcd_cluster::cluster() else {
-        return;
-    };
+    let c = etcd_cluster::cluster();
     fence_case(&c, "cut_off", Mode::Blackhole, true);
 }
 
@@ -414,9 +409,7 @@ fn cut_off_group_is_gone_before_the_contender_acquires() {
 /// lives out its grace first.
 #[test]
 fn replies_lost_revoke_only_after_the_group_is_gone() {
-    let Some(c) = etcd_cluster::cluster() else {
-        return;
-    };
+    let c = etcd_cluster::cluster();
     // The lead is then the revoke's round trip (a few ms): too small to
     // assert from two threads' clock readings on a loaded machine; the
     // contender's own check (the group gone once it holds) is the rule.
@@ -521,9 +514,7 @@ fn fence_case(c: &Cluster, case: &str, mode: Mode, assert_lead: bool) {
 /// dlock is forwarded and the exit status is the child's (128 + 15).
 #[test]
 fn blip_freezes_and_thaws_the_group_and_keeps_it() {
-    let Some((c, name)) = setup("blip") else {
-        return;
-    };
+    let (c, name) = setup("blip");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = BLIP.to_vec();
     args.extend([
@@ -572,9 +563,7 @@ fn blip_freezes_and_thaws_the_group_and_keeps_it() {
 /// drain, the lock is kept (no fence) and the command goes on.
 #[test]
 fn blip_with_a_drain_signal_keeps_the_lock() {
-    let Some((c, name)) = setup("blip-usr1") else {
-        return;
-    };
+    let (c, name) = setup("blip-usr1");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = BLIP.to_vec();
     args.extend(["--on-drain", "USR1", name.as_str(), "--", "sh", "-c"]);
@@ -609,9 +598,7 @@ fn blip_with_a_drain_signal_keeps_the_lock() {
 /// lock is free at once after.
 #[test]
 fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
-    let Some(c) = etcd_cluster::cluster() else {
-        return;
-    };
+    let c = etcd_cluster::cluster();
     let eps = c.members.join(",");
     let name = unique("sig");
     for (sig, script, want) in [
@@ -657,9 +644,7 @@ fn signals_are_forwarded_and_the_exit_status_is_the_childs() {
 /// group, not dlock, which keeps the lock; SIGTERM then ends both.
 #[test]
 fn user_signals_and_sigtstp_reach_the_group_only() {
-    let Some((c, name)) = setup("tstp") else {
-        return;
-    };
+    let (c, name) = setup("tstp");
     let mut p = run_sh(
         &c,
         "tstp",
@@ -694,9 +679,7 @@ fn user_signals_and_sigtstp_reach_the_group_only() {
 /// read would stop CMD (SIGTTIN) for good.
 #[test]
 fn cmd_reads_the_terminal_dlock_runs_on() {
-    let Some((c, name)) = setup("tty") else {
-        return;
-    };
+    let (c, name) = setup("tty");
     let inner = format!(
         "{BIN} run {name} -- sh -c 'read a; echo got $a; exit 4'; echo dlock=$?; \
          [ \"$(ps -o tpgid= -p $$)\" -eq \"$(ps -o pgid= -p $$)\" ] && echo terminal-back"
@@ -734,9 +717,7 @@ fn cmd_reads_the_terminal_dlock_runs_on() {
 /// same token after the run (lock released) is refused by etcd.
 #[test]
 fn the_guarded_put_example_writes_only_under_a_held_token() {
-    let Some((c, name)) = setup("guarded") else {
-        return;
-    };
+    let (c, name) = setup("guarded");
     let key = format!("{name}-data");
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -780,9 +761,7 @@ fn the_guarded_put_example_writes_only_under_a_held_token() {
 /// flags, `dlock show` from the `DLOCK_*` variables, the same holder.
 #[test]
 fn tls_and_auth_from_flags_and_from_the_environment() {
-    let Some((c, name)) = setup("tls") else {
-        return;
-    };
+    let (c, name) = setup("tls");
     let (ca, cert, key) = (
         c.ca.display().to_string(),
         c.cert.display().to_string(),
@@ -830,9 +809,7 @@ fn tls_and_auth_from_flags_and_from_the_environment() {
 /// deadline; exit 124.
 #[test]
 fn a_deleted_key_stops_the_group_at_once() {
-    let Some((c, name)) = setup("del") else {
-        return;
-    };
+    let (c, name) = setup("del");
     let mut holder = run_sh(
         &c,
         "del",
@@ -863,9 +840,7 @@ fn a_deleted_key_stops_the_group_at_once() {
 /// command's first process is killed with it (parent-death signal).
 #[test]
 fn the_command_dies_with_a_killed_dlock() {
-    let Some((c, name)) = setup("kill9") else {
-        return;
-    };
+    let (c, name) = setup("kill9");
     let mut p = run_sh(&c, "kill9", &name, "echo pgid=$$; exec sleep 1000");
     let pgid = pgid_of(&mut p);
     p.signal(libc::SIGKILL);
@@ -877,9 +852,7 @@ fn the_command_dies_with_a_killed_dlock() {
 /// to write, and it still stops the group at the fence.
 #[test]
 fn a_closed_stderr_does_not_stop_the_fence() {
-    let Some((c, name)) = setup("stderr") else {
-        return;
-    };
+    let (c, name) = setup("stderr");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = vec!["run"];
     args.extend(FAST);
@@ -913,9 +886,7 @@ fn a_closed_stderr_does_not_stop_the_fence() {
 /// one is stopped too before the lock is released.
 #[test]
 fn leftovers_of_the_group_are_stopped_before_the_release() {
-    let Some((c, name)) = setup("left") else {
-        return;
-    };
+    let (c, name) = setup("left");
     let mut p = run_sh(&c, "left", &name, "echo pgid=$$; sleep 1000 & exit 5");
     let pgid = pgid_of(&mut p);
     p.err_line(Duration::from_secs(10), "stopping what is left");
@@ -928,9 +899,7 @@ fn leftovers_of_the_group_are_stopped_before_the_release() {
 /// ends the second fence with exit 124.
 #[test]
 fn restart_gives_the_new_child_a_higher_token() {
-    let Some((c, name)) = setup("restart") else {
-        return;
-    };
+    let (c, name) = setup("restart");
     let proxy = Proxy::start(c.member_addr(0));
     let mut args: Vec<&str> = FAST.to_vec();
     args.extend([
@@ -976,9 +945,7 @@ fn restart_gives_the_new_child_a_higher_token() {
 /// token `dlock show` reports; `--try` is 120, `--timeout` 121.
 #[test]
 fn etcdctl_lock_and_dlock_run_exclude_each_other() {
-    let Some((c, name)) = setup("interop") else {
-        return;
-    };
+    let (c, name) = setup("interop");
     let run = |args: &[&str]| -> i32 {
         dlock_cmd(&c, &[&["run"], args].concat())
             .status()
@@ -1050,9 +1017,7 @@ fn etcdctl_lock_and_dlock_run_exclude_each_other() {
 /// free at once; an empty name is the core's invalid_argument.
 #[test]
 fn bad_input_leaves_no_lock_held() {
-    let Some((c, name)) = setup("bad") else {
-        return;
-    };
+    let (c, name) = setup("bad");
     let out = dlock_cmd(&c, &["run", &name, "--", "/nonexistent/command"])
         .output()
         .expect("dlock run");
@@ -1073,9 +1038,7 @@ fn bad_input_leaves_no_lock_held() {
 /// `dlock list PREFIX`: the held locks under it, with their waiters.
 #[test]
 fn list_shows_held_locks_under_a_prefix() {
-    let Some(c) = etcd_cluster::cluster() else {
-        return;
-    };
+    let c = etcd_cluster::cluster();
     let eps = c.members.join(",");
     let prefix = unique("list");
     let a = format!("{prefix}/a");
@@ -1094,4 +1057,187 @@ fn list_shows_held_locks_under_a_prefix() {
     holder.signal(libc::SIGTERM);
     holder.exit(Duration::from_secs(10));
     assert_eq!(waiter.exit(Duration::from_secs(10)), 0);
+}
+
+/// The issue's case, as a new user types it: the settings left out follow
+/// the given ones (design §14), so the command runs under the lock.
+#[test]
+fn a_ttl_and_an_interval_alone_are_enough() {
+    let (c, name) = setup("derived");
+    let out = dlock_cmd(
+        &c,
+        &[
+            "run",
+            "--ttl",
+            "6s",
+            "--keepalive-interval",
+            "2s",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo token=$DLOCK_TOKEN",
+        ],
+    )
+    .output()
+    .expect("dlock run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("token="),
+        "{stderr}"
+    );
+    assert_free(&c, &name);
+}
+
+/// Exit while holding: `dlock run` whose command ends (as `true` does) or
+/// which gets SIGTERM, a contender waiting: the core's shutdown on dlock's
+/// way out deletes the key, so the contender acquires within one keepalive
+/// timeout (FAST: 500 ms, + 500 ms of slack for a loaded machine) of the
+/// cause, not at the lease's expiry (TTL 3 s). Prints `EXIT|cli-<case>|<ms>`
+/// (from the test's own action: the command told to end, or SIGTERM sent).
+#[test]
+fn exit_while_holding_lets_the_contender_in_at_once() {
+    let c = etcd_cluster::cluster();
+    let eps = c.members.join(",");
+    for (case, want) in [("end", 0), ("sigterm", 128 + libc::SIGTERM)] {
+        let name = unique(&format!("exit-{case}"));
+        let flag = std::env::temp_dir().join(format!("{name}.go"));
+        let _ = std::fs::remove_file(&flag);
+        let script = format!(
+            "echo pgid=$$; while [ ! -e '{}' ]; do sleep 0.01; done",
+            flag.display()
+        );
+        let mut args: Vec<&str> = FAST.to_vec();
+        args.extend([name.as_str(), "--", "sh", "-c", &script]);
+        let mut holder = Proc::dlock("exit holder", &eps, &args);
+        pgid_of(&mut holder);
+        let mut contender = Proc::dlock("exit contender", &eps, &[&name, "--", "echo", "acquired"]);
+        waiters_at_least(&c, &name, 1);
+        let cause = Instant::now();
+        if case == "end" {
+            std::fs::write(&flag, b"").expect("the flag file");
+        } else {
+            holder.signal(libc::SIGTERM);
+        }
+        let (acquired, _) = contender.out_line(Duration::from_secs(10), |l| l == "acquired");
+        let took = ms(acquired - cause);
+        println!("EXIT|cli-{case}|{took:.1}");
+        assert_eq!(holder.exit(Duration::from_secs(10)), want, "{case}");
+        assert_eq!(contender.exit(Duration::from_secs(10)), 0);
+        let _ = std::fs::remove_file(&flag);
+        assert!(
+            took < 1000.0,
+            "{case}: the contender acquired {took} ms after the holder's end"
+        );
+    }
+}
+
+/// The value of the sample `series` (name and labels as written) in the
+/// Prometheus text file at `path`, if it is there.
+fn sample(path: &std::path::Path, series: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until the sample `series` in `path` is at least `min`.
+fn sample_reaches(path: &std::path::Path, series: &str, min: f64, limit: Duration) {
+    let end = Instant::now() + limit;
+    while sample(path, series).is_none_or(|v| v < min) {
+        assert!(
+            Instant::now() < end,
+            "{series} not >= {min} within {limit:?}:\n{}",
+            std::fs::read_to_string(path).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Metrics (issue 22) through `dlock run --metrics-textfile`, on the real
+/// cluster behind a fault proxy: a blip moves the drains and resumes, a cut
+/// moves `dlock_fences_total{reason="deadline"}` and fills the fence
+/// lateness, an operator's `etcdctl del` shows `reason="lock_lost"`; and
+/// `dlock show --metrics` names the holder's token.
+#[test]
+fn the_metrics_textfile_follows_blips_cuts_and_deletes() {
+    let (c, name) = setup("metrics");
+    let proxy = Proxy::start(c.member_addr(0));
+    let dir = std::env::temp_dir().join(unique("metrics-dir"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("dlock.prom");
+    let path_s = path.to_str().unwrap().to_owned();
+    let mut args: Vec<&str> = BLIP.to_vec();
+    args.extend([
+        "--restart",
+        "--metrics-textfile",
+        &path_s,
+        "--metrics-interval",
+        "100ms",
+        name.as_str(),
+        "--",
+        "sleep",
+        "1000",
+    ]);
+    let mut holder = Proc::dlock("holder", &proxy.url(), &args);
+    let held = format!("dlock_lock_held{{lock=\"{name}\"}}");
+    let limit = Duration::from_secs(10);
+    sample_reaches(&path, &held, 1.0, limit);
+    let (_, shown) = show(&c, &name);
+    let token = shown["holder"]["token"].as_i64().expect("a holder");
+    let out = dlock_cmd(&c, &["show", "--metrics", &name])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == format!("dlock_lock_token{{lock=\"{name}\"}} {token}")),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&path, &format!("dlock_lock_token{{lock=\"{name}\"}}")),
+        Some(token as f64)
+    );
+
+    // A blip: drained, then resumed.
+    proxy.set(Mode::Blackhole);
+    sample_reaches(&path, "dlock_drains_total", 1.0, limit);
+    proxy.set(Mode::Pass);
+    sample_reaches(&path, "dlock_resumes_total", 1.0, limit);
+    assert_eq!(
+        sample(&path, "dlock_fences_total{reason=\"deadline\"}"),
+        Some(0.0)
+    );
+
+    // A cut: the deadline fences, and its lateness is observed.
+    proxy.set(Mode::Blackhole);
+    sample_reaches(&path, "dlock_fences_total{reason=\"deadline\"}", 1.0, limit);
+    sample_reaches(&path, "dlock_fence_lateness_seconds_count", 1.0, limit);
+    proxy.set(Mode::Pass);
+    sample_reaches(
+        &path,
+        "dlock_acquisitions_total",
+        2.0,
+        Duration::from_secs(20),
+    );
+
+    // An operator deletes the key: a fence for the lost lock.
+    let (_, shown) = show(&c, &name);
+    let key = shown["holder"]["key"]
+        .as_str()
+        .expect("a holder")
+        .to_owned();
+    c.etcdctl(&["del", &key]);
+    sample_reaches(
+        &path,
+        "dlock_fences_total{reason=\"lock_lost\"}",
+        1.0,
+        limit,
+    );
+
+    terminate(&mut holder);
+    // The last rewrite comes after the shutdown: nothing held.
+    assert_eq!(sample(&path, &held), Some(0.0));
+    let _ = std::fs::remove_dir_all(&dir);
 }

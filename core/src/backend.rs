@@ -6,6 +6,14 @@ use std::time::Duration;
 
 use crate::machine::{LeaseId, Token};
 
+/// The lock key of `name` under `lease`: `{name}/{lease:x}`, the key etcd's
+/// lock protocol (`client/v3/concurrency.Mutex`, `etcdctl lock`) writes. The
+/// one definition: every backend, `dlock run` (`ETCD_LOCK_KEY`) and
+/// `dlock show` use it, so they and `etcdctl lock` exclude each other.
+pub fn lock_key(name: &str, lease: LeaseId) -> String {
+    format!("{name}/{lease:x}")
+}
+
 /// A boxed, sendable future, as returned by [`Backend`] methods.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -70,6 +78,21 @@ pub struct Grant {
     pub lease: LeaseId,
     /// The TTL the server granted.
     pub ttl: Duration,
+}
+
+/// An election's leader as the service sees it: the candidate key with
+/// the lowest create revision under `<name>/` (etcd's `concurrency.Election`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's key, `<name>/<lease hex>`.
+    pub key: String,
+    /// The value the leader proclaims.
+    pub value: Vec<u8>,
+    /// The key's create revision: the leader's fencing token (unchanged by
+    /// a proclaim).
+    pub token: Token,
+    /// The lease the key is held under.
+    pub lease: LeaseId,
 }
 
 /// A lock service. Implementations do I/O only: every decision about
@@ -143,5 +166,93 @@ pub trait Backend: Send + Sync + 'static {
                 "this backend has no guarded writes".into(),
             ))
         })
+    }
+
+    /// [`Backend::lock`] for an election's candidate: the key is created
+    /// holding `value` (an existing key gets `value`), as etcd's
+    /// `Election.Campaign`. The default ignores the value.
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        value: &'a [u8],
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        let _ = value;
+        self.lock(name, lease, wait)
+    }
+
+    /// Puts `value` in the candidate key of `name` under `lease` (keeping
+    /// the lease) only while that key's create revision is `token`; else
+    /// [`BackendError::Fenced`] (etcd's `Election.Proclaim`).
+    fn proclaim<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (name, lease, token, value);
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend has no elections".into(),
+            ))
+        })
+    }
+
+    /// Follows the leader of `name`: `each` gets the state now, then the
+    /// state after every change under the prefix (read after the change,
+    /// so a leader whose key is gone is never given; a change may repeat
+    /// the state). Returns only when following failed (the error); the
+    /// caller opens it again. The default asks [`Backend::next_leader`]
+    /// over and over; etcd keeps one watch open across changes.
+    fn observe_leaders<'a>(
+        &'a self,
+        name: &'a str,
+        each: &'a mut (dyn FnMut(Option<Leader>) + Send),
+    ) -> BoxFuture<'a, BackendError> {
+        Box::pin(async move {
+            let mut last: Option<Option<Leader>> = None;
+            loop {
+                match self.next_leader(name, last.as_ref()).await {
+                    Ok(now) => {
+                        each(now.clone());
+                        last = Some(now);
+                    }
+                    Err(e) => return e,
+                }
+            }
+        })
+    }
+
+    /// The leader of `name` once it differs from `last` (at once when
+    /// `last` is `None`): `Some(None)` means no candidate holds. Read
+    /// after the change, so a leader whose key is gone is never returned.
+    fn next_leader<'a>(
+        &'a self,
+        name: &'a str,
+        last: Option<&'a Option<Leader>>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
+        let _ = (name, last);
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend has no elections".into(),
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_keys_are_etcd_mutex_keys() {
+        // concurrency.Mutex: pfx + "/" + fmt.Sprintf("%x", leaseID)
+        assert_eq!(
+            lock_key("jobs", 0x694d7f0c2b0c7e0a),
+            "jobs/694d7f0c2b0c7e0a"
+        );
+        assert_eq!(lock_key("a/b", 255), "a/b/ff");
     }
 }

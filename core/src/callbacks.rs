@@ -59,11 +59,11 @@ impl<T: ?Sized> Default for Slot<T> {
 
 impl<T: ?Sized> Slot<T> {
     fn get(&self) -> Option<Arc<T>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        crate::sync::lock(&self.0).clone()
     }
 
     fn set(&self, f: Arc<T>) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+        *crate::sync::lock(&self.0) = Some(f);
     }
 }
 
@@ -106,7 +106,7 @@ impl Callbacks {
     /// lock is closed.
     pub(crate) fn stream(&self) -> EventStream {
         let queue = Arc::new(Queue::default());
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut streams = crate::sync::lock(&self.streams);
         if self.closed.load(SeqCst) {
             queue.end();
         } else {
@@ -121,17 +121,32 @@ impl Callbacks {
     /// telling the machine that `on_fence` returned, never depend on the
     /// application).
     pub(crate) fn deliver(self: &Arc<Self>, event: LockEvent, then: Option<Job>) {
+        self.deliver_with(event, None, then);
+    }
+
+    /// [`Callbacks::deliver`], running `start` on the callback thread just
+    /// before the event's callbacks (or at once when nobody listens): the
+    /// moment `on_fence` starts, for the fence lateness.
+    pub(crate) fn deliver_with(
+        self: &Arc<Self>,
+        event: LockEvent,
+        start: Option<Job>,
+        then: Option<Job>,
+    ) {
         if !self.listened() {
             // Nobody to tell: no hop to the callback thread (nor its start).
-            if let Some(then) = then {
-                then();
+            for job in [start, then].into_iter().flatten() {
+                job();
             }
             return;
         }
         let me = self.clone();
         dispatch(Box::new(move || {
             {
-                let _running = me.running.lock().unwrap_or_else(|e| e.into_inner());
+                let _running = crate::sync::lock(&me.running);
+                if let Some(start) = start {
+                    start();
+                }
                 if !me.closed.load(SeqCst) {
                     me.call(&event);
                 }
@@ -175,7 +190,7 @@ impl Callbacks {
                 }
             }
         }
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let mut streams = crate::sync::lock(&self.streams);
         streams.retain(|q| {
             q.push(*event);
             Arc::strong_count(q) > 1
@@ -208,12 +223,7 @@ impl Callbacks {
     /// thread): no callback starts after this, one running may finish.
     pub(crate) fn close_now(&self) {
         self.closed.store(true, SeqCst);
-        for q in self
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        for q in crate::sync::lock(&self.streams).drain(..) {
             q.end();
         }
     }

@@ -12,9 +12,10 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::callbacks::Callbacks;
 use crate::clock::{Clock, Instant};
-use crate::driver::{Command, Reply, Shared, Write, spawn_session};
+use crate::driver::{Command, Reply, Shared, Ticket, Write, spawn_session};
 use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
+use crate::lifecycle::{Acquisition, CancelOnDrop};
 use crate::machine::{LeaseId, LockId, Refused, State, StateChange, Token};
 use crate::memory::{MemoryBackend, MemoryService};
 use crate::{Error, EtcdConfig, Options};
@@ -31,9 +32,12 @@ pub enum BackendConfig {
     Embedded(MemoryService),
     /// An etcd cluster.
     Etcd(EtcdConfig),
-    /// etcd when `DLOCK_ENDPOINTS` is set (with the other `DLOCK_*`
-    /// variables, see [`EtcdConfig::from_env`]), else the process-wide
-    /// embedded service.
+    /// A PostgreSQL server (docs/postgres.md).
+    Postgres(crate::PostgresConfig),
+    /// PostgreSQL when `DLOCK_ENDPOINTS` is a `postgres://` or
+    /// `postgresql://` URL; etcd when it is set otherwise (with the other
+    /// `DLOCK_*` variables, see [`EtcdConfig::from_env`]); else the
+    /// process-wide embedded service.
     FromEnv,
 }
 
@@ -67,6 +71,11 @@ impl ClientConfig {
         ClientConfig::with_backend(BackendConfig::Etcd(config))
     }
 
+    /// A PostgreSQL server, default options.
+    pub fn postgres(config: crate::PostgresConfig) -> ClientConfig {
+        ClientConfig::with_backend(BackendConfig::Postgres(config))
+    }
+
     /// From the `DLOCK_*` environment, default options.
     pub fn from_env() -> ClientConfig {
         ClientConfig::with_backend(BackendConfig::FromEnv)
@@ -94,6 +103,8 @@ impl ClientConfig {
 /// lock of it is gone.
 #[derive(Clone)]
 pub struct Client {
+    /// Names the client's sessions in the process-wide registry.
+    id: u64,
     backend: Arc<dyn Backend>,
     options: Options,
     clock: Clock,
@@ -139,7 +150,17 @@ impl Client {
         } = config;
         options.validate()?;
         let clock = clock.unwrap_or_else(Clock::system);
+        let backend = match backend {
+            BackendConfig::FromEnv => {
+                crate::postgres::from_env()?.map_or(BackendConfig::FromEnv, BackendConfig::Postgres)
+            }
+            other => other,
+        };
         let etcd = match backend {
+            BackendConfig::Postgres(c) => {
+                let backend = crate::postgres::connect(c).await?;
+                return Ok(Client::assemble(Arc::new(backend), options, clock, None));
+            }
             BackendConfig::Embedded(service) => None.ok_or(service),
             BackendConfig::Etcd(c) => Ok(c),
             BackendConfig::FromEnv => EtcdConfig::from_env()?.ok_or_else(MemoryService::shared),
@@ -188,8 +209,11 @@ impl Client {
         clock: Clock,
         link: Option<MemoryBackend>,
     ) -> Client {
-        let session = Session::start(backend.clone(), options.clone(), clock.clone(), true);
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let session = Session::start(backend.clone(), options.clone(), clock.clone(), Some(id));
         Client {
+            id,
             backend,
             options,
             clock,
@@ -232,6 +256,11 @@ impl Client {
         self.session.lock(name)
     }
 
+    /// The service this client talks to (observers read it directly).
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
     /// The default session, shared by [`Client::lock`]'s locks.
     pub fn default_session(&self) -> &Session {
         &self.session
@@ -246,12 +275,29 @@ impl Client {
             return Err(Error::Forked);
         }
         options.validate()?;
-        Ok(Session::start(
-            self.backend.clone(),
-            options,
-            self.clock.clone(),
-            false,
-        ))
+        Ok(Session::start(self.backend.clone(), options, self.clock.clone(), None).of(self.id))
+    }
+
+    /// Every session and lock of this client with its counters, gauges and
+    /// histograms, read at once with atomics (no call to the driver);
+    /// render it with [`crate::MetricsSnapshot::to_text`] or
+    /// [`crate::MetricsSnapshot::families`] (docs/metrics.md).
+    pub fn snapshot(&self) -> crate::metrics::Snapshot {
+        crate::metrics::snapshot(self.id)
+    }
+
+    /// Ends every session of this client at once, as [`crate::shutdown`]
+    /// does for the whole process: every held lock's key is deleted (each
+    /// session's lease revoked), in parallel, bounded by one keepalive
+    /// timeout in total; afterwards its handles behave as closed (permits
+    /// refuse `released`, acquiring fails with [`Error::Shutdown`], release
+    /// and close do nothing). Other clients are untouched. Idempotent.
+    ///
+    /// Dropping the last handle of a client (the client, its sessions and
+    /// locks all gone) ends its sessions the same way, in the background.
+    pub fn shutdown(&self) {
+        let id = self.id;
+        crate::lifecycle::shut_down(|s| s.client == id);
     }
 }
 
@@ -279,6 +325,11 @@ struct SessionInner {
     default: bool,
     /// [`Session::close`] was called: no new lock.
     closed: std::sync::atomic::AtomicBool,
+    /// Shut down ([`crate::shutdown`], [`Client::shutdown`]): every call
+    /// that would start something fails with [`Error::Shutdown`].
+    shut: Arc<std::sync::atomic::AtomicBool>,
+    /// The service, for an election's reads (`Election::leader`).
+    backend: Arc<dyn Backend>,
 }
 
 impl Drop for SessionInner {
@@ -314,9 +365,16 @@ pub struct SessionStats {
 }
 
 impl Session {
-    fn start(backend: Arc<dyn Backend>, options: Options, clock: Clock, default: bool) -> Session {
+    /// A new session; `default_of`: the default session of that client.
+    fn start(
+        backend: Arc<dyn Backend>,
+        options: Options,
+        clock: Clock,
+        default_of: Option<u64>,
+    ) -> Session {
         let shared = Arc::new(Shared::default());
         let drained = Arc::new(tokio::sync::Notify::new());
+        let service = backend.clone();
         let commands = spawn_session(
             backend,
             options.clone(),
@@ -324,17 +382,44 @@ impl Session {
             shared.clone(),
             drained.clone(),
         );
-        Session {
+        let session = Session {
             inner: Arc::new(SessionInner {
                 commands: ManuallyDrop::new(commands),
                 options,
                 clock,
                 shared,
                 drained,
-                default,
+                default: default_of.is_some(),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                shut: Arc::default(),
+                backend: service,
             }),
+        };
+        match default_of {
+            Some(client) => session.of(client),
+            None => session,
         }
+    }
+
+    /// Registers the session as one of `client`'s, for shutdown and
+    /// [`Client::snapshot`].
+    fn of(self, client: u64) -> Session {
+        crate::metrics::register(client, &self.inner.shared);
+        crate::lifecycle::register(crate::lifecycle::Registered {
+            client,
+            commands: self.inner.commands.downgrade(),
+            shut: self.inner.shut.clone(),
+            keepalive_timeout: self.inner.options.keepalive_timeout,
+        });
+        self
+    }
+
+    /// [`Error::Shutdown`] once the session was shut down.
+    fn live(&self) -> Result<(), Error> {
+        if crate::lifecycle::is_shut(&self.inner.shut) {
+            return Err(Error::Shutdown);
+        }
+        Ok(())
     }
 
     fn send(&self, c: Command) -> Result<(), Error> {
@@ -353,6 +438,20 @@ impl Session {
         self.inner
             .closed
             .store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The service the session talks to (elections read it directly).
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// [`Error::Shutdown`] once shut down, [`Error::Released`] once closed.
+    pub(crate) fn open(&self) -> Result<(), Error> {
+        self.live()?;
+        if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::Released);
+        }
         Ok(())
     }
 
@@ -405,6 +504,7 @@ impl Session {
                 name.len()
             )));
         }
+        self.live()?;
         if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Released);
         }
@@ -420,6 +520,7 @@ impl Session {
             name: name.clone(),
             gate: gate.clone(),
         })?;
+        crate::metrics::add_lock(&self.inner.shared.metrics, name.clone(), &gate);
         // Counted here, so `stats()` sees the lock at once; the driver
         // uncounts it once done with it.
         self.inner
@@ -505,6 +606,11 @@ pub struct Lock {
 }
 
 impl Lock {
+    /// Its figures for [`crate::Client::snapshot`] beside the gate's.
+    pub(crate) fn metrics(&self) -> &crate::metrics::LockMetrics {
+        &self.gate.metrics
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -519,6 +625,16 @@ impl Lock {
         &self.session
     }
 
+    /// The lock's id in its session's driver.
+    pub(crate) fn id(&self) -> LockId {
+        self.id
+    }
+
+    /// Sends a command about this lock to the session's driver.
+    pub(crate) fn command(&self, c: Command) -> Result<(), Error> {
+        self.send(c)
+    }
+
     /// The acquire request for `timeout`: zero tries once, like
     /// [`Lock::try_acquire`].
     fn acquire_command(
@@ -526,6 +642,7 @@ impl Lock {
         wait: bool,
         timeout: Option<Duration>,
         reply: Reply<Result<Token, Error>>,
+        ticket: Option<Arc<Ticket>>,
     ) -> Command {
         let try_once = !wait || timeout.is_some_and(|t| t.is_zero());
         Command::Acquire {
@@ -537,19 +654,82 @@ impl Lock {
                 timeout
             },
             reply,
+            ticket,
         }
     }
 
     fn acquire_blocking(&self, wait: bool, timeout: Option<Duration>) -> Result<Token, Error> {
+        self.session.live()?;
         let (reply, rx) = Reply::blocking();
-        self.send(self.acquire_command(wait, timeout, reply))?;
+        self.send(self.acquire_command(wait, timeout, reply, None))?;
         rx.recv().map_err(|_| Error::Shutdown)?
+    }
+
+    /// Starts a cancellable acquisition answered through `reply`.
+    fn acquire_start(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        reply: Reply<Result<Token, Error>>,
+    ) -> Result<Acquisition, (Error, Reply<Result<Token, Error>>)> {
+        if let Err(e) = self.session.live() {
+            return Err((e, reply));
+        }
+        if crate::forked() {
+            return Err((Error::Forked, reply));
+        }
+        let ticket = Arc::new(Ticket::default());
+        let command = self.acquire_command(wait, timeout, reply, Some(ticket.clone()));
+        match self.session.inner.commands.send(command) {
+            Ok(()) => Ok(Acquisition::new(
+                self.session.inner.commands.downgrade(),
+                self.id,
+                ticket,
+            )),
+            Err(mpsc::error::SendError(Command::Acquire { reply, .. })) => {
+                Err((Error::Shutdown, reply))
+            }
+            Err(_) => unreachable!("the command sent is an acquire"),
+        }
     }
 
     async fn acquire_future(&self, wait: bool, timeout: Option<Duration>) -> Result<Token, Error> {
         let (reply, rx) = Reply::future();
-        self.send(self.acquire_command(wait, timeout, reply))?;
-        rx.await.map_err(|_| Error::Shutdown)?
+        let acquisition = self
+            .acquire_start(wait, timeout, reply)
+            .map_err(|(e, _)| e)?;
+        // Dropped before the answer: the acquisition leaves nothing held.
+        let mut guard = CancelOnDrop(Some(acquisition));
+        let r = rx.await;
+        guard.0 = None;
+        r.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Starts an acquisition and returns at once; `done` runs exactly once,
+    /// on dlock's callback thread (in order with the lock's callbacks), with
+    /// the outcome. `wait == false` tries once ([`Error::WouldBlock`] if
+    /// held, as [`Lock::try_acquire`]); `timeout == None` waits as long as it
+    /// takes. [`Acquisition::cancel`] leaves nothing held, whenever called;
+    /// a `done` that has not run then gets [`Error::Released`]. This is the
+    /// completion form the faces use: no face runs an executor.
+    pub fn acquire_then(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        done: impl FnOnce(Result<Token, Error>) + Send + 'static,
+    ) -> Acquisition {
+        match self.acquire_start(wait, timeout, Reply::Then(Box::new(done))) {
+            Ok(a) => a,
+            Err((e, reply)) => {
+                reply.send(Err(e));
+                // Nothing started: cancelling it does nothing.
+                Acquisition::new(
+                    self.session.inner.commands.downgrade(),
+                    self.id,
+                    Arc::new(Ticket::default()),
+                )
+            }
+        }
     }
 
     /// Acquires the lock, waiting up to `timeout` for one's turn; zero tries
@@ -570,8 +750,9 @@ impl Lock {
     }
 
     /// Acquires the lock, waiting up to `timeout` (`None`: as long as it
-    /// takes). Works on any executor. Dropping the future does not cancel
-    /// the acquisition; [`Lock::release`] does.
+    /// takes). Works on any executor. Dropping the future before it is
+    /// ready cancels the acquisition ([`Acquisition::cancel`]): it leaves
+    /// nothing held, even if the lock was won just then.
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Token, Error> {
         self.acquire_future(true, timeout).await
     }
@@ -676,6 +857,17 @@ impl Lock {
     /// Units of work in flight (permits not yet ended).
     pub fn in_flight(&self) -> u64 {
         self.gate.in_flight()
+    }
+
+    /// For a health endpoint (the analogue of client-go's leader-election
+    /// `Check`): `false` once the lock is still holding or draining more
+    /// than `max_overdue` past its deadline, i.e. the fence that was due
+    /// did not happen (a stuck driver or callback thread). A lock not
+    /// held is healthy: not holding is no fault.
+    pub fn healthy(&self, max_overdue: Duration) -> bool {
+        let s = self.gate.read();
+        !matches!(s.state, State::Holding | State::Draining)
+            || self.gate.clock.now().saturating_since(s.deadline) <= max_overdue
     }
 
     /// Counters, the last keepalive's round trip, the slack and the permits

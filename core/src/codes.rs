@@ -6,6 +6,8 @@
 use std::ffi::CStr;
 use std::fmt;
 
+use crate::machine::{Reason, Refused, State};
+
 macro_rules! codes {
     ($( $(#[$doc:meta])* $name:ident = $value:literal, $word:literal; )*) => {
         /// A status word of dlock's one vocabulary, with its C number.
@@ -71,6 +73,86 @@ codes! {
     Stale = 14, "stale";
     /// A bug in dlock: a panic was caught at a face's boundary.
     Panic = 15, "panic";
+}
+
+/// The word table of an enum of the machine ([`State`], [`Reason`]): its
+/// C order (`ALL`, `index`) and its words (`as_str`, `as_cstr`), written
+/// once here. The enums themselves live in `machine.rs`.
+macro_rules! words {
+    ($ty:ident { $( $name:ident = $word:literal, )* }) => {
+        impl $ty {
+            /// Every value, in C order (`ALL[i].index() == i`).
+            pub const ALL: [$ty; [$(stringify!($name)),*].len()] = [$($ty::$name),*];
+
+            /// The index in `ALL` (the C number).
+            pub fn index(self) -> usize {
+                $ty::ALL
+                    .iter()
+                    .position(|v| *v == self)
+                    .expect("every value is in ALL")
+            }
+
+            /// The name used in traces and every binding.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($ty::$name => $word,)* }
+            }
+
+            /// The name as a static C string, for the C face.
+            pub const fn as_cstr(self) -> &'static CStr {
+                match self {
+                    $($ty::$name => match CStr::from_bytes_with_nul(concat!($word, "\0").as_bytes()) {
+                        Ok(c) => c,
+                        Err(_) => panic!("a word holds no NUL"),
+                    },)*
+                }
+            }
+        }
+    };
+}
+
+words!(State {
+    Idle = "Idle",
+    Acquiring = "Acquiring",
+    Holding = "Holding",
+    Draining = "Draining",
+    Fenced = "Fenced",
+    Reacquiring = "Reacquiring",
+    Released = "Released",
+});
+
+impl State {
+    /// The state stored as `index() as u8` (an unknown value reads `Idle`).
+    pub(crate) const fn from_u8(v: u8) -> State {
+        if (v as usize) < State::ALL.len() {
+            State::ALL[v as usize]
+        } else {
+            State::Idle
+        }
+    }
+}
+
+words!(Reason {
+    Acquire = "acquire",
+    Acquired = "acquired",
+    KeepaliveTimeout = "keepalive_timeout",
+    KeepaliveFailed = "keepalive_failed",
+    Resumed = "resumed",
+    Deadline = "deadline",
+    LeaseLost = "lease_lost",
+    Reacquire = "reacquire",
+    Reacquired = "reacquired",
+    Release = "release",
+    AcquireTimeout = "acquire_timeout",
+    WouldBlock = "would_block",
+    AcquireFailed = "acquire_failed",
+    LockLost = "lock_lost",
+});
+
+impl Refused {
+    /// The snake_case name shared by every binding: its code's word.
+    pub const fn as_str(self) -> &'static str {
+        self.status().as_str()
+    }
 }
 
 impl Code {
@@ -150,5 +232,24 @@ mod tests {
         };
         assert_eq!(stale.status(), Code::Stale);
         assert_eq!(Code::Stale.as_str(), "stale");
+    }
+
+    #[test]
+    fn state_and_reason_words_follow_c_order_and_are_unique() {
+        for (i, s) in State::ALL.iter().enumerate() {
+            assert_eq!((s.index(), *s as usize), (i, i));
+            assert_eq!(State::from_u8(i as u8), *s);
+            assert_eq!(s.as_cstr().to_str().unwrap(), s.as_str());
+        }
+        assert_eq!(State::from_u8(200), State::Idle);
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+            assert_eq!(r.as_cstr().to_str().unwrap(), r.as_str());
+        }
+        let words: std::collections::HashSet<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(words.len(), Reason::ALL.len());
+        assert_eq!(Reason::LockLost.as_str(), "lock_lost");
+        assert_eq!(Reason::LockLost.index(), 13);
+        assert_eq!(State::Holding.as_str(), "Holding");
     }
 }

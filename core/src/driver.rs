@@ -1,6 +1,8 @@
-//! The driver: performs the machine's actions (docs/design.md §15, §19). It owns
-//! I/O, timers and the hand-off to the callback thread; it decides nothing
-//! about leases, deadlines, tokens or ordering: those are [`Holder`]'s.
+//! The driver: a pump for the machine (docs/design.md §15, §19), shaped as
+//! quinn's `ConnectionDriver`. It sends [`Holder`]'s requests, publishes its
+//! notices, sleeps until its timer and hands events to the callback thread;
+//! it decides nothing about leases, deadlines, tokens, retries, waits or
+//! ordering: those are [`Holder`]'s.
 //!
 //! One background thread per process runs a current-thread tokio runtime,
 //! created on first use. Each session has one task there that owns its
@@ -24,7 +26,7 @@ use crate::clock::{Clock, Instant};
 use crate::events::LockEvent;
 use crate::gate::Gate;
 use crate::machine::{
-    AcquireError, Action, Event, Holder, LeaseId, LockId, Reason, State, StateChange, Token,
+    Event, Holder, LeaseId, LockId, Notice, Reason, ReqId, Request, State, StateChange, Token,
 };
 use crate::{Error, Options};
 
@@ -97,17 +99,24 @@ fn block_sigpipe() {
     }
 }
 
-/// Where a caller waits for the outcome: a blocked thread or a future.
+/// A completion run once on the callback thread.
+pub(crate) type Then<T> = Box<dyn FnOnce(T) + Send>;
+
+/// Where a caller waits for the outcome: a blocked thread, a future, or a
+/// completion run on the callback thread (the faces' one form: no face
+/// runs an executor).
 pub(crate) enum Reply<T> {
     Blocking(std_mpsc::SyncSender<T>),
     Async(oneshot::Sender<T>),
+    Then(Then<T>),
 }
 
-impl<T> Reply<T> {
-    fn send(self, r: T) {
+impl<T: Send + 'static> Reply<T> {
+    pub(crate) fn send(self, r: T) {
         match self {
             Reply::Blocking(tx) => drop(tx.try_send(r)),
             Reply::Async(tx) => drop(tx.send(r)),
+            Reply::Then(done) => crate::callbacks::dispatch(Box::new(move || done(r))),
         }
     }
 
@@ -121,6 +130,36 @@ impl<T> Reply<T> {
     pub(crate) fn future() -> (Reply<T>, oneshot::Receiver<T>) {
         let (tx, rx) = oneshot::channel();
         (Reply::Async(tx), rx)
+    }
+}
+
+/// What an acquisition's handle ([`crate::Acquisition`]) shares with the
+/// driver: the token it won, once answered, so that a cancel after the
+/// answer releases exactly that acquisition.
+#[derive(Default)]
+pub(crate) struct Ticket {
+    won: std::sync::Mutex<Option<Token>>,
+}
+
+/// An acquire call waiting for its outcome.
+struct Acquirer {
+    reply: Reply<Result<Token, Error>>,
+    /// Set for a cancellable acquisition.
+    ticket: Option<Arc<Ticket>>,
+    /// When it was asked, and where its wait is counted.
+    since: Instant,
+    clock: Clock,
+    shared: Arc<Shared>,
+}
+
+impl Acquirer {
+    fn send(self, r: Result<Token, Error>) {
+        let waited = self.clock.now().saturating_since(self.since);
+        self.shared.metrics.acquire_answered(&r, waited);
+        if let (Some(t), Ok(token)) = (&self.ticket, &r) {
+            *crate::sync::lock(&t.won) = Some(*token);
+        }
+        self.reply.send(r);
     }
 }
 
@@ -151,6 +190,13 @@ pub(crate) enum Command {
         wait: bool,
         timeout: Option<Duration>,
         reply: Reply<Result<Token, Error>>,
+        /// Set for a cancellable acquisition.
+        ticket: Option<Arc<Ticket>>,
+    },
+    /// An acquisition is cancelled: it leaves nothing held.
+    Cancel {
+        lock: LockId,
+        ticket: Arc<Ticket>,
     },
     Release {
         lock: LockId,
@@ -166,6 +212,27 @@ pub(crate) enum Command {
     Write {
         lock: LockId,
         write: Write,
+    },
+    /// The lock is an election's candidate: its key holds `value` (read at
+    /// each acquisition, so a recampaign carries the last proclaimed one).
+    Campaign {
+        lock: LockId,
+        value: Candidate,
+    },
+    /// Puts the candidate's value, guarded by `token` (see
+    /// [`Backend::proclaim`]).
+    Proclaim {
+        lock: LockId,
+        token: Token,
+        value: Vec<u8>,
+        reply: Reply<Result<(), Error>>,
+    },
+    /// Resigns: as a release, but the key's delete waits for the permits
+    /// in flight, up to `grace` (the machine's timer).
+    Resign {
+        lock: LockId,
+        grace: Duration,
+        done: Reply<()>,
     },
     /// Releases every lock and revokes the lease; answered once revoked
     /// (or after a keepalive timeout).
@@ -185,13 +252,20 @@ pub(crate) struct Shared {
     pub(crate) keepalives: AtomicU64,
     /// Locks of the session (handles not yet finished).
     pub(crate) locks: AtomicU64,
+    /// Histograms and keepalive results for `Client::snapshot`.
+    pub(crate) metrics: crate::metrics::SessionMetrics,
 }
 
-/// A backend call's outcome, with the error text when it failed.
-type Outcome = (Event, Option<String>);
+/// A backend call in flight, to drop when the machine abandons it or a new
+/// try replaces it: requests by id, revokes by lease.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+enum Call {
+    Req(ReqId),
+    Revoke(LeaseId),
+}
 
 /// Starts the task of one session; it ends once every handle is gone and
-/// nothing is left to do (a held revoke, a key to delete).
+/// the machine has nothing left to do (a held revoke, a key to delete).
 pub(crate) fn spawn_session(
     backend: Arc<dyn Backend>,
     opts: Options,
@@ -200,33 +274,31 @@ pub(crate) fn spawn_session(
     drained: Arc<Notify>,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let (events_tx, events) = mpsc::unbounded_channel();
+    let (replies_tx, replies) = mpsc::unbounded_channel();
     let (gone_tx, gone) = mpsc::unbounded_channel();
     let span = tracing::info_span!("dlock_session", lease = tracing::field::Empty);
     let task = SessionTask {
-        machine: Holder::new(opts.clone()),
-        opts,
+        ttl: opts.ttl,
+        machine: Holder::new(opts),
         clock,
         shared,
         drained,
         backend,
-        events_tx,
+        replies_tx,
         gone_tx,
         locks: BTreeMap::new(),
         armed: BTreeSet::new(),
-        tokens: HashMap::new(),
+        dropped: BTreeSet::new(),
         watch: None,
-        closes: Vec::new(),
-        revoking: Vec::new(),
-        deferred: Vec::new(),
+        calls: HashMap::new(),
+        closes: HashMap::new(),
+        next_close: 0,
         publish_acks: Vec::new(),
-        release_check: Vec::new(),
         touched: BTreeSet::new(),
         published_deadline: None,
-        last_error: None,
         span: span.clone(),
     };
-    runtime().spawn(task.run(rx, events, gone).instrument(span));
+    runtime().spawn(task.run(rx, replies, gone).instrument(span));
     tx
 }
 
@@ -239,18 +311,19 @@ struct Entry {
     /// The calls waiting on this lock, while any does (a held lock keeps
     /// nothing here).
     waiting: Option<Box<Waiting>>,
-    /// The lock call in flight, with its lease.
-    call: Option<(LeaseId, AbortHandle)>,
     /// The token whose key is watched.
     watched: Option<Token>,
-    /// The handle is gone: forget the lock once the machine is done with it.
-    dropped: bool,
+    /// An election's value: its key is put holding it.
+    candidate: Option<Candidate>,
 }
+
+/// The value an election's candidate key holds, shared with its handle.
+pub(crate) type Candidate = Arc<std::sync::Mutex<Vec<u8>>>;
 
 /// The calls waiting on one lock.
 #[derive(Default)]
 struct Waiting {
-    acquires: Vec<Reply<Result<Token, Error>>>,
+    acquires: Vec<Acquirer>,
     releases: Vec<Reply<()>>,
 }
 
@@ -270,7 +343,7 @@ impl Entry {
         }
     }
 
-    fn take_acquires(&mut self) -> Vec<Reply<Result<Token, Error>>> {
+    fn take_acquires(&mut self) -> Vec<Acquirer> {
         let taken = self
             .waiting
             .as_mut()
@@ -280,10 +353,22 @@ impl Entry {
         taken
     }
 
-    fn pop_acquire(&mut self) -> Option<Reply<Result<Token, Error>>> {
+    fn pop_acquire(&mut self) -> Option<Acquirer> {
         let popped = self.waiting.as_mut().and_then(|w| w.acquires.pop());
         self.tidy();
         popped
+    }
+
+    /// The waiting acquire call of `ticket`, taken out of the queue.
+    fn remove_acquire(&mut self, ticket: &Arc<Ticket>) -> Option<Acquirer> {
+        let w = self.waiting.as_mut()?;
+        let i = w
+            .acquires
+            .iter()
+            .position(|a| a.ticket.as_ref().is_some_and(|t| Arc::ptr_eq(t, ticket)))?;
+        let taken = w.acquires.remove(i);
+        self.tidy();
+        Some(taken)
     }
 
     fn take_releases(&mut self) -> Vec<Reply<()>> {
@@ -297,41 +382,36 @@ impl Entry {
     }
 }
 
+/// The pump of one session (quinn's `ConnectionDriver`): feeds the machine
+/// what happens, sends its requests, publishes its notices. Every timing
+/// rule is the machine's.
 struct SessionTask {
     machine: Holder,
-    opts: Options,
+    /// Bound of a guarded write's reply.
+    ttl: Duration,
     clock: Clock,
     shared: Arc<Shared>,
     drained: Arc<Notify>,
     backend: Arc<dyn Backend>,
-    events_tx: mpsc::UnboundedSender<Outcome>,
+    /// Replies of backend calls, and the callback thread's reports.
+    replies_tx: mpsc::UnboundedSender<(Option<Call>, Event)>,
     gone_tx: mpsc::UnboundedSender<KeyGone>,
     locks: BTreeMap<LockId, Entry>,
     /// Locks whose gate's drain watch is armed.
     armed: BTreeSet<LockId>,
-    /// Held tokens, for the key watch's news.
-    tokens: HashMap<Token, LockId>,
+    /// Locks whose handle is gone: forgotten once the machine is done.
+    dropped: BTreeSet<LockId>,
     /// The key watch of the current lease.
     watch: Option<(LeaseId, Box<dyn KeyWatch>)>,
-    /// `Session::close` calls waiting for the revoke.
-    closes: Vec<Reply<()>>,
-    /// Revokes on their first try, with the closes they answer. A close
-    /// that finds no lease of its own (a fenced lease's revoke already
-    /// sent, once its work ended) waits for the latest of them, so a
-    /// process that exits once closed does not cut that revoke off.
-    revoking: Vec<RevokeWaiters>,
-    /// Closes that came while a fenced lease's revoke was held back: the
-    /// next revoke answers them, or a keepalive timeout does.
-    deferred: Vec<RevokeWaiters>,
+    calls: HashMap<Call, AbortHandle>,
+    /// `Session::close` calls waiting, by the machine's waiter id.
+    closes: HashMap<u64, Reply<()>>,
+    next_close: u64,
     /// Dropped handles, answered once their release is published.
     publish_acks: Vec<Reply<()>>,
-    /// Locks with `release()` calls to answer unless a delete took them.
-    release_check: Vec<LockId>,
-    /// Locks an event or action named since the last step.
+    /// Locks an event or notice named since the last step.
     touched: BTreeSet<LockId>,
     published_deadline: Option<Instant>,
-    /// The last backend failure of an acquisition, for its error.
-    last_error: Option<String>,
     span: tracing::Span,
 }
 
@@ -339,7 +419,7 @@ impl SessionTask {
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        mut events: mpsc::UnboundedReceiver<Outcome>,
+        mut replies: mpsc::UnboundedReceiver<(Option<Call>, Event)>,
         mut gone: mpsc::UnboundedReceiver<KeyGone>,
     ) {
         let clock = self.clock.clone();
@@ -347,48 +427,23 @@ impl SessionTask {
         let mut open = true;
         loop {
             self.step();
-            let timer = self.machine.poll_timeout();
             // Every handle gone: done once nothing is left to do.
             if !open && self.machine.idle() {
                 return;
             }
+            let timer = self.machine.poll_timeout();
             tokio::select! {
                 biased;
-                cmd = commands.recv(), if open => {
-                    let now = clock.now();
-                    match cmd {
-                        None => {
-                            open = false;
-                            self.machine.handle(now, Event::Close);
-                        }
-                        Some(cmd) => self.command(now, cmd),
+                cmd = commands.recv(), if open => match cmd {
+                    None => {
+                        open = false;
+                        self.machine.handle(clock.now(), Event::Close { waiter: None });
                     }
-                }
-                Some((ev, error)) = events.recv() => {
-                    if error.is_some() {
-                        self.last_error = error;
-                    }
-                    if let Event::Unlocked { lock, .. } | Event::FenceDelivered { lock, .. } = ev {
-                        self.touched.insert(lock);
-                    }
-                    self.machine.handle(clock.now(), ev);
-                }
+                    Some(cmd) => self.command(clock.now(), cmd),
+                },
+                Some((call, ev)) = replies.recv() => self.reply(call, ev),
                 Some(g) = gone.recv() => self.key_gone(g),
-                _ = drained.notified(), if !self.armed.is_empty() => {
-                    // The last permit of some watched lock ended: which?
-                    let ended: Vec<LockId> = self
-                        .armed
-                        .iter()
-                        .copied()
-                        .filter(|id| !self.locks[id].gate.watching())
-                        .collect();
-                    for lock in ended {
-                        self.touched.insert(lock);
-                        self.armed.remove(&lock);
-                        self.locks[&lock].gate.unwatch_drain();
-                        self.machine.handle(clock.now(), Event::PermitsEnded { lock });
-                    }
-                }
+                _ = drained.notified(), if !self.armed.is_empty() => self.permits_ended(),
                 _ = async { clock.sleep_until(timer.unwrap()).await }, if timer.is_some() => {
                     self.machine.handle(clock.now(), Event::Timer);
                 }
@@ -405,157 +460,181 @@ impl SessionTask {
             }
             Command::Add { lock, name, gate } => {
                 self.machine.add_lock(lock, name);
-                self.locks.insert(
-                    lock,
-                    Entry {
-                        gate,
-                        callbacks: None,
-                        waiting: None,
-                        call: None,
-                        watched: None,
-                        dropped: false,
-                    },
-                );
+                let e = Entry {
+                    gate,
+                    callbacks: None,
+                    waiting: None,
+                    watched: None,
+                    candidate: None,
+                };
+                self.locks.insert(lock, e);
             }
             Command::Acquire {
                 lock,
                 wait,
                 timeout,
                 reply,
+                ticket,
             } => {
                 let Some(e) = self.locks.get_mut(&lock) else {
                     return reply.send(Err(Error::Released));
                 };
-                e.waiting().acquires.push(reply);
+                e.waiting().acquires.push(Acquirer {
+                    reply,
+                    ticket,
+                    since: now,
+                    clock: self.clock.clone(),
+                    shared: self.shared.clone(),
+                });
                 let until = timeout.map(|t| now + t);
                 self.machine
                     .handle(now, Event::Acquire { lock, wait, until });
             }
-            Command::Release { lock, done } => {
+            Command::Release { lock, done } => self.release(now, lock, Some(done), None),
+            Command::Drop { lock, published } => self.release(now, lock, None, Some(published)),
+            Command::Write { lock, write } => self.write(now, lock, write),
+            Command::Campaign { lock, value } => {
+                if let Some(e) = self.locks.get_mut(&lock) {
+                    e.candidate = Some(value);
+                }
+            }
+            Command::Proclaim {
+                lock,
+                token,
+                value,
+                reply,
+            } => self.proclaim(now, lock, token, value, reply),
+            Command::Resign { lock, grace, done } => {
                 let Some(e) = self.locks.get_mut(&lock) else {
                     return done.send(());
                 };
                 e.waiting().releases.push(done);
-                self.release_check.push(lock);
                 self.touched.insert(lock);
-                self.machine.handle(now, Event::Release { lock });
+                self.machine.handle(now, Event::Resign { lock, grace });
             }
-            Command::Drop { lock, published } => {
-                let Some(e) = self.locks.get_mut(&lock) else {
-                    return published.send(());
-                };
-                self.publish_acks.push(published);
-                e.dropped = true;
-                self.touched.insert(lock);
-                self.machine.handle(now, Event::Release { lock });
-            }
-            Command::Write { lock, write } => self.write(now, lock, write),
+            Command::Cancel { lock, ticket } => self.cancel(now, lock, ticket),
             Command::Close { done } => {
-                self.closes.push(done);
-                self.machine.handle(now, Event::Close);
+                let waiter = self.next_close;
+                self.next_close += 1;
+                self.closes.insert(waiter, done);
+                let waiter = Some(waiter);
+                self.machine.handle(now, Event::Close { waiter });
             }
+        }
+    }
+
+    /// A release (`done`: answered once the key's delete had its first
+    /// try) or a dropped handle (`published`: answered once the release is
+    /// published, so permits report invalid before the drop returns).
+    fn release(
+        &mut self,
+        now: Instant,
+        lock: LockId,
+        done: Option<Reply<()>>,
+        published: Option<Reply<()>>,
+    ) {
+        let Some(e) = self.locks.get_mut(&lock) else {
+            finish(done.into_iter().chain(published).collect());
+            return;
+        };
+        if let Some(done) = done {
+            e.waiting().releases.push(done);
+        }
+        if let Some(published) = published {
+            self.publish_acks.push(published);
+            self.dropped.insert(lock);
+        }
+        self.touched.insert(lock);
+        self.machine.handle(now, Event::Release { lock });
+    }
+
+    /// A cancelled acquisition: a call still waiting is answered `Released`
+    /// and its acquisition cut short; one answered already gives up the
+    /// token it won. The machine decides what is held (§19, §23).
+    fn cancel(&mut self, now: Instant, lock: LockId, ticket: Arc<Ticket>) {
+        let Some(e) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        let token = match e.remove_acquire(&ticket) {
+            Some(waiting) => {
+                waiting.send(Err(Error::Released));
+                None
+            }
+            None => match *crate::sync::lock(&ticket.won) {
+                Some(t) => Some(t),
+                // Failed already: nothing is held.
+                None => return,
+            },
+        };
+        self.touched.insert(lock);
+        self.machine.handle(now, Event::Cancel { lock, token });
+    }
+
+    /// A backend call's reply, or the callback thread's report.
+    fn reply(&mut self, call: Option<Call>, ev: Event) {
+        if let Some(call) = call {
+            self.calls.remove(&call);
+        }
+        if let Event::Unlocked { lock, .. } | Event::FenceDelivered { lock, .. } = ev {
+            self.touched.insert(lock);
+        }
+        self.machine.handle(self.clock.now(), ev);
+    }
+
+    /// The last permit of some watched lock ended: which?
+    fn permits_ended(&mut self) {
+        let ended: Vec<LockId> = self
+            .armed
+            .iter()
+            .copied()
+            .filter(|id| !self.locks[id].gate.watching())
+            .collect();
+        for lock in ended {
+            self.touched.insert(lock);
+            self.armed.remove(&lock);
+            self.locks[&lock].gate.unwatch_drain();
+            self.machine
+                .handle(self.clock.now(), Event::PermitsEnded { lock });
         }
     }
 
     /// A watched key went: the lock alone (deleted) or with the lease.
     fn key_gone(&mut self, g: KeyGone) {
-        let Some(&lock) = self.tokens.get(&g.token) else {
+        let Some(lock) = self
+            .locks
+            .iter()
+            .find(|(_, e)| e.watched == Some(g.token))
+            .map(|(id, _)| *id)
+        else {
             return;
         };
         let now = self.clock.now();
         tracing::warn!(lock = ?self.machine.name(lock), token = %g.token, why = ?g.why, "the lock key is gone");
-        match (g.why, self.watch.as_ref()) {
-            (LockGone::KeyDeleted, _) => {
-                self.machine.handle(
-                    now,
-                    Event::LockLost {
-                        lock,
-                        token: g.token,
-                    },
-                );
-            }
-            (LockGone::LeaseLost, Some((lease, _))) => {
-                let lease = *lease;
-                self.machine.handle(now, Event::LeaseLost { lease });
-            }
-            (LockGone::LeaseLost, None) => {}
-        }
+        let ev = match (g.why, self.watch.as_ref()) {
+            (LockGone::KeyDeleted, _) => Event::LockLost {
+                lock,
+                token: g.token,
+            },
+            (LockGone::LeaseLost, Some((lease, _))) => Event::LeaseLost { lease: *lease },
+            (LockGone::LeaseLost, None) => return,
+        };
+        self.machine.handle(now, ev);
     }
 
-    /// Performs the machine's actions, publishes states, arms the drain
-    /// watches the machine asks for, and forgets finished dropped locks.
+    /// Pumps the machine until it is quiet: its notices, then its
+    /// requests, then the drain watches it asks for; then forgets the
+    /// dropped locks it is done with.
     fn step(&mut self) {
         loop {
-            self.perform();
-            let mut again = false;
-            let check: Vec<LockId> = self.touched.union(&self.armed).copied().collect();
-            for lock in check {
-                let want = self.machine.watching_permits(lock);
-                let armed = self.armed.contains(&lock);
-                let Some(e) = self.locks.get(&lock) else {
-                    self.armed.remove(&lock);
-                    continue;
-                };
-                if want && !armed {
-                    if e.gate.watch_drain() {
-                        // None in flight now: tell the machine at once.
-                        let now = self.clock.now();
-                        self.machine.handle(now, Event::PermitsEnded { lock });
-                        again = true;
-                    } else {
-                        self.armed.insert(lock);
-                    }
-                } else if !want && armed {
-                    e.gate.unwatch_drain();
-                    self.armed.remove(&lock);
-                }
+            self.pump();
+            if !self.arm_drain_watches() {
+                break;
             }
-            if again {
-                continue;
-            }
-            // Forget the dropped locks the machine is done with.
-            let touched = std::mem::take(&mut self.touched);
-            let done: Vec<LockId> = touched
-                .into_iter()
-                .filter(|id| self.locks.get(id).is_some_and(|e| e.dropped))
-                .filter(|id| self.machine.finished(*id))
-                .collect();
-            for lock in done {
-                self.forget(lock);
-            }
-            return;
         }
+        self.forget_finished();
     }
 
-    fn forget(&mut self, lock: LockId) {
-        self.machine.remove_lock(lock);
-        if let Some(e) = self.locks.remove(&lock) {
-            if self.armed.remove(&lock) {
-                e.gate.unwatch_drain();
-            }
-            if let Some(t) = e.watched {
-                self.tokens.remove(&t);
-            }
-            self.shared.locks.fetch_sub(1, Relaxed);
-        }
-    }
-
-    fn publish(&self, lock: LockId) {
-        if let Some(e) = self.locks.get(&lock) {
-            let state = self.machine.state(lock);
-            let token = self.machine.token(lock);
-            let deadline = self.machine.deadline();
-            e.gate.publish(state, token, deadline);
-        }
-    }
-
-    fn perform(&mut self) {
-        let mut touched = std::mem::take(&mut self.touched);
-        self.perform_into(&mut touched);
-        self.touched.append(&mut touched);
-    }
-
-    fn perform_into(&mut self, touched: &mut BTreeSet<LockId>) {
+    fn pump(&mut self) {
         let at = self.clock.now();
         let lease = self.machine.lease();
         self.shared.lease.store(lease.unwrap_or(0), Relaxed);
@@ -563,263 +642,345 @@ impl SessionTask {
         if self.watch.as_ref().is_some_and(|(l, _)| Some(*l) != lease) {
             self.watch = None;
         }
-        while let Some(action) = self.machine.poll_action() {
-            match action {
-                Action::Grant { req, ttl } => {
-                    let b = self.backend.clone();
-                    self.call(async move {
-                        match b.grant(ttl).await {
-                            Ok(g) => (
-                                Event::LeaseGranted {
-                                    req,
-                                    lease: g.lease,
-                                    ttl: g.ttl,
-                                },
-                                None,
-                            ),
-                            Err(e) => {
-                                tracing::debug!(error = %e, "lease grant failed");
-                                (Event::GrantFailed { req }, Some(e.to_string()))
-                            }
-                        }
-                    });
+        // Published before anything is sent: a permit never outlives the
+        // key's delete.
+        while let Some(n) = self.machine.poll_notice() {
+            self.notice(n, at);
+        }
+        while let Some(r) = self.machine.poll_request() {
+            self.request(r);
+        }
+        finish(std::mem::take(&mut self.publish_acks));
+    }
+
+    /// Arms or disarms the gates' drain watches the machine asks for;
+    /// whether it told the machine something (then pump again).
+    fn arm_drain_watches(&mut self) -> bool {
+        let mut again = false;
+        let check: Vec<LockId> = self.touched.union(&self.armed).copied().collect();
+        for lock in check {
+            let want = self.machine.watching_permits(lock);
+            let armed = self.armed.contains(&lock);
+            let Some(e) = self.locks.get(&lock) else {
+                self.armed.remove(&lock);
+                continue;
+            };
+            if want && !armed {
+                if e.gate.watch_drain() {
+                    // None in flight now: tell the machine at once.
+                    let now = self.clock.now();
+                    self.machine.handle(now, Event::PermitsEnded { lock });
+                    again = true;
+                } else {
+                    self.armed.insert(lock);
                 }
-                Action::Keepalive { req, lease } => {
-                    let (b, clock) = (self.backend.clone(), self.clock.clone());
-                    let shared = self.shared.clone();
-                    shared.keepalives.fetch_add(1, Relaxed);
-                    self.call(async move {
-                        let sent = clock.now();
-                        match b.keepalive(lease).await {
-                            Ok(ttl) => {
-                                let rtt = clock.now().saturating_since(sent);
-                                let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
-                                shared.last_rtt_ns.store(ns.max(1), Relaxed);
-                                (Event::KeepaliveConfirmed { req, ttl }, None)
-                            }
-                            Err(BackendError::LeaseNotFound) => (Event::LeaseLost { lease }, None),
-                            Err(e) => {
-                                tracing::debug!(error = %e, "keepalive failed");
-                                (Event::KeepaliveFailed { req }, None)
-                            }
-                        }
-                    });
+            } else if !want && armed {
+                e.gate.unwatch_drain();
+                self.armed.remove(&lock);
+            }
+        }
+        again
+    }
+
+    /// Forgets the dropped locks the machine is done with.
+    fn forget_finished(&mut self) {
+        let touched = std::mem::take(&mut self.touched);
+        let done: Vec<LockId> = touched
+            .into_iter()
+            .filter(|id| self.dropped.contains(id) && self.machine.finished(*id))
+            .collect();
+        for lock in done {
+            self.machine.remove_lock(lock);
+            self.dropped.remove(&lock);
+            if let Some(e) = self.locks.remove(&lock) {
+                if self.armed.remove(&lock) {
+                    e.gate.unwatch_drain();
                 }
-                Action::Lock {
+                self.shared.locks.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    fn notice(&mut self, n: Notice, at: Instant) {
+        match n {
+            Notice::Transition { lock, change } => self.transition(lock, change, at),
+            Notice::Deadline => self.publish_deadline(),
+            Notice::Fence { lock, token } => self.fence(lock, token, at),
+            Notice::Acquired { lock, token } => self.acquired(lock, token, at),
+            Notice::AcquireFailed { lock, error } => {
+                self.touched.insert(lock);
+                let err = Error::from(error);
+                if let Some(e) = self.locks.get_mut(&lock) {
+                    for w in e.take_acquires() {
+                        w.send(Err(err.clone()));
+                    }
+                }
+            }
+            Notice::AcquireRefused { lock, error } => {
+                if let Some(w) = self.locks.get_mut(&lock).and_then(Entry::pop_acquire) {
+                    w.send(Err(error.into()));
+                }
+            }
+            Notice::Drained { lock } => {
+                self.touched.insert(lock);
+                self.deliver(lock, LockEvent::Drained { at }, None);
+            }
+            Notice::ReleaseDone { lock } => {
+                if let Some(e) = self.locks.get_mut(&lock) {
+                    finish(e.take_releases());
+                }
+            }
+            Notice::CloseDone { waiter } => {
+                if let Some(done) = self.closes.remove(&waiter) {
+                    done.send(());
+                }
+            }
+        }
+    }
+
+    fn transition(&mut self, lock: LockId, change: StateChange, at: Instant) {
+        self.touched.insert(lock);
+        self.publish(lock);
+        self.count(lock, change);
+        self.time_hold(lock, change, at);
+        self.log(lock, change);
+        if !matches!(change.to, State::Holding | State::Draining) {
+            self.unwatch(lock);
+        }
+        self.deliver(lock, LockEvent::State { change, at }, None);
+    }
+
+    fn publish_deadline(&mut self) {
+        let d = self.machine.deadline();
+        if d != self.published_deadline {
+            self.published_deadline = d;
+            for (id, e) in &self.locks {
+                let state = self.machine.state(*id);
+                if matches!(state, State::Holding | State::Draining) {
+                    e.gate.publish(state, self.machine.token(*id), d);
+                }
+            }
+        }
+    }
+
+    fn fence(&mut self, lock: LockId, token: Token, at: Instant) {
+        self.touched.insert(lock);
+        let Some(e) = self.locks.get(&lock) else {
+            return;
+        };
+        let in_flight = e.gate.in_flight();
+        let deadline = Instant::from_nanos(e.gate.metrics.deadline.load(Relaxed));
+        let late = self.clock.now().saturating_since(deadline);
+        tracing::warn!(lock = ?self.machine.name(lock), %token, in_flight, late = ?late, "fenced");
+        // The lateness is `on_fence` start − deadline: stamped on the
+        // callback thread as the fence's callbacks begin.
+        let (shared, clock) = (self.shared.clone(), self.clock.clone());
+        let started: crate::callbacks::Job = Box::new(move || {
+            let late = clock.now().saturating_since(deadline);
+            shared.metrics.fence_lateness.observe(late);
+        });
+        // The machine holds the lease's revoke until on_fence has
+        // returned: say so from the callback thread.
+        let tx = self.replies_tx.clone();
+        let delivered = Box::new(move || {
+            let ev = Event::FenceDelivered { lock, token };
+            let _ = tx.send((None, ev));
+        });
+        let fence = LockEvent::Fence {
+            token,
+            in_flight,
+            at,
+        };
+        match self.locks.get(&lock).and_then(|e| e.callbacks.as_ref()) {
+            Some(callbacks) => callbacks.deliver_with(fence, Some(started), Some(delivered)),
+            None => {
+                started();
+                delivered();
+            }
+        }
+    }
+
+    fn acquired(&mut self, lock: LockId, token: Token, at: Instant) {
+        self.touched.insert(lock);
+        self.watch_key(lock, token);
+        self.deliver(lock, LockEvent::Acquired { token, at }, None);
+        if let Some(e) = self.locks.get_mut(&lock) {
+            // Taken, not drained: a held lock keeps no capacity.
+            for w in e.take_acquires() {
+                w.send(Ok(token));
+            }
+        }
+    }
+
+    fn request(&mut self, r: Request) {
+        match r {
+            Request::Grant { req, ttl } => self.grant(req, ttl),
+            Request::Lock {
+                req,
+                lock,
+                lease,
+                wait,
+            } => self.lock(req, lock, lease, wait),
+            Request::Unlock {
+                req,
+                lock,
+                lease,
+                token,
+            } => self.unlock(req, lock, lease, token),
+            Request::Keepalive { req, lease } => self.keepalive(req, lease),
+            Request::Revoke { lease } => self.revoke(lease),
+            Request::Abandon { req } => {
+                if let Some(call) = self.calls.remove(&Call::Req(req)) {
+                    call.abort();
+                }
+            }
+        }
+    }
+
+    /// Runs one backend call as its own task (a hung request never delays
+    /// the machine's timers) and feeds its reply back; a call of the same
+    /// name still in flight (an earlier try) is dropped.
+    fn spawn_call(&mut self, call: Call, reply: impl Future<Output = Event> + Send + 'static) {
+        let tx = self.replies_tx.clone();
+        let task = runtime().spawn(
+            async move {
+                let _ = tx.send((Some(call), reply.await));
+            }
+            .instrument(self.span.clone()),
+        );
+        if let Some(earlier) = self.calls.insert(call, task.abort_handle()) {
+            earlier.abort();
+        }
+    }
+
+    fn grant(&mut self, req: ReqId, ttl: Duration) {
+        let b = self.backend.clone();
+        self.spawn_call(Call::Req(req), async move {
+            match b.grant(ttl).await {
+                Ok(g) => Event::LeaseGranted {
                     req,
-                    lock,
-                    lease,
-                    wait,
-                } => {
-                    let (b, tx) = (self.backend.clone(), self.events_tx.clone());
-                    let Some(e) = self.locks.get_mut(&lock) else {
-                        continue;
-                    };
-                    let name = self.machine.name(lock).expect("a lock of the machine");
-                    let task = runtime().spawn(
-                        async move {
-                            let out = match b.lock(&name, lease, wait).await {
-                                Ok(token) => (
-                                    Event::Locked {
-                                        req,
-                                        lock,
-                                        lease,
-                                        token,
-                                    },
-                                    None,
-                                ),
-                                Err(BackendError::LeaseNotFound) => {
-                                    (Event::LeaseLost { lease }, None)
-                                }
-                                Err(e) => (
-                                    Event::LockFailed {
-                                        req,
-                                        lock,
-                                        busy: e == BackendError::Busy,
-                                    },
-                                    Some(e.to_string()),
-                                ),
-                            };
-                            let _ = tx.send(out);
-                        }
-                        .instrument(self.span.clone()),
-                    );
-                    e.call = Some((lease, task.abort_handle()));
+                    lease: g.lease,
+                    ttl: g.ttl,
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "lease grant failed");
+                    let error = e.to_string();
+                    Event::GrantFailed { req, error }
                 }
-                Action::Unlock {
+            }
+        });
+    }
+
+    fn keepalive(&mut self, req: ReqId, lease: LeaseId) {
+        let (b, clock) = (self.backend.clone(), self.clock.clone());
+        let shared = self.shared.clone();
+        shared.keepalives.fetch_add(1, Relaxed);
+        self.spawn_call(Call::Req(req), async move {
+            let sent = clock.now();
+            match b.keepalive(lease).await {
+                Ok(ttl) => {
+                    let rtt = clock.now().saturating_since(sent);
+                    let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+                    shared.last_rtt_ns.store(ns.max(1), Relaxed);
+                    shared.metrics.keepalive_rtt.observe(rtt);
+                    shared.metrics.keepalives_ok.fetch_add(1, Relaxed);
+                    Event::KeepaliveConfirmed { req, ttl }
+                }
+                Err(BackendError::LeaseNotFound) => {
+                    shared.metrics.keepalives_lease_lost.fetch_add(1, Relaxed);
+                    Event::LeaseLost { lease }
+                }
+                Err(e) => {
+                    shared.metrics.keepalives_failed.fetch_add(1, Relaxed);
+                    tracing::debug!(error = %e, "keepalive failed");
+                    Event::KeepaliveFailed { req }
+                }
+            }
+        });
+    }
+
+    fn lock(&mut self, req: ReqId, lock: LockId, lease: LeaseId, wait: bool) {
+        let Some(name) = self.machine.name(lock) else {
+            return;
+        };
+        let b = self.backend.clone();
+        let value = self
+            .locks
+            .get(&lock)
+            .and_then(|e| e.candidate.as_ref())
+            .map(|v| crate::sync::lock(v).clone());
+        self.spawn_call(Call::Req(req), async move {
+            let locked = match &value {
+                Some(v) => b.campaign(&name, lease, v, wait).await,
+                None => b.lock(&name, lease, wait).await,
+            };
+            match locked {
+                Ok(token) => Event::Locked {
                     req,
                     lock,
                     lease,
                     token,
-                } => {
-                    let Some(e) = self.locks.get_mut(&lock) else {
-                        continue;
-                    };
-                    if token.is_none()
-                        && let Some((_, call)) = e.call.take()
-                    {
-                        // Cut short: the request in flight is abandoned
-                        // (the backend orders the delete after its put).
-                        call.abort();
-                    }
-                    // A stray reply's delete names an older token: the
-                    // current one stays watched.
-                    if token.is_none() || e.watched == token {
-                        self.unwatch(lock);
-                    }
-                    let Some(e) = self.locks.get_mut(&lock) else {
-                        continue;
-                    };
-                    let done = e.take_releases();
-                    let name = self.machine.name(lock).expect("a lock of the machine");
-                    let unlock = self.unlock(lock, req, name, lease, token, done);
-                    runtime().spawn(unlock.instrument(self.span.clone()));
-                }
-                Action::Revoke { lease } => {
-                    for e in self.locks.values_mut() {
-                        if e.call.as_ref().is_some_and(|(l, _)| *l == lease) {
-                            let (_, call) = e.call.take().expect("checked");
-                            call.abort();
-                        }
-                    }
-                    if self.watch.as_ref().is_some_and(|(l, _)| *l == lease) {
-                        self.watch = None;
-                    }
-                    // A held revoke let go: its dropped locks may be done.
-                    touched.extend(
-                        self.locks
-                            .iter()
-                            .filter(|(_, e)| e.dropped)
-                            .map(|(id, _)| *id),
-                    );
-                    let revoke = self.revoke(lease);
-                    runtime().spawn(revoke.instrument(self.span.clone()));
-                }
-                Action::Transition { lock, change } => {
-                    touched.insert(lock);
-                    self.publish(lock);
-                    self.count(lock, change);
-                    if !matches!(change.to, State::Holding | State::Draining) {
-                        self.unwatch(lock);
-                    }
-                    self.deliver(lock, LockEvent::State { change, at }, None);
-                }
-                Action::Deadline => {
-                    let d = self.machine.deadline();
-                    if d != self.published_deadline {
-                        self.published_deadline = d;
-                        for (id, e) in &self.locks {
-                            let state = self.machine.state(*id);
-                            if matches!(state, State::Holding | State::Draining) {
-                                e.gate.publish(state, self.machine.token(*id), d);
-                            }
-                        }
-                    }
-                }
-                Action::Fence { lock, token } => {
-                    touched.insert(lock);
-                    let Some(e) = self.locks.get(&lock) else {
-                        continue;
-                    };
-                    let in_flight = e.gate.in_flight();
-                    tracing::warn!(lock = ?self.machine.name(lock), %token, in_flight, "fenced");
-                    // The machine holds the lease's revoke until on_fence
-                    // has returned: say so from the callback thread.
-                    let tx = self.events_tx.clone();
-                    let delivered = Box::new(move || {
-                        let _ = tx.send((Event::FenceDelivered { lock, token }, None));
-                    });
-                    self.deliver(
-                        lock,
-                        LockEvent::Fence {
-                            token,
-                            in_flight,
-                            at,
-                        },
-                        Some(delivered),
-                    );
-                }
-                Action::Acquired { lock, token } => {
-                    touched.insert(lock);
-                    self.last_error = None;
-                    self.watch_key(lock, token);
-                    self.deliver(lock, LockEvent::Acquired { token, at }, None);
-                    if let Some(e) = self.locks.get_mut(&lock) {
-                        e.call = None;
-                        // Taken, not drained: a held lock keeps no capacity.
-                        for w in e.take_acquires() {
-                            w.send(Ok(token));
-                        }
-                    }
-                }
-                Action::AcquireFailed { lock, error } => {
-                    touched.insert(lock);
-                    let err = self.error_of(error);
-                    if let Some(e) = self.locks.get_mut(&lock) {
-                        for w in e.take_acquires() {
-                            w.send(Err(err.clone()));
-                        }
-                    }
-                }
-                Action::AcquireRefused { lock, error } => {
-                    let err = self.error_of(error);
-                    if let Some(w) = self.locks.get_mut(&lock).and_then(Entry::pop_acquire) {
-                        w.send(Err(err));
-                    }
-                }
-                Action::Drained { lock } => {
-                    touched.insert(lock);
-                    self.deliver(lock, LockEvent::Drained { at }, None);
+                },
+                Err(BackendError::LeaseNotFound) => Event::LeaseLost { lease },
+                Err(e) => Event::LockFailed {
+                    req,
+                    lock,
+                    busy: e == BackendError::Busy,
+                    error: e.to_string(),
+                },
+            }
+        });
+    }
+
+    /// One try of deleting the key of `lock` (the machine tries again until
+    /// one is answered).
+    fn unlock(&mut self, req: ReqId, lock: LockId, lease: LeaseId, token: Option<Token>) {
+        // A stray reply's delete names an older token: the current one
+        // stays watched.
+        if token.is_none() || self.locks.get(&lock).is_some_and(|e| e.watched == token) {
+            self.unwatch(lock);
+        }
+        let Some(name) = self.machine.name(lock) else {
+            return;
+        };
+        let b = self.backend.clone();
+        self.spawn_call(Call::Req(req), async move {
+            match b.unlock(&name, lease, token).await {
+                Ok(()) | Err(BackendError::LeaseNotFound) => Event::Unlocked { req, lock },
+                Err(e) => {
+                    tracing::debug!(lock = %name, error = %e, "unlock failed; trying again");
+                    Event::UnlockFailed { req }
                 }
             }
+        });
+    }
+
+    /// One try of revoking `lease` (the machine tries again until one is
+    /// answered).
+    fn revoke(&mut self, lease: LeaseId) {
+        if self.watch.as_ref().is_some_and(|(l, _)| *l == lease) {
+            self.watch = None;
         }
-        // Dropped handles are answered once their release is published;
-        // releases with no key to delete (nothing held) are done now.
-        finish(std::mem::take(&mut self.publish_acks));
-        for lock in std::mem::take(&mut self.release_check) {
-            if let Some(e) = self.locks.get_mut(&lock) {
-                finish(e.take_releases());
-            }
-        }
-        if !self.closes.is_empty() && self.machine.lease().is_none() {
-            // Closed with no lease to revoke (or its revoke already sent:
-            // the revoke's own task answered what it took): answered by a
-            // fenced lease's revoke still held back, or the latest revoke
-            // still on its first try, or now. So a process that exits once
-            // closed right after a fence does not cut that revoke off.
-            let closes = std::mem::take(&mut self.closes);
-            self.revoking.retain(|w| waiters(w).is_some());
-            if self.machine.held_revokes() > 0 {
-                // A fenced lease's revoke waits for its work (§11 a): the
-                // close waits for it, at most a keepalive timeout.
-                let w: RevokeWaiters = Arc::new(std::sync::Mutex::new(Some(closes)));
-                self.deferred.push(w.clone());
-                let t = self.opts.keepalive_timeout;
-                runtime().spawn(async move {
-                    tokio::time::sleep(t).await;
-                    if let Some(closes) = waiters(&w).take() {
-                        finish(closes);
-                    }
-                });
-            } else if let Some(w) = self.revoking.last() {
-                match waiters(w).as_mut() {
-                    Some(waiting) => waiting.extend(closes),
-                    None => finish(closes),
+        // A held revoke let go: its dropped locks may be done.
+        self.touched.extend(self.dropped.iter().copied());
+        let b = self.backend.clone();
+        self.spawn_call(Call::Revoke(lease), async move {
+            match b.revoke(lease).await {
+                Ok(()) | Err(BackendError::LeaseNotFound) => Event::Revoked { lease },
+                Err(e) => {
+                    tracing::debug!(lease, error = %e, "revoke failed; trying again");
+                    Event::RevokeFailed { lease }
                 }
-            } else {
-                finish(closes);
             }
-        }
+        });
     }
 
     fn unwatch(&mut self, lock: LockId) {
         if let Some(e) = self.locks.get_mut(&lock)
             && let Some(t) = e.watched.take()
+            && let Some((_, w)) = &self.watch
         {
-            if let Some((_, w)) = &self.watch {
-                w.remove(t);
-            }
-            self.tokens.remove(&t);
+            w.remove(t);
         }
     }
 
@@ -835,27 +996,9 @@ impl SessionTask {
         let Some(e) = self.locks.get_mut(&lock) else {
             return;
         };
-        if let Some(old) = e.watched.replace(token) {
-            self.tokens.remove(&old);
-        }
-        self.tokens.insert(token, lock);
-        if let Some((_, w)) = &self.watch {
-            if let Some(name) = self.machine.name(lock) {
-                w.add(&name, token);
-            }
-        }
-    }
-
-    fn error_of(&mut self, error: AcquireError) -> Error {
-        match error {
-            AcquireError::Timeout => Error::Timeout,
-            AcquireError::WouldBlock => Error::WouldBlock,
-            AcquireError::AlreadyHeld => Error::AlreadyHeld,
-            AcquireError::Released => Error::Released,
-            AcquireError::Backend => Error::Backend(match self.last_error.clone() {
-                Some(e) => format!("the lock service failed: {e}"),
-                None => "the lock service did not answer in time".into(),
-            }),
+        e.watched = Some(token);
+        if let (Some((_, w)), Some(name)) = (&self.watch, self.machine.name(lock)) {
+            w.add(&name, token);
         }
     }
 
@@ -877,6 +1020,61 @@ impl SessionTask {
         counter.fetch_add(1, Relaxed);
     }
 
+    /// One event per transition an operator cares about (docs/metrics.md):
+    /// holds begin and resume at INFO, drains and fences at WARN.
+    fn log(&self, lock: LockId, change: StateChange) {
+        let Some(e) = self.locks.get(&lock) else {
+            return;
+        };
+        let name = self.machine.name(lock);
+        let in_flight = e.gate.in_flight();
+        match (change.to, change.reason) {
+            (State::Holding, Reason::Resumed) => {
+                tracing::info!(lock = ?name, in_flight, "resumed");
+            }
+            (State::Holding, _) => {
+                let token = self.machine.token(lock).map_or(0, |t| t.0);
+                tracing::info!(lock = ?name, token, reason = ?change.reason, "acquired");
+            }
+            (State::Draining, _) => tracing::warn!(lock = ?name, in_flight, "draining"),
+            (State::Fenced, reason) => {
+                tracing::warn!(lock = ?name, in_flight, ?reason, "fence decided");
+            }
+            _ => {}
+        }
+    }
+
+    /// The hold-duration histogram: a hold runs from an acquisition until
+    /// the lock is fenced, released or idle again.
+    fn time_hold(&self, lock: LockId, change: StateChange, at: Instant) {
+        let Some(e) = self.locks.get(&lock) else {
+            return;
+        };
+        let since = &e.gate.metrics.held_since;
+        match change.to {
+            State::Holding if matches!(change.reason, Reason::Acquired | Reason::Reacquired) => {
+                since.store(at.as_nanos().max(1), Relaxed);
+            }
+            State::Fenced | State::Released | State::Idle => {
+                let t = since.swap(0, Relaxed);
+                if t != 0 {
+                    let held = at.saturating_since(Instant::from_nanos(t));
+                    self.shared.metrics.hold.observe(held);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn publish(&self, lock: LockId) {
+        if let Some(e) = self.locks.get(&lock) {
+            let state = self.machine.state(lock);
+            let token = self.machine.token(lock);
+            let deadline = self.machine.deadline();
+            e.gate.publish(state, token, deadline);
+        }
+    }
+
     fn deliver(&self, lock: LockId, event: LockEvent, then: Option<crate::callbacks::Job>) {
         match self.locks.get(&lock).and_then(|e| e.callbacks.as_ref()) {
             Some(callbacks) => callbacks.deliver(event, then),
@@ -891,16 +1089,14 @@ impl SessionTask {
     /// A guarded write: the machine says whether `token` is the one `lock`
     /// holds (and under which lease); the service then decides atomically.
     fn write(&mut self, now: Instant, lock: LockId, w: Write) {
-        let (Some(lease), Some(e)) = (
+        let (Some(lease), Some(name)) = (
             self.machine.write_lease(now, lock, w.token),
-            self.locks.get(&lock),
+            self.machine.name(lock),
         ) else {
             w.reply.send(Err(Error::Fenced(w.token.get())));
             return;
         };
-        let _ = e;
-        let name = self.machine.name(lock).expect("a lock of the machine");
-        let (b, ttl) = (self.backend.clone(), self.opts.ttl);
+        let (b, ttl) = (self.backend.clone(), self.ttl);
         runtime().spawn(
             async move {
                 let write = b.guarded_write(&name, lease, w.token, &w.key, w.value.as_deref());
@@ -920,83 +1116,52 @@ impl SessionTask {
             .instrument(self.span.clone()),
         );
     }
+}
 
-    /// Deletes the key of `lock`; the `release()` calls waiting return once
-    /// it is deleted, or after a keepalive timeout. A delete the service
-    /// does not answer is tried again every retry interval until it does:
-    /// a key left behind would block every other holder while the session
-    /// lives. The machine hears `Unlocked` only once it is gone.
-    fn unlock(
-        &self,
+impl SessionTask {
+    /// A proclaim: the machine says whether `token` is held (and under
+    /// which lease); the service then decides atomically.
+    fn proclaim(
+        &mut self,
+        now: Instant,
         lock: LockId,
-        req: crate::machine::ReqId,
-        name: Arc<str>,
-        lease: LeaseId,
-        token: Option<Token>,
-        mut done: Vec<Reply<()>>,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        let (b, tx) = (self.backend.clone(), self.events_tx.clone());
-        let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
-        async move {
-            loop {
-                let r = tokio::time::timeout(wait_for, b.unlock(&name, lease, token)).await;
-                finish(std::mem::take(&mut done));
-                match r {
-                    Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => {
-                        let _ = tx.send((Event::Unlocked { req, lock }, None));
-                        return;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(lock = %name, error = %e, "unlock failed; trying again")
-                    }
-                    Err(_) => tracing::debug!(lock = %name, "unlock unanswered; trying again"),
-                }
-                tokio::time::sleep(retry).await;
-            }
-        }
-    }
-
-    /// Revokes `lease`; `Session::close` calls waiting return once it is
-    /// revoked, or after a keepalive timeout. A revoke the service does not
-    /// answer is tried again every retry interval until it answers: a lease
-    /// we know is ours and dead must never outlive an outage (etcd restores
-    /// leases with a fresh TTL when it comes back).
-    fn revoke(&mut self, lease: LeaseId) -> impl Future<Output = ()> + Send + 'static {
-        // A lock's own release waits for its key's delete, not a revoke.
-        let mut first = std::mem::take(&mut self.closes);
-        for w in self.deferred.drain(..) {
-            first.extend(waiters(&w).take().unwrap_or_default());
-        }
-        let done: RevokeWaiters = Arc::new(std::sync::Mutex::new(Some(first)));
-        self.revoking.retain(|w| waiters(w).is_some());
-        self.revoking.push(done.clone());
-        let b = self.backend.clone();
-        let (wait_for, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
-        async move {
-            loop {
-                let r = tokio::time::timeout(wait_for, b.revoke(lease)).await;
-                if let Some(closes) = waiters(&done).take() {
-                    finish(closes);
-                }
-                match r {
-                    Ok(Ok(())) | Ok(Err(BackendError::LeaseNotFound)) => return,
-                    Ok(Err(e)) => tracing::debug!(lease, error = %e, "revoke failed; trying again"),
-                    Err(_) => tracing::debug!(lease, "revoke unanswered; trying again"),
-                }
-                tokio::time::sleep(retry).await;
-            }
-        }
-    }
-
-    /// Runs one backend call as its own task, bounded by the TTL (after
-    /// which no reply could matter), and feeds its outcome back.
-    fn call(&self, call: impl Future<Output = Outcome> + Send + 'static) {
-        let (tx, ttl) = (self.events_tx.clone(), self.opts.ttl);
+        token: Token,
+        value: Vec<u8>,
+        reply: Reply<Result<(), Error>>,
+    ) {
+        let (Some(lease), Some(name)) = (
+            self.machine.write_lease(now, lock, token),
+            self.machine.name(lock),
+        ) else {
+            let error = match self.machine.state(lock) {
+                crate::State::Fenced | crate::State::Reacquiring => Error::Fenced(token.get()),
+                _ => Error::NotHeld,
+            };
+            reply.send(Err(error));
+            return;
+        };
+        let candidate = self.locks.get(&lock).and_then(|e| e.candidate.clone());
+        let (b, ttl) = (self.backend.clone(), self.ttl);
         runtime().spawn(
             async move {
-                if let Ok(out) = tokio::time::timeout(ttl, call).await {
-                    let _ = tx.send(out);
-                }
+                let r = match tokio::time::timeout(ttl, b.proclaim(&name, lease, token, &value))
+                    .await
+                {
+                    Ok(Ok(())) => {
+                        if let Some(c) = candidate {
+                            *crate::sync::lock(&c) = value;
+                        }
+                        Ok(())
+                    }
+                    Ok(Err(BackendError::Fenced)) => Err(Error::Fenced(token.get())),
+                    Ok(Err(e)) => Err(Error::Backend(format!(
+                        "proclaim: {e} (the outcome is unknown: it may have committed)"
+                    ))),
+                    Err(_) => Err(Error::Backend(
+                        "proclaim: no answer within the TTL (the outcome is unknown)".into(),
+                    )),
+                };
+                reply.send(r);
             }
             .instrument(self.span.clone()),
         );
@@ -1005,7 +1170,7 @@ impl SessionTask {
 
 impl Drop for SessionTask {
     /// A task dropped with watches armed (a runtime shutting down) leaves
-    /// no entry behind for a permit to find.
+    /// no entry behind for a permit to find; its calls in flight end.
     fn drop(&mut self) {
         for lock in &self.armed {
             if let Some(e) = self.locks.get(lock) {
@@ -1013,14 +1178,6 @@ impl Drop for SessionTask {
             }
         }
     }
-}
-
-/// The `Session::close` calls a revoke answers after its first try;
-/// `None` once it did.
-type RevokeWaiters = Arc<std::sync::Mutex<Option<Vec<Reply<()>>>>>;
-
-fn waiters(w: &RevokeWaiters) -> std::sync::MutexGuard<'_, Option<Vec<Reply<()>>>> {
-    w.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn finish(done: Vec<Reply<()>>) {

@@ -43,6 +43,10 @@ pub enum Error {
     /// Called in a child of `fork()`: only the parent holds its locks.
     #[error("called in a forked child process; dlock handles belong to the parent")]
     Forked,
+    /// The call needs the lock held (an election's proclaim): it is not
+    /// (never won, resigned or released).
+    #[error("the lock is not held")]
+    NotHeld,
 }
 
 impl Error {
@@ -60,6 +64,7 @@ impl Error {
             Error::Backend(_) => Code::Backend,
             Error::Shutdown => Code::Shutdown,
             Error::Forked => Code::Forked,
+            Error::NotHeld => Code::NotHeld,
         }
     }
 
@@ -76,6 +81,27 @@ impl Error {
             Error::Backend(_) => "backend",
             Error::Shutdown => "shutdown",
             Error::Forked => "forked",
+            Error::NotHeld => "not_held",
+        }
+    }
+}
+
+/// An acquisition's failure as the application sees it; the service's text
+/// says why it failed, when it said anything.
+impl From<crate::machine::AcquireError> for Error {
+    fn from(e: crate::machine::AcquireError) -> Error {
+        use crate::machine::AcquireError;
+        match e {
+            AcquireError::Timeout => Error::Timeout,
+            AcquireError::WouldBlock => Error::WouldBlock,
+            AcquireError::AlreadyHeld => Error::AlreadyHeld,
+            AcquireError::Released => Error::Released,
+            AcquireError::Backend(Some(e)) => {
+                Error::Backend(format!("the lock service failed: {e}"))
+            }
+            AcquireError::Backend(None) => {
+                Error::Backend("the lock service did not answer in time".into())
+            }
         }
     }
 }

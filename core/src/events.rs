@@ -92,7 +92,7 @@ pub(crate) struct Queue {
 
 impl Queue {
     fn lock(&self) -> std::sync::MutexGuard<'_, (VecDeque<LockEvent>, bool)> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     pub(crate) fn push(&self, e: LockEvent) {
@@ -152,17 +152,13 @@ impl EventStream {
                 return Ok(None);
             }
             q = match limit {
-                None => self.queue.grew.wait(q).unwrap_or_else(|e| e.into_inner()),
+                None => crate::sync::wait(&self.queue.grew, q),
                 Some(limit) => {
                     let left = limit.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         return Err(());
                     }
-                    self.queue
-                        .grew
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
+                    crate::sync::wait_timeout(&self.queue.grew, q, left)
                 }
             };
         }

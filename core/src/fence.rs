@@ -41,7 +41,7 @@ impl FenceGate {
     /// Atomic: of two concurrent writers the lower token can never pass
     /// after the higher.
     pub fn admit(&self, name: &str, token: Token) -> Result<(), Stale> {
-        let mut all = self.highest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = crate::sync::lock(&self.highest);
         match all.get_mut(name) {
             Some(highest) if *highest > token => Err(Stale {
                 token,
@@ -60,11 +60,7 @@ impl FenceGate {
 
     /// The highest token seen for `name`.
     pub fn highest(&self, name: &str) -> Option<Token> {
-        self.highest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .copied()
+        crate::sync::lock(&self.highest).get(name).copied()
     }
 }
 

@@ -33,7 +33,7 @@ const COUNT: u64 = WATCH - 1;
 static WATCHED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
 
 fn watched() -> std::sync::MutexGuard<'static, Vec<(usize, u64)>> {
-    WATCHED.lock().unwrap_or_else(|e| e.into_inner())
+    crate::sync::lock(&WATCHED)
 }
 
 /// A consistent reading of the published state.
@@ -76,6 +76,7 @@ pub(crate) struct Gate {
     /// The reference the permits in flight share once the handle is gone.
     kept: Mutex<Option<Arc<Gate>>>,
     pub(crate) counters: Counters,
+    pub(crate) metrics: crate::metrics::LockMetrics,
 }
 
 impl Gate {
@@ -92,6 +93,7 @@ impl Gate {
             kept: Mutex::new(None),
             clock,
             counters: Counters::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -150,6 +152,9 @@ impl Gate {
         self.deadline
             .store(deadline.map_or(0, |d| d.as_nanos()), Relaxed);
         self.seq.store(s.wrapping_add(2), SeqCst);
+        if let Some(d) = deadline {
+            self.metrics.deadline.store(d.as_nanos(), Relaxed);
+        }
     }
 
     /// Starts one unit of work: counted in flight first, then checked, so a
@@ -164,10 +169,20 @@ impl Gate {
         match decide(snap.state, snap.deadline, self.clock.now()) {
             Ok(()) => Ok(snap),
             Err(r) => {
+                // Counted while still in flight: after `exit` the gate
+                // may be freed.
+                self.refused(r);
                 self.exit();
                 Err(r)
             }
         }
+    }
+
+    /// Counts a refused permit (off the granted path).
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, r: Refused) {
+        self.metrics.refused[crate::metrics::refusal_index(r)].fetch_add(1, Relaxed);
     }
 
     /// Ends one unit of work: one `fetch_sub`. Once the count is given up
@@ -205,14 +220,14 @@ impl Gate {
     }
 
     fn free_kept(&self) {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let kept = crate::sync::lock(&self.kept).take();
         drop(kept);
     }
 
     /// The lock handle is gone: the permits in flight (if any) keep the
     /// gate until the last one ends.
     pub(crate) fn orphan(self: &Arc<Self>) {
-        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.clone());
+        *crate::sync::lock(&self.kept) = Some(self.clone());
         let prev = self.flight.fetch_or(GONE, SeqCst);
         if prev & COUNT == 0 {
             self.free_kept();

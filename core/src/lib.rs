@@ -38,28 +38,38 @@ mod client;
 pub mod clock;
 pub mod codes;
 mod driver;
+pub mod election;
 mod error;
 mod etcd;
 mod events;
 mod fence;
 mod fork;
 mod gate;
+mod lifecycle;
+pub mod log;
 pub mod machine;
 pub mod memory;
+pub mod metrics;
 mod options;
+mod postgres;
+mod sync;
 
-pub use backend::Backend;
+pub use backend::{Backend, lock_key};
 pub use client::{
     BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_NAME_LEN, OwnedPermit, Permit,
     Session, SessionStats,
 };
 pub use clock::{Clock, Instant, ManualClock};
 pub use codes::Code;
+pub use election::{Election, Leader, Observed, Observer};
 pub use error::Error;
-pub use etcd::EtcdConfig;
+pub use etcd::{EtcdConfig, EtcdReader, LeaseTtl, LockKey};
 pub use events::{EventStream, LockEvent};
 pub use fence::{FenceGate, Stale};
 pub use fork::forked;
+pub use lifecycle::{Acquisition, shutdown, spawn_then};
 pub use machine::{Reason, Refused, State, StateChange, Token};
 pub use memory::{MemoryBackend, MemoryService};
-pub use options::{MAX_TTL, Options};
+pub use metrics::Snapshot as MetricsSnapshot;
+pub use options::{MAX_TTL, Options, PartialOptions};
+pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL};

@@ -1,9 +1,13 @@
 //! The holder state machine (docs/design.md §2), sans-IO.
 //!
-//! [`Holder`] takes `(now, Event)` and queues [`Action`]s; it never reads a
-//! clock, sleeps or talks to a server. The driver feeds it replies and timer
-//! ticks, performs its actions, and sleeps until [`Holder::poll_timeout`].
-//! Tests drive it with hand-made instants.
+//! [`Holder`] takes `(now, Event)` and queues its output in two queues, as
+//! quinn-proto's `Connection` does: [`Request`]s to the lock service
+//! ([`Holder::poll_request`]) and [`Notice`]s to the application
+//! ([`Holder::poll_notice`]); [`Holder::poll_action`] merges them in order
+//! for tests. It never reads a clock, sleeps or talks to a server. The
+//! driver feeds it replies and timer ticks, sends its requests, publishes
+//! its notices, and sleeps until [`Holder::poll_timeout`]. Tests drive it
+//! with hand-made instants.
 //!
 //! | docs/design.md word | here |
 //! | --- | --- |
@@ -20,12 +24,18 @@
 //! | the last permit in flight ended | [`Event::PermitsEnded`], asked for by [`Holder::watching_permits`] |
 //! | call on_drained | [`Action::Drained`] |
 //! | reacquire | [`Action::Transition`] to `Reacquiring`, then [`Action::Grant`] |
+//! | delete / revoke retried until answered | [`Request::Unlock`] / [`Request::Revoke`] again a retry interval after a failure ([`Event::UnlockFailed`], [`Event::RevokeFailed`]) or a try unanswered for a keepalive timeout |
+//! | release() / close() returns | [`Notice::ReleaseDone`] / [`Notice::CloseDone`] |
+//! | a call bounded by the TTL | [`Request::Abandon`] |
 //!
-//! Ordering rules (docs/design.md §11) live here, so the machine's tests
-//! cover them: a fenced lease is revoked only once `on_fence` has returned
-//! *and* the last permit in flight has ended, or once the server's expiry of
-//! that lease has passed anyway; `drained` is reported once per drain or
-//! fence, when no permit is in flight.
+//! Ordering and timing rules (docs/design.md §10, §11) live here, so the
+//! machine's tests cover them: a fenced lease is revoked only once
+//! `on_fence` has returned *and* the last permit in flight has ended, or
+//! once the server's expiry of that lease has passed anyway; `drained` is
+//! reported once per drain or fence, when no permit is in flight; a delete
+//! or revoke is tried until answered; a close waits for its revoke's first
+//! try, or for a held revoke at most a keepalive timeout; a grant or
+//! keepalive unanswered for a TTL is abandoned.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -87,58 +97,6 @@ pub enum State {
     Released = 6,
 }
 
-impl State {
-    /// The name used in traces and every binding.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            State::Idle => "Idle",
-            State::Acquiring => "Acquiring",
-            State::Holding => "Holding",
-            State::Draining => "Draining",
-            State::Fenced => "Fenced",
-            State::Reacquiring => "Reacquiring",
-            State::Released => "Released",
-        }
-    }
-
-    /// Every state, in C order (`State::ALL[i] as u8 == i`).
-    pub const ALL: [State; 7] = [
-        State::Idle,
-        State::Acquiring,
-        State::Holding,
-        State::Draining,
-        State::Fenced,
-        State::Reacquiring,
-        State::Released,
-    ];
-
-    /// The name as a static C string, for the C face.
-    pub fn as_cstr(self) -> &'static std::ffi::CStr {
-        const NAMES: [&std::ffi::CStr; 7] = [
-            c"Idle",
-            c"Acquiring",
-            c"Holding",
-            c"Draining",
-            c"Fenced",
-            c"Reacquiring",
-            c"Released",
-        ];
-        NAMES[self as usize]
-    }
-
-    pub(crate) const fn from_u8(v: u8) -> State {
-        match v {
-            1 => State::Acquiring,
-            2 => State::Holding,
-            3 => State::Draining,
-            4 => State::Fenced,
-            5 => State::Reacquiring,
-            6 => State::Released,
-            _ => State::Idle,
-        }
-    }
-}
-
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -178,75 +136,6 @@ pub enum Reason {
     WouldBlock,
     /// `try_acquire` failed on a backend error.
     AcquireFailed,
-}
-
-impl Reason {
-    /// Every reason, in C order (`LK_REASON_*` value = index).
-    pub const ALL: [Reason; 14] = [
-        Reason::Acquire,
-        Reason::Acquired,
-        Reason::KeepaliveTimeout,
-        Reason::KeepaliveFailed,
-        Reason::Resumed,
-        Reason::Deadline,
-        Reason::LeaseLost,
-        Reason::Reacquire,
-        Reason::Reacquired,
-        Reason::Release,
-        Reason::AcquireTimeout,
-        Reason::WouldBlock,
-        Reason::AcquireFailed,
-        Reason::LockLost,
-    ];
-
-    /// The index in [`Reason::ALL`] (the C number).
-    pub fn index(self) -> usize {
-        Reason::ALL
-            .iter()
-            .position(|r| *r == self)
-            .expect("every reason is in ALL")
-    }
-
-    /// The name as a static C string, for the C face.
-    pub fn as_cstr(self) -> &'static std::ffi::CStr {
-        const NAMES: [&std::ffi::CStr; 14] = [
-            c"acquire",
-            c"acquired",
-            c"keepalive_timeout",
-            c"keepalive_failed",
-            c"resumed",
-            c"deadline",
-            c"lease_lost",
-            c"reacquire",
-            c"reacquired",
-            c"release",
-            c"acquire_timeout",
-            c"would_block",
-            c"acquire_failed",
-            c"lock_lost",
-        ];
-        NAMES[self.index()]
-    }
-
-    /// The snake_case name used in traces and every binding.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Reason::Acquire => "acquire",
-            Reason::Acquired => "acquired",
-            Reason::KeepaliveTimeout => "keepalive_timeout",
-            Reason::KeepaliveFailed => "keepalive_failed",
-            Reason::Resumed => "resumed",
-            Reason::Deadline => "deadline",
-            Reason::LeaseLost => "lease_lost",
-            Reason::LockLost => "lock_lost",
-            Reason::Reacquire => "reacquire",
-            Reason::Reacquired => "reacquired",
-            Reason::Release => "release",
-            Reason::AcquireTimeout => "acquire_timeout",
-            Reason::WouldBlock => "would_block",
-            Reason::AcquireFailed => "acquire_failed",
-        }
-    }
 }
 
 impl fmt::Display for Reason {
@@ -290,16 +179,6 @@ pub enum Refused {
 }
 
 impl Refused {
-    /// The snake_case name shared by every binding.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Refused::Draining => "draining",
-            Refused::Fenced => "fenced",
-            Refused::Released => "released",
-            Refused::NotHeld => "not_held",
-        }
-    }
-
     /// The refusal's entry in the code table.
     pub const fn status(self) -> crate::codes::Code {
         use crate::codes::Code;
@@ -328,7 +207,7 @@ pub(crate) fn decide(state: State, deadline: Instant, now: Instant) -> Result<()
 }
 
 /// Why an acquisition ended without the lock.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AcquireError {
     /// The wait for one's turn (a lock request queued at the service) ran
     /// out.
@@ -340,8 +219,9 @@ pub enum AcquireError {
     /// Released while acquiring.
     Released,
     /// The service failed or did not answer (`try_acquire`, or a timeout
-    /// that ran out before any lock request was queued).
-    Backend,
+    /// that ran out before any lock request was queued): the service's last
+    /// error text of this session, `None` if it only did not answer.
+    Backend(Option<String>),
 }
 
 /// Names one lock of a session's machine (given to [`Holder::add_lock`],
@@ -374,6 +254,8 @@ pub enum Event {
     GrantFailed {
         /// The request answered.
         req: ReqId,
+        /// The service's error text.
+        error: String,
     },
     /// Reply to [`Action::Lock`]: the lock is ours.
     Locked {
@@ -394,6 +276,8 @@ pub enum Event {
         lock: LockId,
         /// Held by someone else (no-wait mode).
         busy: bool,
+        /// The service's error text.
+        error: String,
     },
     /// [`Action::Unlock`] is done: the key is deleted (or was absent).
     Unlocked {
@@ -401,6 +285,23 @@ pub enum Event {
         req: ReqId,
         /// The lock.
         lock: LockId,
+    },
+    /// [`Action::Unlock`] failed: it is sent again after the retry
+    /// interval.
+    UnlockFailed {
+        /// The request answered.
+        req: ReqId,
+    },
+    /// [`Action::Revoke`] is done: the lease is gone (or was already).
+    Revoked {
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// [`Action::Revoke`] failed: it is sent again after the retry
+    /// interval.
+    RevokeFailed {
+        /// The lease.
+        lease: LeaseId,
     },
     /// A keepalive reply granting `ttl` (zero means the lease is gone).
     KeepaliveConfirmed {
@@ -432,8 +333,33 @@ pub enum Event {
         /// The lock.
         lock: LockId,
     },
+    /// The application resigns `lock` (an election's leader steps down):
+    /// no new permit from now on; the key is deleted once the permits in
+    /// flight end, or at `grace` from now, whichever is first, so the next
+    /// leader never starts while this one's work may still run.
+    Resign {
+        /// The lock.
+        lock: LockId,
+        /// The longest wait for the permits in flight.
+        grace: Duration,
+    },
     /// The session is closed: every lock is released and the lease revoked.
-    Close,
+    /// `waiter`: a `Session::close` call, answered by
+    /// [`Action::CloseDone`] (the handles' drop waits for nothing).
+    Close {
+        /// The close call to answer.
+        waiter: Option<u64>,
+    },
+    /// One acquisition of `lock` is cancelled (`Acquisition::cancel`, a
+    /// dropped future): it must leave nothing held. `None`: the acquisition
+    /// in progress is cut short (its key, if put, is deleted); `Some`: it
+    /// succeeded with this token, released only if `lock` still holds it.
+    Cancel {
+        /// The lock.
+        lock: LockId,
+        /// The token the cancelled acquisition won, if it did.
+        token: Option<Token>,
+    },
     /// `on_fence` of `token` has returned (the driver ran it).
     FenceDelivered {
         /// The lock.
@@ -451,9 +377,11 @@ pub enum Event {
     Timer,
 }
 
-/// What the machine asks the driver to do, in order.
+/// What the machine asks of the lock service (quinn-proto's transmits):
+/// the driver sends each at once, as its own task, and feeds the reply
+/// back as an [`Event`].
 #[derive(Clone, Debug, PartialEq)]
-pub enum Action {
+pub enum Request {
     /// Ask for a lease. The machine took `now` as its send time: send at once.
     Grant {
         /// Matches the reply.
@@ -473,8 +401,9 @@ pub enum Action {
         wait: bool,
     },
     /// Delete the key of `lock` under `lease` (the lease lives on): with the
-    /// token held, or `None` for an acquisition cut short, whose request in
-    /// flight is to be abandoned first. Retried until done.
+    /// token held, or `None` for an acquisition cut short. Sent again (same
+    /// `req`) every retry interval until answered; a new try replaces the
+    /// one before it.
     Unlock {
         /// Matches the reply.
         req: ReqId,
@@ -492,11 +421,25 @@ pub enum Action {
         /// The lease.
         lease: LeaseId,
     },
-    /// Revoke a lease where reachable (best effort; it expires anyway).
+    /// Revoke a lease. Sent again every retry interval until answered (a
+    /// lease we know is ours and dead must not outlive an outage); a new
+    /// try replaces the one before it.
     Revoke {
         /// The lease.
         lease: LeaseId,
     },
+    /// Stop waiting for request `req` (drop the call in flight): no reply
+    /// to it can matter any more.
+    Abandon {
+        /// The request.
+        req: ReqId,
+    },
+}
+
+/// What the machine tells the application (quinn-proto's events): the
+/// driver publishes states and runs callbacks and answers calls.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
     /// Publish the new state of `lock` and call its `on_state_change`.
     Transition {
         /// The lock.
@@ -541,6 +484,191 @@ pub enum Action {
         /// The lock.
         lock: LockId,
     },
+    /// Answer the `release()` calls of `lock`: its key's delete had its
+    /// first try (or there was none to make).
+    ReleaseDone {
+        /// The lock.
+        lock: LockId,
+    },
+    /// Answer the `Session::close` call `waiter`: the lease's revoke had
+    /// its first try, or a fenced lease's held revoke did, or a keepalive
+    /// timeout passed.
+    CloseDone {
+        /// The call.
+        waiter: u64,
+    },
+}
+
+/// Either output of the machine, in the order it was produced (for tests
+/// and tools; the driver polls the two queues apart).
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum Action {
+    Grant {
+        req: ReqId,
+        ttl: Duration,
+    },
+    Lock {
+        req: ReqId,
+        lock: LockId,
+        lease: LeaseId,
+        wait: bool,
+    },
+    Unlock {
+        req: ReqId,
+        lock: LockId,
+        lease: LeaseId,
+        token: Option<Token>,
+    },
+    Keepalive {
+        req: ReqId,
+        lease: LeaseId,
+    },
+    Revoke {
+        lease: LeaseId,
+    },
+    Abandon {
+        req: ReqId,
+    },
+    Transition {
+        lock: LockId,
+        change: StateChange,
+    },
+    Deadline,
+    Fence {
+        lock: LockId,
+        token: Token,
+    },
+    Acquired {
+        lock: LockId,
+        token: Token,
+    },
+    AcquireFailed {
+        lock: LockId,
+        error: AcquireError,
+    },
+    AcquireRefused {
+        lock: LockId,
+        error: AcquireError,
+    },
+    Drained {
+        lock: LockId,
+    },
+    ReleaseDone {
+        lock: LockId,
+    },
+    CloseDone {
+        waiter: u64,
+    },
+}
+
+impl From<Request> for Action {
+    fn from(r: Request) -> Action {
+        match r {
+            Request::Grant { req, ttl } => Action::Grant { req, ttl },
+            Request::Lock {
+                req,
+                lock,
+                lease,
+                wait,
+            } => Action::Lock {
+                req,
+                lock,
+                lease,
+                wait,
+            },
+            Request::Unlock {
+                req,
+                lock,
+                lease,
+                token,
+            } => Action::Unlock {
+                req,
+                lock,
+                lease,
+                token,
+            },
+            Request::Keepalive { req, lease } => Action::Keepalive { req, lease },
+            Request::Revoke { lease } => Action::Revoke { lease },
+            Request::Abandon { req } => Action::Abandon { req },
+        }
+    }
+}
+
+impl From<Notice> for Action {
+    fn from(n: Notice) -> Action {
+        match n {
+            Notice::Transition { lock, change } => Action::Transition { lock, change },
+            Notice::Deadline => Action::Deadline,
+            Notice::Fence { lock, token } => Action::Fence { lock, token },
+            Notice::Acquired { lock, token } => Action::Acquired { lock, token },
+            Notice::AcquireFailed { lock, error } => Action::AcquireFailed { lock, error },
+            Notice::AcquireRefused { lock, error } => Action::AcquireRefused { lock, error },
+            Notice::Drained { lock } => Action::Drained { lock },
+            Notice::ReleaseDone { lock } => Action::ReleaseDone { lock },
+            Notice::CloseDone { waiter } => Action::CloseDone { waiter },
+        }
+    }
+}
+
+/// One try of a request retried until answered (a key's delete, a
+/// revoke): in flight until `until`, or waiting to be sent at `retry_at`.
+#[derive(Copy, Clone, Debug)]
+struct Try {
+    /// In flight: unanswered once this passes.
+    until: Option<Instant>,
+    /// Waiting: sent again at this instant.
+    retry_at: Option<Instant>,
+    /// The first try has not ended yet (the calls waiting on it).
+    first: bool,
+}
+
+impl Try {
+    fn sent(now: Instant, timeout: Duration) -> Try {
+        Try {
+            until: Some(now + timeout),
+            retry_at: None,
+            first: true,
+        }
+    }
+
+    /// The try in flight failed or went unanswered: again after `retry`.
+    /// Whether it was the first.
+    fn failed(&mut self, now: Instant, retry: Duration) -> bool {
+        self.until = None;
+        self.retry_at = Some(now + retry);
+        std::mem::replace(&mut self.first, false)
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.until.or(self.retry_at)
+    }
+}
+
+/// A key's delete under way, retried until answered.
+#[derive(Copy, Clone, Debug)]
+struct Delete {
+    req: ReqId,
+    lock: LockId,
+    lease: LeaseId,
+    token: Option<Token>,
+    tries: Try,
+}
+
+/// A revoke under way, retried until answered.
+#[derive(Copy, Clone, Debug)]
+struct Revoking {
+    lease: LeaseId,
+    tries: Try,
+}
+
+/// What a `Session::close` call waits for.
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum CloseOn {
+    /// The first try of this lease's revoke.
+    Revoke(LeaseId),
+    /// A fenced lease's held revoke, or this instant (a keepalive timeout).
+    Held(Instant),
 }
 
 /// A fenced token whose lease's revoke waits for it (docs/design.md §11).
@@ -590,6 +718,17 @@ struct Slot {
     watching: bool,
     /// No permit in flight since the lock left `Holding`.
     quiet: bool,
+    /// Resigned with permits in flight: the key's delete waits for them.
+    resigning: Option<Resigning>,
+}
+
+/// A resignation waiting for the permits in flight (see [`Event::Resign`]).
+#[derive(Copy, Clone, Debug)]
+struct Resigning {
+    lease: LeaseId,
+    token: Token,
+    /// The grace ends: the key goes even with permits in flight.
+    until: Instant,
 }
 
 impl Slot {
@@ -644,7 +783,25 @@ pub struct Holder {
     /// lease may exist: another lock of the same name waits for it to go.
     keys: HashMap<std::sync::Arc<str>, LockId>,
     held: Vec<HeldRevoke>,
-    actions: VecDeque<Action>,
+    /// Key deletes under way, tried until answered.
+    deletes: Vec<Delete>,
+    /// The locks resigning (their key's delete waits for their permits).
+    resigns: BTreeSet<LockId>,
+    /// Revokes under way, tried until answered.
+    revokes: Vec<Revoking>,
+    /// `Session::close` calls waiting, with what each waits for.
+    closes: Vec<(u64, CloseOn)>,
+    /// Calls the TTL bounds (grants, keepalives), in send order: abandoned
+    /// once it passed, when no reply could matter any more.
+    bounded: VecDeque<(Instant, ReqId)>,
+    /// The service's last error text while acquiring.
+    last_error: Option<String>,
+    /// The instant of the event being handled.
+    now: Instant,
+    /// Output order across the two queues.
+    seq: u64,
+    requests: VecDeque<(u64, Request)>,
+    notices: VecDeque<(u64, Notice)>,
 }
 
 impl Holder {
@@ -669,7 +826,16 @@ impl Holder {
             pending: BTreeSet::new(),
             keys: HashMap::new(),
             held: Vec::new(),
-            actions: VecDeque::new(),
+            deletes: Vec::new(),
+            resigns: BTreeSet::new(),
+            revokes: Vec::new(),
+            closes: Vec::new(),
+            bounded: VecDeque::new(),
+            last_error: None,
+            now: Instant::ZERO,
+            seq: 0,
+            requests: VecDeque::new(),
+            notices: VecDeque::new(),
         }
     }
 
@@ -691,17 +857,20 @@ impl Holder {
                 unlocking: None,
                 watching: false,
                 quiet: false,
+                resigning: None,
             },
         );
     }
 
-    /// Whether `lock` has nothing left to do: released, its key deleted, no
-    /// permit awaited and no fenced token of it waiting. The driver then
+    /// Whether `lock` has nothing left to do: released, every delete of its
+    /// keys answered, no permit awaited and no fenced token of it waiting. The driver then
     /// removes a lock whose handle is gone.
     pub fn finished(&self, lock: LockId) -> bool {
         self.locks.get(&lock).is_none_or(|s| {
             s.state == State::Released
                 && s.unlocking.is_none()
+                && s.resigning.is_none()
+                && !self.deletes.iter().any(|d| d.lock == lock)
                 && !self.watching_permits(lock)
                 && self.keys.get(&s.name) != Some(&lock)
         })
@@ -715,9 +884,14 @@ impl Holder {
     }
 
     /// Whether the session has nothing left to do once closed: no lock, no
-    /// held revoke.
+    /// held revoke, no delete or revoke still to be answered, no close
+    /// waiting.
     pub fn idle(&self) -> bool {
-        self.locks.is_empty() && self.held.is_empty()
+        self.locks.is_empty()
+            && self.held.is_empty()
+            && self.deletes.is_empty()
+            && self.revokes.is_empty()
+            && self.closes.is_empty()
     }
 
     /// Whether the driver must report [`Event::PermitsEnded`] for `lock`
@@ -784,9 +958,38 @@ impl Holder {
         Ok((self.token(lock).expect("holding without a token"), deadline))
     }
 
-    /// The next action to perform, in order.
+    /// The next request to send to the lock service, in order.
+    pub fn poll_request(&mut self) -> Option<Request> {
+        self.requests.pop_front().map(|(_, r)| r)
+    }
+
+    /// The next notice for the application, in order.
+    pub fn poll_notice(&mut self) -> Option<Notice> {
+        self.notices.pop_front().map(|(_, n)| n)
+    }
+
+    /// The next output of either queue, in the order the machine produced
+    /// them (tests; the driver polls the queues apart).
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        let request_first = match (self.requests.front(), self.notices.front()) {
+            (Some((r, _)), Some((n, _))) => r < n,
+            (r, _) => r.is_some(),
+        };
+        if request_first {
+            self.poll_request().map(Action::from)
+        } else {
+            self.poll_notice().map(Action::from)
+        }
+    }
+
+    fn request(&mut self, r: Request) {
+        self.seq += 1;
+        self.requests.push_back((self.seq, r));
+    }
+
+    fn notice(&mut self, n: Notice) {
+        self.seq += 1;
+        self.notices.push_back((self.seq, n));
     }
 
     /// When the driver must call `handle(now, Event::Timer)` next.
@@ -825,12 +1028,28 @@ impl Holder {
         for h in &self.held {
             consider(Some(h.expired_by));
         }
+        for d in &self.deletes {
+            consider(d.tries.next_timer());
+        }
+        for id in &self.resigns {
+            consider(self.locks[id].resigning.map(|r| r.until));
+        }
+        for r in &self.revokes {
+            consider(r.tries.next_timer());
+        }
+        for (_, on) in &self.closes {
+            if let CloseOn::Held(t) = on {
+                consider(Some(*t));
+            }
+        }
+        consider(self.bounded.front().map(|(t, _)| *t));
         at
     }
 
     /// Feeds one event at `now`. Timers due at `now` are handled first, so a
     /// reply that arrives after the deadline finds the token already fenced.
     pub fn handle(&mut self, now: Instant, event: Event) {
+        self.now = now;
         if let Event::PermitsEnded { lock } = event {
             // Observed before any timer due now: a fence those timers cause
             // may follow a permit granted after the observation.
@@ -842,7 +1061,9 @@ impl Holder {
         match event {
             Event::Acquire { lock, wait, until } => self.on_acquire(now, lock, wait, until),
             Event::LeaseGranted { req, lease, ttl } => self.on_granted(now, req, lease, ttl),
-            Event::GrantFailed { req } => {
+            Event::GrantFailed { req, error } => {
+                self.answered(req);
+                self.last_error = Some(error);
                 if self.grant.is_some_and(|p| p.req == req) {
                     self.grant = None;
                     self.grant_failed(now);
@@ -854,8 +1075,32 @@ impl Holder {
                 lease,
                 token,
             } => self.on_locked(now, req, lock, lease, token),
-            Event::LockFailed { req, lock, busy } => self.on_lock_failed(now, req, lock, busy),
+            Event::LockFailed {
+                req,
+                lock,
+                busy,
+                error,
+            } => {
+                self.last_error = Some(error);
+                self.on_lock_failed(now, req, lock, busy);
+            }
+            Event::UnlockFailed { req } => self.delete_failed(now, req),
+            Event::Revoked { lease } => {
+                if let Some(i) = self.revokes.iter().position(|r| r.lease == lease) {
+                    let r = self.revokes.remove(i);
+                    if r.tries.first {
+                        self.first_revoke_ended(lease);
+                    }
+                }
+            }
+            Event::RevokeFailed { lease } => self.revoke_failed(now, lease),
             Event::Unlocked { req, lock } => {
+                if let Some(i) = self.deletes.iter().position(|d| d.req == req) {
+                    let d = self.deletes.remove(i);
+                    if d.tries.first {
+                        self.answer_releases(lock);
+                    }
+                }
                 if let Some(s) = self.locks.get_mut(&lock)
                     && s.unlocking == Some(req)
                 {
@@ -869,6 +1114,7 @@ impl Holder {
             }
             Event::KeepaliveConfirmed { req, ttl } => self.on_confirmed(now, req, ttl),
             Event::KeepaliveFailed { req } => {
+                self.answered(req);
                 if let Some(i) = self.keepalives.iter().position(|p| p.req == req) {
                     self.keepalives.remove(i);
                     self.keepalive_failed(now, Reason::KeepaliveFailed);
@@ -881,7 +1127,14 @@ impl Holder {
             }
             Event::LockLost { lock, token } => self.on_lock_lost(now, lock, token),
             Event::Release { lock } => self.on_release(now, lock),
-            Event::Close => self.on_close(now),
+            Event::Resign { lock, grace } => self.on_resign(now, lock, grace),
+            Event::Close { waiter } => {
+                let revoked = self.on_close(now);
+                if let Some(waiter) = waiter {
+                    self.close_wait(waiter, revoked);
+                }
+            }
+            Event::Cancel { lock, token } => self.on_cancel(now, lock, token),
             Event::FenceDelivered { lock, token } => {
                 for h in &mut self.held {
                     for t in h
@@ -898,6 +1151,193 @@ impl Holder {
             Event::Timer => {}
         }
         self.poll_timers(now);
+    }
+
+    /// A reply to `req` came: the TTL no longer bounds it.
+    fn answered(&mut self, req: ReqId) {
+        if let Some(i) = self.bounded.iter().position(|(_, r)| *r == req) {
+            self.bounded.remove(i);
+        }
+    }
+
+    /// Sends the delete of `lock`'s key under `lease` (with `token`, or
+    /// whatever is there), tried until answered (§10: a key left behind
+    /// would block every other holder while the session lives).
+    fn send_delete(&mut self, lock: LockId, lease: LeaseId, token: Option<Token>) -> ReqId {
+        let req = self.req();
+        self.deletes.push(Delete {
+            req,
+            lock,
+            lease,
+            token,
+            tries: Try::sent(self.now, self.opts.keepalive_timeout),
+        });
+        self.request(Request::Unlock {
+            req,
+            lock,
+            lease,
+            token,
+        });
+        req
+    }
+
+    /// A try of the delete `req` failed: again after the retry interval.
+    fn delete_failed(&mut self, now: Instant, req: ReqId) {
+        let retry = self.opts.retry_interval;
+        let Some(d) = self
+            .deletes
+            .iter_mut()
+            .find(|d| d.req == req && d.tries.until.is_some())
+        else {
+            return;
+        };
+        let lock = d.lock;
+        if d.tries.failed(now, retry) {
+            self.answer_releases(lock);
+        }
+    }
+
+    /// The `release()` calls of `lock` are answered once no delete of its
+    /// key is on its first try.
+    fn answer_releases(&mut self, lock: LockId) {
+        if self.locks.get(&lock).is_some_and(|s| s.resigning.is_some()) {
+            return;
+        }
+        if !self.deletes.iter().any(|d| d.lock == lock && d.tries.first) {
+            self.notice(Notice::ReleaseDone { lock });
+        }
+    }
+
+    /// Revokes `lease`, tried until answered (§10: a lease we know is
+    /// ours and dead must never outlive an outage: etcd restores leases
+    /// with a fresh TTL when it comes back). Closes waiting for a held
+    /// revoke wait for this one's first try instead.
+    fn send_revoke(&mut self, lease: LeaseId) {
+        if self.revokes.iter().any(|r| r.lease == lease) {
+            return;
+        }
+        self.revokes.push(Revoking {
+            lease,
+            tries: Try::sent(self.now, self.opts.keepalive_timeout),
+        });
+        for (_, on) in &mut self.closes {
+            if matches!(on, CloseOn::Held(_)) {
+                *on = CloseOn::Revoke(lease);
+            }
+        }
+        self.request(Request::Revoke { lease });
+    }
+
+    fn revoke_failed(&mut self, now: Instant, lease: LeaseId) {
+        let retry = self.opts.retry_interval;
+        let Some(r) = self
+            .revokes
+            .iter_mut()
+            .find(|r| r.lease == lease && r.tries.until.is_some())
+        else {
+            return;
+        };
+        if r.tries.failed(now, retry) {
+            self.first_revoke_ended(lease);
+        }
+    }
+
+    /// The first try of `lease`'s revoke ended: the closes waiting on it
+    /// are answered (the revoke goes on if it failed).
+    fn first_revoke_ended(&mut self, lease: LeaseId) {
+        let mut done = Vec::new();
+        self.closes.retain(|(w, on)| {
+            let go = *on == CloseOn::Revoke(lease);
+            if go {
+                done.push(*w);
+            }
+            !go
+        });
+        for waiter in done {
+            self.notice(Notice::CloseDone { waiter });
+        }
+    }
+
+    /// What the close call `waiter` waits for (§10): the revoke of the
+    /// lease it closed; else a fenced lease's revoke still held back (its
+    /// `on_fence` and work), at most a keepalive timeout; else the latest
+    /// revoke still on its first try; else nothing. So a process that
+    /// exits once closed does not cut a revoke off.
+    fn close_wait(&mut self, waiter: u64, revoked: Option<LeaseId>) {
+        let on = if let Some(lease) = revoked {
+            CloseOn::Revoke(lease)
+        } else if !self.held.is_empty() {
+            CloseOn::Held(self.now + self.opts.keepalive_timeout)
+        } else if let Some(r) = self.revokes.iter().rev().find(|r| r.tries.first) {
+            CloseOn::Revoke(r.lease)
+        } else {
+            self.notice(Notice::CloseDone { waiter });
+            return;
+        };
+        self.closes.push((waiter, on));
+    }
+
+    /// The timers of the tries (deletes, revokes), the close waits and the
+    /// TTL bound of calls.
+    fn poll_tries(&mut self, now: Instant) {
+        let (timeout, retry) = (self.opts.keepalive_timeout, self.opts.retry_interval);
+        let mut releases = Vec::new();
+        let mut again = Vec::new();
+        for d in &mut self.deletes {
+            if d.tries.until.is_some_and(|t| now >= t) {
+                if d.tries.failed(now, retry) {
+                    releases.push(d.lock);
+                }
+            } else if d.tries.retry_at.is_some_and(|t| now >= t) {
+                d.tries.retry_at = None;
+                d.tries.until = Some(now + timeout);
+                again.push(Request::Unlock {
+                    req: d.req,
+                    lock: d.lock,
+                    lease: d.lease,
+                    token: d.token,
+                });
+            }
+        }
+        let mut revoked = Vec::new();
+        for r in &mut self.revokes {
+            if r.tries.until.is_some_and(|t| now >= t) {
+                if r.tries.failed(now, retry) {
+                    revoked.push(r.lease);
+                }
+            } else if r.tries.retry_at.is_some_and(|t| now >= t) {
+                r.tries.retry_at = None;
+                r.tries.until = Some(now + timeout);
+                again.push(Request::Revoke { lease: r.lease });
+            }
+        }
+        for lock in releases {
+            self.answer_releases(lock);
+        }
+        for lease in revoked {
+            self.first_revoke_ended(lease);
+        }
+        for r in again {
+            self.request(r);
+        }
+        let mut done = Vec::new();
+        self.closes.retain(|(w, on)| {
+            let go = matches!(on, CloseOn::Held(t) if now >= *t);
+            if go {
+                done.push(*w);
+            }
+            !go
+        });
+        for waiter in done {
+            self.notice(Notice::CloseDone { waiter });
+        }
+        while let Some(&(t, req)) = self.bounded.front() {
+            if now < t {
+                break;
+            }
+            self.bounded.pop_front();
+            self.request(Request::Abandon { req });
+        }
     }
 
     fn req(&mut self) -> ReqId {
@@ -929,7 +1369,7 @@ impl Holder {
         } else {
             self.pending.remove(&lock);
         }
-        self.actions.push_back(Action::Transition {
+        self.notice(Notice::Transition {
             lock,
             change: StateChange { from, to, reason },
         });
@@ -949,7 +1389,8 @@ impl Holder {
         {
             let req = self.req();
             self.grant = Some(Pending { req, sent_at: now });
-            self.actions.push_back(Action::Grant {
+            self.bounded.push_back((now + self.opts.ttl, req));
+            self.request(Request::Grant {
                 req,
                 ttl: self.opts.ttl,
             });
@@ -967,13 +1408,17 @@ impl Holder {
         self.failing = false;
         self.keepalive_retry_at = None;
         self.keys.clear();
+        let mut cut = Vec::new();
         for s in self.locks.values_mut() {
-            // Requests under the old lease are abandoned (the driver aborts
-            // them with the lease); its keys went with it.
-            s.lock_req = None;
+            // Requests under the old lease are abandoned; its keys go with
+            // it (the deletes under way go on until answered).
+            cut.extend(s.lock_req.take());
             s.unlocking = None;
         }
-        self.actions.push_back(Action::Deadline);
+        for req in cut {
+            self.request(Request::Abandon { req });
+        }
+        self.notice(Notice::Deadline);
     }
 
     /// No permit of `lock` is in flight: its drain under way is over, and so
@@ -984,8 +1429,9 @@ impl Holder {
         {
             s.watching = false;
             s.quiet = true;
-            self.actions.push_back(Action::Drained { lock });
+            self.notice(Notice::Drained { lock });
         }
+        self.resigned(lock);
         for h in &mut self.held {
             for t in h.tokens.iter_mut().filter(|t| t.lock == lock) {
                 t.ended = true;
@@ -998,24 +1444,27 @@ impl Holder {
     /// a fenced one whose revoke is held back.
     fn revoke_stray(&mut self, lease: LeaseId) {
         if self.lease != Some(lease) && !self.held.iter().any(|h| h.lease == lease) {
-            self.actions.push_back(Action::Revoke { lease });
+            self.send_revoke(lease);
         }
     }
 
     fn release_held(&mut self, now: Instant) {
-        let actions = &mut self.actions;
+        let mut go = Vec::new();
         self.held.retain(|h| {
-            let go = h.tokens.iter().all(|t| t.delivered && t.ended) || now >= h.expired_by;
-            if go {
-                actions.push_back(Action::Revoke { lease: h.lease });
+            let done = h.tokens.iter().all(|t| t.delivered && t.ended) || now >= h.expired_by;
+            if done {
+                go.push(h.lease);
             }
-            !go
+            !done
         });
+        for lease in go {
+            self.send_revoke(lease);
+        }
     }
 
     fn on_acquire(&mut self, now: Instant, lock: LockId, wait: bool, until: Option<Instant>) {
         if self.closed {
-            self.actions.push_back(Action::AcquireRefused {
+            self.notice(Notice::AcquireRefused {
                 lock,
                 error: AcquireError::Released,
             });
@@ -1030,7 +1479,7 @@ impl Holder {
             }
             // One acquire at a time per handle: the one in progress goes on.
             State::Acquiring | State::Holding | State::Draining => {
-                self.actions.push_back(Action::AcquireRefused {
+                self.notice(Notice::AcquireRefused {
                     lock,
                     error: AcquireError::AlreadyHeld,
                 })
@@ -1069,7 +1518,7 @@ impl Holder {
         s.lock_req = Some(req);
         let (wait, name) = (s.wait || s.state == State::Reacquiring, s.name.clone());
         self.keys.insert(name, lock);
-        self.actions.push_back(Action::Lock {
+        self.request(Request::Lock {
             req,
             lock,
             lease,
@@ -1092,6 +1541,7 @@ impl Holder {
     }
 
     fn on_granted(&mut self, now: Instant, req: ReqId, lease: LeaseId, ttl: Duration) {
+        self.answered(req);
         let Some(p) = self.grant.filter(|p| p.req == req) else {
             // A grant we gave up on: its lease would only block us (a
             // duplicate reply for the current lease must not revoke it).
@@ -1100,7 +1550,7 @@ impl Holder {
         };
         self.grant = None;
         if ttl.is_zero() || self.closed {
-            self.actions.push_back(Action::Revoke { lease });
+            self.send_revoke(lease);
             self.grant_failed(now);
             return;
         }
@@ -1109,7 +1559,7 @@ impl Holder {
         self.last_renewal = Some(p.sent_at);
         self.deadline = Some(p.sent_at + ttl - self.opts.margin);
         self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
-        self.actions.push_back(Action::Deadline);
+        self.notice(Notice::Deadline);
         self.send_waiting(now, None);
     }
 
@@ -1126,7 +1576,11 @@ impl Holder {
             })
             .collect();
         for id in once {
-            self.fail_acquire(id, AcquireError::Backend, Reason::AcquireFailed);
+            self.fail_acquire(
+                id,
+                AcquireError::Backend(self.last_error.clone()),
+                Reason::AcquireFailed,
+            );
         }
         if self.wants_lease() {
             self.grant_retry_at = Some(now + self.opts.retry_interval);
@@ -1154,13 +1608,7 @@ impl Holder {
             if current {
                 // An acquisition given up on: delete its key, by token (a
                 // later acquisition's key has a higher one).
-                let req = self.req();
-                self.actions.push_back(Action::Unlock {
-                    req,
-                    lock,
-                    lease,
-                    token: Some(token),
-                });
+                self.send_delete(lock, lease, Some(token));
             } else {
                 self.revoke_stray(lease);
             }
@@ -1183,7 +1631,8 @@ impl Holder {
             Reason::Acquired
         };
         self.transition(lock, State::Holding, reason);
-        self.actions.push_back(Action::Acquired { lock, token });
+        self.last_error = None;
+        self.notice(Notice::Acquired { lock, token });
         if self.failing {
             self.transition(lock, State::Draining, Reason::KeepaliveFailed);
         }
@@ -1201,7 +1650,11 @@ impl Holder {
         if busy && !s.wait && s.state == State::Acquiring {
             self.fail_acquire(lock, AcquireError::WouldBlock, Reason::WouldBlock);
         } else if !s.wait && s.state == State::Acquiring {
-            self.fail_acquire(lock, AcquireError::Backend, Reason::AcquireFailed);
+            self.fail_acquire(
+                lock,
+                AcquireError::Backend(self.last_error.clone()),
+                Reason::AcquireFailed,
+            );
         } else {
             // The request may have put the key: trying again finds it.
             s.acquire_retry_at = Some(now + self.opts.retry_interval);
@@ -1224,27 +1677,24 @@ impl Holder {
     /// is there); the lock waits for [`Event::Unlocked`] before putting it
     /// again.
     fn unlock_key(&mut self, lock: LockId, lease: LeaseId, token: Option<Token>) {
-        let req = self.req();
-        let s = self.slot(lock);
-        s.lock_req = None;
-        s.unlocking = Some(req);
-        self.actions.push_back(Action::Unlock {
-            req,
-            lock,
-            lease,
-            token,
-        });
+        if let Some(cut) = self.slot(lock).lock_req.take() {
+            // Cut short: the request in flight is abandoned (the service
+            // orders the delete after its put).
+            self.request(Request::Abandon { req: cut });
+        }
+        let req = self.send_delete(lock, lease, token);
+        self.slot(lock).unlocking = Some(req);
     }
 
     fn fail_acquire(&mut self, lock: LockId, error: AcquireError, reason: Reason) {
         self.drop_key(lock);
         self.slot(lock).start_attempt(false, None);
         self.transition(lock, State::Idle, reason);
-        self.actions
-            .push_back(Action::AcquireFailed { lock, error });
+        self.notice(Notice::AcquireFailed { lock, error });
     }
 
     fn on_confirmed(&mut self, now: Instant, req: ReqId, ttl: Duration) {
+        self.answered(req);
         let Some(i) = self.keepalives.iter().position(|p| p.req == req) else {
             tracing::debug!(req, "keepalive reply after its timeout or lease: ignored");
             return;
@@ -1264,7 +1714,7 @@ impl Holder {
         let deadline = self.deadline.map_or(d, |old| old.max(d));
         if self.deadline != Some(deadline) {
             self.deadline = Some(deadline);
-            self.actions.push_back(Action::Deadline);
+            self.notice(Notice::Deadline);
         }
         self.next_keepalive = Some(p.sent_at + self.opts.keepalive_interval);
         self.failing = false;
@@ -1306,7 +1756,7 @@ impl Holder {
         }
         let token = s.token.take().expect("holding without a token");
         self.transition(lock, State::Fenced, reason);
-        self.actions.push_back(Action::Fence { lock, token });
+        self.notice(Notice::Fence { lock, token });
         if self.opts.reacquire && !self.closed {
             // A reacquisition always waits its turn, with no deadline.
             self.slot(lock).start_attempt(true, None);
@@ -1340,7 +1790,7 @@ impl Holder {
         }
         self.forget_lease();
         if tokens.is_empty() {
-            self.actions.push_back(Action::Revoke { lease });
+            self.send_revoke(lease);
         } else {
             self.held.push(HeldRevoke {
                 lease,
@@ -1373,6 +1823,7 @@ impl Holder {
             return;
         };
         if s.state == State::Released {
+            self.answer_releases(lock);
             return;
         }
         let (was_acquiring, token) = (s.acquiring(), s.token);
@@ -1389,22 +1840,102 @@ impl Holder {
         }
         self.transition(lock, State::Released, Reason::Release);
         if was_acquiring {
-            self.actions.push_back(Action::AcquireFailed {
+            self.notice(Notice::AcquireFailed {
                 lock,
                 error: AcquireError::Released,
             });
         }
+        self.answer_releases(lock);
         self.send_waiting(now, Some(&name));
+    }
+
+    /// Resigns `lock` (see [`Event::Resign`]): released at once for
+    /// permits, its key deleted once the permits in flight end (reported by
+    /// [`Event::PermitsEnded`]) or the grace ends. A lock not holding
+    /// releases as [`Event::Release`] does.
+    fn on_resign(&mut self, now: Instant, lock: LockId, grace: Duration) {
+        let Some(s) = self.locks.get(&lock) else {
+            return;
+        };
+        let (Some(token), Some(lease), true, true) = (
+            s.token,
+            self.lease,
+            s.holding(),
+            self.keys.get(&s.name) == Some(&lock),
+        ) else {
+            return self.on_release(now, lock);
+        };
+        let s = self.slot(lock);
+        s.token = None;
+        let wait = s.wait;
+        s.start_attempt(wait, None);
+        s.resigning = Some(Resigning {
+            lease,
+            token,
+            until: now + grace,
+        });
+        self.resigns.insert(lock);
+        self.transition(lock, State::Released, Reason::Release);
+        // Released stops permits; the driver reports when the last one in
+        // flight ends (at once if none is).
+        let s = self.slot(lock);
+        s.watching = true;
+        s.quiet = false;
+    }
+
+    /// The wait of a resignation is over: its key goes (kept only while
+    /// the lease it was held under is the session's: else the key went
+    /// with that lease).
+    fn resigned(&mut self, lock: LockId) {
+        let Some(r) = self.locks.get_mut(&lock).and_then(|s| s.resigning.take()) else {
+            return;
+        };
+        self.resigns.remove(&lock);
+        if self.lease == Some(r.lease) {
+            self.unlock_key(lock, r.lease, Some(r.token));
+        } else {
+            let name = self.locks[&lock].name.clone();
+            if self.keys.get(&name) == Some(&lock) {
+                self.keys.remove(&name);
+            }
+        }
+        self.answer_releases(lock);
+        let name = self.locks[&lock].name.clone();
+        let now = self.now;
+        self.send_waiting(now, Some(&name));
+    }
+
+    /// A cancelled acquisition leaves nothing held (docs/design.md §19): an
+    /// acquisition in progress is cut short as a release would (§23: the
+    /// key its request may have put is deleted); one that succeeded is
+    /// released only while its token still holds (a later acquisition of
+    /// the handle is not this one's to give up). A reacquisition is the
+    /// lock's own: a caller waiting on it leaves, the lock goes on.
+    fn on_cancel(&mut self, now: Instant, lock: LockId, token: Option<Token>) {
+        let Some(s) = self.locks.get(&lock) else {
+            return;
+        };
+        let go = match token {
+            None => s.state == State::Acquiring,
+            Some(t) => s.holding() && s.token == Some(t),
+        };
+        if go {
+            self.on_release(now, lock);
+        }
     }
 
     /// Closes the session: every lock is released and the lease revoked
     /// (one request deletes every key).
-    fn on_close(&mut self, now: Instant) {
+    fn on_close(&mut self, now: Instant) -> Option<LeaseId> {
         if self.closed {
-            return;
+            return None;
         }
         self.closed = true;
         let ids: Vec<LockId> = self.locks.keys().copied().collect();
+        // The revoke deletes the keys of resignations too.
+        for id in std::mem::take(&mut self.resigns) {
+            self.slot(id).resigning = None;
+        }
         let lease = self.lease;
         // The revoke deletes every key: no delete of its own per lock.
         self.forget_lease();
@@ -1414,8 +1945,9 @@ impl Holder {
         self.grant = None;
         self.grant_retry_at = None;
         if let Some(lease) = lease {
-            self.actions.push_back(Action::Revoke { lease });
+            self.send_revoke(lease);
         }
+        lease
     }
 
     fn send_keepalive(&mut self, now: Instant) {
@@ -1423,7 +1955,8 @@ impl Holder {
         let req = self.req();
         self.last_renewal = Some(now);
         self.keepalives.push_back(Pending { req, sent_at: now });
-        self.actions.push_back(Action::Keepalive { req, lease });
+        self.bounded.push_back((now + self.opts.ttl, req));
+        self.request(Request::Keepalive { req, lease });
     }
 
     fn poll_timers(&mut self, now: Instant) {
@@ -1446,7 +1979,7 @@ impl Holder {
             let error = if s.lock_req.is_some() || s.queued {
                 AcquireError::Timeout
             } else {
-                AcquireError::Backend
+                AcquireError::Backend(self.last_error.clone())
             };
             self.fail_acquire(id, error, Reason::AcquireTimeout);
         }
@@ -1483,11 +2016,21 @@ impl Holder {
             self.slot(id).acquire_retry_at = None;
             self.try_lock(now, id);
         }
+        let graced: Vec<LockId> = self
+            .resigns
+            .iter()
+            .copied()
+            .filter(|id| self.locks[id].resigning.is_some_and(|r| now >= r.until))
+            .collect();
+        for id in graced {
+            self.resigned(id);
+        }
         // Last: a fence above (late, after a starved driver) may hold a
         // lease that has run out already.
         if self.held.iter().any(|h| now >= h.expired_by) {
             self.release_held(now);
         }
+        self.poll_tries(now);
     }
 }
 

@@ -20,7 +20,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, LockGone};
+use crate::backend::{
+    Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader, LockGone, lock_key,
+};
 use crate::clock::{Clock, Instant};
 use crate::machine::{LeaseId, Token};
 
@@ -44,6 +46,9 @@ struct ServiceState {
     /// lease and create revision: etcd's lock protocol, so names nest as
     /// they do there (the holder of `a/b` blocks `a`).
     keys: BTreeMap<String, (LeaseId, u64)>,
+    /// The values of election candidates' keys (absent: empty), kept only
+    /// while the key is in `keys`.
+    values: HashMap<String, Vec<u8>>,
     frozen: bool,
     /// The whole service is down (see [`MemoryService::outage`]).
     down: bool,
@@ -100,11 +105,6 @@ impl WatchReg {
     }
 }
 
-/// The lock key of `name` under `lease`, as etcd's concurrency Mutex names it.
-fn lock_key(name: &str, lease: LeaseId) -> String {
-    format!("{name}/{lease:x}")
-}
-
 struct LeaseRec {
     ttl: Duration,
     expires_at: Instant,
@@ -134,6 +134,8 @@ impl ServiceState {
         let found = self.leases.remove(&lease).is_some();
         if found {
             self.keys.retain(|_, (l, _)| *l != lease);
+            let keys = &self.keys;
+            self.values.retain(|k, _| keys.contains_key(k));
         }
         for id in self.lease_watches.get(&lease).into_iter().flatten() {
             if let Some(w) = self.watches.get_mut(id) {
@@ -153,6 +155,7 @@ impl ServiceState {
         let Some((lease, rev)) = self.keys.remove(key) else {
             return false;
         };
+        self.values.remove(key);
         for id in self.lease_watches.get(&lease).into_iter().flatten() {
             if let Some(w) = self.watches.get_mut(id) {
                 if w.tokens.remove(&rev) {
@@ -335,7 +338,7 @@ impl MemoryService {
     }
 
     fn lock(&self) -> MutexGuard<'_, ServiceState> {
-        self.0.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.0.state)
     }
 
     fn grant(&self, ttl: Duration) -> Grant {
@@ -364,7 +367,13 @@ impl MemoryService {
     /// etcd's lock protocol: put the key `<name>/<lease>` (once), then
     /// hold when it is the oldest key under `<name>/`. Without `wait`, a key
     /// that does not hold at once is deleted again.
-    async fn acquire(&self, name: &str, lease: LeaseId, wait: bool) -> Result<Token, BackendError> {
+    async fn acquire(
+        &self,
+        name: &str,
+        lease: LeaseId,
+        value: Option<&[u8]>,
+        wait: bool,
+    ) -> Result<Token, BackendError> {
         let key = lock_key(name, lease);
         loop {
             let changed = self.0.changed.notified();
@@ -383,16 +392,29 @@ impl MemoryService {
                 if !st.leases.contains_key(&lease) {
                     return Err(BackendError::LeaseNotFound);
                 }
-                let mine = match st.keys.get(&key) {
-                    Some((_, rev)) => *rev,
+                let (mine, put) = match st.keys.get(&key) {
+                    Some((_, rev)) => (*rev, false),
                     None => {
                         st.revision += 1;
                         let rev = st.revision;
                         st.keys.insert(key.clone(), (lease, rev));
-                        rev
+                        st.values.remove(&key);
+                        (rev, true)
                     }
                 };
+                let mut proclaimed = false;
+                if let Some(v) = value
+                    && st.values.get(&key).map_or(&[][..], Vec::as_slice) != v
+                {
+                    st.values.insert(key.clone(), v.to_vec());
+                    proclaimed = true;
+                }
                 if st.owner(name).is_some_and(|(_, rev)| rev == mine) {
+                    if put || proclaimed {
+                        // An observer sees the new leader (or value).
+                        drop(st);
+                        self.0.changed.notify_waiters();
+                    }
                     return Ok(Token(mine));
                 }
                 if !wait {
@@ -400,6 +422,70 @@ impl MemoryService {
                     drop(st);
                     self.0.changed.notify_waiters();
                     return Err(BackendError::Busy);
+                }
+                st.next_expiry()
+            };
+            match next_expiry {
+                Some(t) => tokio::select! {
+                    _ = &mut changed => {}
+                    _ = self.0.clock.sleep_until(t) => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
+
+    /// `Election.Proclaim`: the value of our key, while it holds `token`.
+    fn proclaim(
+        &self,
+        name: &str,
+        lease: LeaseId,
+        token: Token,
+        value: &[u8],
+    ) -> Result<(), BackendError> {
+        let key = lock_key(name, lease);
+        let mut st = self.lock();
+        if st.expire(self.0.clock.now()) {
+            self.0.changed.notify_waiters();
+        }
+        if st.keys.get(&key) != Some(&(lease, token.0)) {
+            return Err(BackendError::Fenced);
+        }
+        st.values.insert(key, value.to_vec());
+        drop(st);
+        self.0.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// The leader of `name` (the holder of the name itself, as etcd's
+    /// election prefix), once it differs from `last`.
+    async fn next_leader(
+        &self,
+        name: &str,
+        last: Option<&Option<Leader>>,
+    ) -> Result<Option<Leader>, BackendError> {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next_expiry = {
+                let mut st = self.lock();
+                if st.expire(self.0.clock.now()) {
+                    self.0.changed.notify_waiters();
+                }
+                if st.down {
+                    return Err(BackendError::Unavailable(
+                        "the embedded service is down (outage)".into(),
+                    ));
+                }
+                let leader = st.holder_of(name).map(|(key, token)| Leader {
+                    value: st.values.get(&key).cloned().unwrap_or_default(),
+                    lease: st.keys.get(&key).map_or(0, |(l, _)| *l),
+                    key,
+                    token,
+                });
+                if last != Some(&leader) {
+                    return Ok(leader);
                 }
                 st.next_expiry()
             };
@@ -536,7 +622,7 @@ struct Link {
 
 impl Link {
     fn faults(&self) -> MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.faults)
     }
 
     fn partitioned(&self) -> bool {
@@ -667,7 +753,47 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
-            self.service.acquire(name, lease, wait).await
+            self.service.acquire(name, lease, None, wait).await
+        })
+    }
+
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        value: &'a [u8],
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            self.service.acquire(name, lease, Some(value), wait).await
+        })
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            self.service.proclaim(name, lease, token, value)
+        })
+    }
+
+    fn next_leader<'a>(
+        &'a self,
+        name: &'a str,
+        last: Option<&'a Option<Leader>>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            self.service.next_leader(name, last).await
         })
     }
 

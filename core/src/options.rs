@@ -12,7 +12,9 @@ pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 ///
 /// Every field has the default of the design brief; [`Options::validate`]
 /// (called by [`crate::Client::new`]) rejects a combination that could not
-/// keep the local deadline ahead of the server's expiry.
+/// keep the local deadline ahead of the server's expiry. A face that lets
+/// users leave settings out builds a [`PartialOptions`] instead: the rest
+/// are derived from the ones given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Lease TTL asked of the server. Default 15 s; ≥ 2 s and
@@ -88,6 +90,162 @@ impl Options {
         }
         // `margin < ttl` follows from the ttl rule above.
         Ok(())
+    }
+}
+
+/// The settings a user gave, each `None` when left out; [`resolve`]
+/// derives the rest from them by the one rule of docs/design.md §14, so a
+/// face passes "unset" through instead of filling in defaults.
+///
+/// [`resolve`]: PartialOptions::resolve
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartialOptions {
+    /// [`Options::ttl`].
+    pub ttl: Option<Duration>,
+    /// [`Options::keepalive_interval`].
+    pub keepalive_interval: Option<Duration>,
+    /// [`Options::keepalive_timeout`].
+    pub keepalive_timeout: Option<Duration>,
+    /// [`Options::retry_interval`].
+    pub retry_interval: Option<Duration>,
+    /// [`Options::margin`].
+    pub margin: Option<Duration>,
+    /// [`Options::reacquire`].
+    pub reacquire: Option<bool>,
+}
+
+impl PartialOptions {
+    /// The settings given, the others derived from them over the defaults
+    /// (see [`PartialOptions::resolve_over`]).
+    pub fn resolve(&self) -> Result<Options, Error> {
+        self.resolve_over(&Options::default())
+    }
+
+    /// The settings given, the others derived from them (docs/design.md
+    /// §14), over `base` (the defaults, or a client's options for one of
+    /// its sessions). A setting left out whose inputs are all `base`'s is
+    /// `base`'s; otherwise:
+    ///
+    /// - `ttl`: the largest of `base.ttl` and 3 × each of
+    ///   `keepalive_interval`, `margin`, `keepalive_timeout` given;
+    /// - `keepalive_interval`: `ttl / 3`, at most half of what `margin`
+    ///   (if given) leaves of `ttl`, and above a given `keepalive_timeout`
+    ///   (halfway from it to `ttl − margin` if `ttl / 3` is not);
+    /// - `margin`: `min(base.margin, (ttl − keepalive_interval) / 2)`;
+    /// - `keepalive_timeout`: `min(base.keepalive_timeout, keepalive_interval × 2/5)`;
+    /// - `retry_interval`: `min(base.retry_interval, keepalive_interval / 5)`.
+    ///
+    /// With the default 15 s TTL this gives exactly the defaults (5 s, 2 s,
+    /// 1 s, 1 s). Only settings the user gave can contradict each other:
+    /// the error names both.
+    pub fn resolve_over(&self, base: &Options) -> Result<Options, Error> {
+        let g = self;
+        let bad = |setting: &'static str, rule: String| Err(Error::InvalidOption { setting, rule });
+        // A setting given that breaks a rule of its own is the error, before
+        // anything is derived from it.
+        if let Some(t) = g
+            .ttl
+            .filter(|t| *t < Duration::from_secs(2) || *t > MAX_TTL)
+        {
+            return bad(
+                "ttl",
+                format!(
+                    "must be >= 2s and at most {} s, got {t:?}",
+                    MAX_TTL.as_secs()
+                ),
+            );
+        }
+        for (setting, v) in [
+            ("keepalive_interval", g.keepalive_interval),
+            ("keepalive_timeout", g.keepalive_timeout),
+            ("retry_interval", g.retry_interval),
+        ] {
+            if v.is_some_and(|v| v.is_zero()) {
+                return bad(setting, "must be > 0".into());
+            }
+        }
+        let ttl = match g.ttl {
+            Some(t) => t,
+            None => [g.keepalive_interval, g.margin, g.keepalive_timeout]
+                .into_iter()
+                .flatten()
+                .map(|d| d.saturating_mul(3).min(MAX_TTL))
+                .fold(base.ttl, Duration::max),
+        };
+        let keepalive_interval = match g.keepalive_interval {
+            Some(i) => i,
+            None if ttl == base.ttl && g.margin.is_none() && g.keepalive_timeout.is_none() => {
+                base.keepalive_interval
+            }
+            None => {
+                let margin = g.margin.unwrap_or_default();
+                if g.margin.is_some() && margin >= ttl {
+                    return bad("margin", format!("must be < ttl ({ttl:?}), got {margin:?}"));
+                }
+                let room = ttl - margin;
+                let mut i = (ttl / 3).min(room / 2);
+                if let Some(t) = g.keepalive_timeout.filter(|t| *t >= i) {
+                    if t >= room {
+                        return bad(
+                            "keepalive_timeout",
+                            format!("must be < ttl - margin ({room:?}), got {t:?}"),
+                        );
+                    }
+                    i = t + (room - t) / 2;
+                }
+                i
+            }
+        };
+        let margin = match g.margin {
+            Some(m) => m,
+            None if ttl == base.ttl && keepalive_interval == base.keepalive_interval => base.margin,
+            None => {
+                if keepalive_interval >= ttl {
+                    return bad(
+                        "keepalive_interval",
+                        format!("must be < ttl ({ttl:?}), got {keepalive_interval:?}"),
+                    );
+                }
+                base.margin.min((ttl - keepalive_interval) / 2)
+            }
+        };
+        let same_interval = keepalive_interval == base.keepalive_interval;
+        let keepalive_timeout = match g.keepalive_timeout {
+            Some(t) => t,
+            None if same_interval => base.keepalive_timeout,
+            None => base
+                .keepalive_timeout
+                .min(keepalive_interval.saturating_mul(2) / 5),
+        };
+        let retry_interval = match g.retry_interval {
+            Some(r) => r,
+            None if same_interval => base.retry_interval,
+            None => base.retry_interval.min(keepalive_interval / 5),
+        };
+        let o = Options {
+            ttl,
+            keepalive_interval,
+            keepalive_timeout,
+            retry_interval,
+            margin,
+            reacquire: g.reacquire.unwrap_or(base.reacquire),
+        };
+        o.validate()?;
+        Ok(o)
+    }
+}
+
+impl From<Options> for PartialOptions {
+    /// Every setting given.
+    fn from(o: Options) -> PartialOptions {
+        PartialOptions {
+            ttl: Some(o.ttl),
+            keepalive_interval: Some(o.keepalive_interval),
+            keepalive_timeout: Some(o.keepalive_timeout),
+            retry_interval: Some(o.retry_interval),
+            margin: Some(o.margin),
+            reacquire: Some(o.reacquire),
+        }
     }
 }
 
@@ -180,5 +338,185 @@ mod tests {
             msg.contains("ttl") && msg.contains("keepalive_interval + margin"),
             "{msg}"
         );
+    }
+
+    fn given(fields: &[(&str, u64)]) -> PartialOptions {
+        let mut p = PartialOptions::default();
+        for (name, ms) in fields {
+            let d = Some(Duration::from_millis(*ms));
+            match *name {
+                "ttl" => p.ttl = d,
+                "keepalive_interval" => p.keepalive_interval = d,
+                "keepalive_timeout" => p.keepalive_timeout = d,
+                "retry_interval" => p.retry_interval = d,
+                "margin" => p.margin = d,
+                _ => unreachable!("{name}"),
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn nothing_given_or_the_defaults_given_is_the_defaults() {
+        let d = Options::default();
+        assert_eq!(PartialOptions::default().resolve().unwrap(), d);
+        assert_eq!(PartialOptions::from(d.clone()).resolve().unwrap(), d);
+        // The rule itself gives the defaults from the default TTL.
+        assert_eq!(given(&[("ttl", 15_000)]).resolve().unwrap(), d);
+        assert_eq!(
+            given(&[("keepalive_interval", 5_000)]).resolve().unwrap(),
+            d
+        );
+    }
+
+    #[test]
+    fn left_out_settings_follow_the_given_ones() {
+        let ms = Duration::from_millis;
+        // The case: `dlock run --ttl 6s --keepalive-interval 2s`.
+        let o = given(&[("ttl", 6_000), ("keepalive_interval", 2_000)])
+            .resolve()
+            .unwrap();
+        assert_eq!(
+            (
+                o.ttl,
+                o.keepalive_interval,
+                o.keepalive_timeout,
+                o.retry_interval,
+                o.margin
+            ),
+            (ms(6000), ms(2000), ms(800), ms(400), ms(1000))
+        );
+        // Only a TTL: the interval a third of it, the rest from the interval.
+        let o = given(&[("ttl", 3_000)]).resolve().unwrap();
+        assert_eq!(
+            (
+                o.keepalive_interval,
+                o.keepalive_timeout,
+                o.retry_interval,
+                o.margin
+            ),
+            (ms(1000), ms(400), ms(200), ms(1000))
+        );
+        let o = given(&[("ttl", 60_000)]).resolve().unwrap();
+        assert_eq!(
+            (
+                o.keepalive_interval,
+                o.keepalive_timeout,
+                o.retry_interval,
+                o.margin
+            ),
+            (ms(20_000), ms(2000), ms(1000), ms(1000))
+        );
+        // Only an interval past the default TTL's: the TTL grows with it.
+        let o = given(&[("keepalive_interval", 20_000)]).resolve().unwrap();
+        assert_eq!((o.ttl, o.margin), (ms(60_000), ms(1000)));
+        // A timeout past the derived interval: the interval makes room.
+        let o = given(&[("keepalive_timeout", 6_000)]).resolve().unwrap();
+        assert!(o.keepalive_interval > ms(6000), "{o:?}");
+        // A margin that leaves little of the TTL: the interval fits under it.
+        let o = given(&[("ttl", 6_000), ("margin", 5_000)])
+            .resolve()
+            .unwrap();
+        assert_eq!(o.keepalive_interval, ms(500));
+        // Over a session's base: what the session leaves out is the client's.
+        let base = given(&[("ttl", 30_000), ("retry_interval", 3_000)])
+            .resolve()
+            .unwrap();
+        let o = given(&[("margin", 2_000)]).resolve_over(&base).unwrap();
+        assert_eq!((o.ttl, o.retry_interval), (base.ttl, ms(3000)));
+        let o = given(&[("ttl", 6_000)]).resolve_over(&base).unwrap();
+        assert_eq!(
+            (o.keepalive_interval, o.retry_interval),
+            (ms(2000), ms(400))
+        );
+    }
+
+    #[test]
+    fn a_contradiction_the_user_wrote_names_both_settings() {
+        for (fields, setting, other) in [
+            (
+                &[("ttl", 6_000), ("keepalive_interval", 6_000)][..],
+                "keepalive_interval",
+                "ttl",
+            ),
+            (&[("ttl", 6_000), ("margin", 6_000)][..], "margin", "ttl"),
+            (
+                &[("keepalive_interval", 2_000), ("keepalive_timeout", 2_000)][..],
+                "keepalive_timeout",
+                "keepalive_interval",
+            ),
+            (
+                &[("ttl", 6_000), ("keepalive_timeout", 6_000)][..],
+                "keepalive_timeout",
+                "ttl",
+            ),
+        ] {
+            match given(fields).resolve() {
+                Err(e @ Error::InvalidOption { .. }) => {
+                    let Error::InvalidOption {
+                        setting: s,
+                        ref rule,
+                    } = e
+                    else {
+                        unreachable!()
+                    };
+                    assert_eq!(s, setting, "{fields:?}: {e}");
+                    assert!(rule.contains(other), "{fields:?}: {e}");
+                }
+                other => panic!("{fields:?}: expected an invalid option, got {other:?}"),
+            }
+        }
+    }
+
+    /// Every combination of a grid of values: what the rule derives is
+    /// valid, and an error names a setting the user gave.
+    #[test]
+    fn derived_settings_are_never_the_error() {
+        let names = [
+            "ttl",
+            "keepalive_interval",
+            "keepalive_timeout",
+            "retry_interval",
+            "margin",
+        ];
+        let values = [0, 100, 700, 2_000, 6_000, 40_000];
+        let mut combos = 0;
+        for mask in 0u32..(1 << names.len()) {
+            let picked: Vec<&str> = (0..names.len())
+                .filter(|i| mask & (1 << i) != 0)
+                .map(|i| names[i])
+                .collect();
+            let mut idx = vec![0; picked.len()];
+            loop {
+                let fields: Vec<(&str, u64)> = picked
+                    .iter()
+                    .zip(&idx)
+                    .map(|(n, i)| (*n, values[*i]))
+                    .collect();
+                combos += 1;
+                match given(&fields).resolve() {
+                    Ok(o) => o.validate().unwrap(),
+                    Err(Error::InvalidOption { setting, rule }) => assert!(
+                        picked.contains(&setting),
+                        "{fields:?}: {setting} was derived, yet is the error ({rule})"
+                    ),
+                    Err(e) => panic!("{fields:?}: {e}"),
+                }
+                // The next combination of values.
+                let mut k = 0;
+                while k < idx.len() {
+                    idx[k] += 1;
+                    if idx[k] < values.len() {
+                        break;
+                    }
+                    idx[k] = 0;
+                    k += 1;
+                }
+                if k == idx.len() {
+                    break;
+                }
+            }
+        }
+        assert_eq!(combos, 7usize.pow(5));
     }
 }

@@ -9,8 +9,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "common/story.rs"]
-mod story;
+use dlock_testkit::story;
 
 #[test]
 fn worker_stops_cleanly_at_the_fence() {

@@ -14,10 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[path = "common/etcd.rs"]
-mod etcd_cluster;
-#[path = "common/story.rs"]
-mod story;
+use dlock_testkit::etcd as etcd_cluster;
+use dlock_testkit::story;
 
 const RESULT_KEY: &str = "examples/worker-result";
 

@@ -183,7 +183,9 @@ fn close_waits_for_a_running_callback_and_ends_every_callback() {
     // Closed: the lock still works, its callbacks do not.
     lock.acquire(ms(2000)).unwrap();
     lock.release().unwrap();
-    std::thread::sleep(ms(100));
+    // Every event of that acquire and release is on the callback thread
+    // before this barrier: none ran.
+    callbacks_flushed();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     drop(permit); // after the close: safe
     assert!(lock.events().recv_blocking(Some(ms(10))) == Ok(None));
@@ -239,7 +241,7 @@ fn a_dropped_lock_leaves_its_permits_safe_and_invalid() {
     for e in ends {
         e.join().unwrap();
     }
-    std::thread::sleep(ms(100));
+    callbacks_flushed();
     assert_eq!(calls.load(Ordering::SeqCst), after_drop);
     assert_eq!(service.holder("contract/drop"), None);
 }
@@ -291,7 +293,8 @@ fn on_event_and_the_stream_agree_and_carry_the_cores_time() {
     let fence = pulled.last().unwrap();
     let late = c.clock().now().saturating_since(fence.at());
     assert!(late < ms(1000), "{late:?}");
-    std::thread::sleep(ms(50));
+    // The stream and the callback got the fence in one job.
+    callbacks_flushed();
     let pushed = pushed.lock().unwrap();
     assert_eq!(&pushed[..pulled.len()], &pulled[..]);
     link.heal();
@@ -378,4 +381,15 @@ fn async_forms_work_on_a_callers_runtime() {
         b.close_async().await.unwrap();
         assert!(b.is_closed());
     });
+}
+
+/// A barrier, not a sleep: returns once the callback thread ran every job
+/// queued before it (a job queued through the driver, which delivered every
+/// event decided before it was asked).
+fn callbacks_flushed() {
+    let (tx, rx) = mpsc::channel();
+    dlock::spawn_then(async {}, move |()| {
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(ms(5000)).expect("the callback thread");
 }

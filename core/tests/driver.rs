@@ -11,8 +11,8 @@ use dlock::{Client, Error, ManualClock, MemoryService, Options, Refused, State, 
 
 const EVENT: Duration = Duration::from_secs(10);
 
-mod common;
 use common::short;
+use dlock_testkit as common;
 
 fn fences(lock: &dlock::Lock) -> Receiver<(Token, u64)> {
     let (tx, rx) = channel();
@@ -218,12 +218,19 @@ fn many_threads_take_permits_while_the_lock_fences() {
     let stop = Arc::new(AtomicBool::new(false));
     let late = Arc::new(AtomicU64::new(0));
     let granted = Arc::new(AtomicU64::new(0));
+    let tries = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..4)
         .map(|_| {
-            let (lock, stop, late, granted) =
-                (lock.clone(), stop.clone(), late.clone(), granted.clone());
+            let (lock, stop, late, granted, tries) = (
+                lock.clone(),
+                stop.clone(),
+                late.clone(),
+                granted.clone(),
+                tries.clone(),
+            );
             thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
+                    tries.fetch_add(1, Ordering::Relaxed);
                     if let Ok(p) = lock.permit() {
                         // Granted only before the deadline, by the clock.
                         if dlock::clock::system_now() >= p.deadline() && p.token() == t1 {
@@ -236,13 +243,20 @@ fn many_threads_take_permits_while_the_lock_fences() {
             })
         })
         .collect();
-    thread::sleep(Duration::from_millis(300));
+    // The workers are at work before the cut.
+    while granted.load(Ordering::Relaxed) < 1000 {
+        thread::yield_now();
+    }
     link.partition();
     let (t, _) = fenced.recv_timeout(EVENT).unwrap();
     assert_eq!(t, t1);
     drained.recv_timeout(EVENT).unwrap();
     let at_fence = granted.load(Ordering::Relaxed);
-    thread::sleep(Duration::from_millis(300));
+    // Not a sleep: the workers try 10,000 more times after the fence.
+    let tried = tries.load(Ordering::Relaxed);
+    while tries.load(Ordering::Relaxed) < tried + 10_000 {
+        thread::yield_now();
+    }
     assert_eq!(
         granted.load(Ordering::Relaxed),
         at_fence,

@@ -3,8 +3,8 @@
 //! reacquisition, guarded writes, TLS / mTLS / auth / re-auth.
 //!
 //! Needs the cluster of `scripts/etcd-cluster.sh` (run
-//! `scripts/test-etcd.sh`); without `DLOCK_TEST_ETCD` every test prints
-//! `skipped` and passes, unless `DLOCK_TEST_REQUIRE_ETCD=1`.
+//! `scripts/test-etcd.sh`, which runs this `test = false` target by name);
+//! without `DLOCK_TEST_ETCD` every test fails.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -12,12 +12,9 @@ use std::time::Duration;
 
 use dlock::{Client, Error, EtcdConfig, Options, Reason, State, Token};
 
-#[path = "common/etcd.rs"]
-mod etcd_cluster;
+use dlock_testkit::etcd as etcd_cluster;
 // This binary uses only a part of the proxy.
-#[allow(dead_code)]
-#[path = "common/proxy.rs"]
-mod proxy;
+use dlock_testkit::proxy;
 use etcd_cluster::{Cluster, cluster};
 
 /// TTL 4 s, keepalive every 1 s, timeout 0.5 s, retry 250 ms, margin 1 s.
@@ -145,7 +142,7 @@ fn acquired(lock: &dlock::Lock) -> mpsc::Receiver<Token> {
 
 #[test]
 fn token_is_the_lock_keys_create_revision() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("token");
     let lock = client(&env).lock(&name).unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
@@ -164,7 +161,7 @@ fn token_is_the_lock_keys_create_revision() {
 
 #[test]
 fn keepalives_hold_the_lock_past_its_ttl() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("hold");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -178,7 +175,7 @@ fn keepalives_hold_the_lock_past_its_ttl() {
 
 #[test]
 fn first_endpoints_dead_the_next_one_serves() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let mut eps = vec!["127.0.0.1:1".to_string()];
     eps.extend(env.members.iter().cloned());
     let mut config = EtcdConfig::new(eps);
@@ -195,7 +192,7 @@ fn first_endpoints_dead_the_next_one_serves() {
 
 #[test]
 fn try_acquire_is_busy_then_release_lets_the_contender_in() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("busy");
     let (a, b) = (
         client(&env).lock(&name).unwrap(),
@@ -227,7 +224,7 @@ fn try_acquire_is_busy_then_release_lets_the_contender_in() {
 /// token: the key's create_revision from before the reset.
 #[test]
 fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("wait-reset");
     let a = client(&env).lock(&name).unwrap();
     let ta = a.acquire(Duration::from_secs(5)).unwrap();
@@ -265,7 +262,7 @@ fn a_waiting_lock_keeps_its_place_when_its_connection_resets() {
 
 #[test]
 fn etcdctl_lock_waits_for_a_dlock_holder() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("ctl-waits");
     let lock = client(&env).lock(&name).unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
@@ -292,7 +289,7 @@ fn etcdctl_lock_waits_for_a_dlock_holder() {
 
 #[test]
 fn dlock_waits_for_an_etcdctl_holder() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("dlock-waits");
     let mut ctl = {
         let mut c = etcdctl_cmd(&env);
@@ -324,7 +321,7 @@ fn dlock_waits_for_an_etcdctl_holder() {
 
 #[test]
 fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("revoked");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -355,7 +352,7 @@ fn lease_revoked_by_an_operator_fences_within_one_keepalive() {
 
 #[test]
 fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("deleted");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -399,7 +396,7 @@ fn lock_key_deleted_fences_at_once_and_reacquires_higher() {
 /// after the holder's connection was reset still fences at once.
 #[test]
 fn the_watch_survives_a_reset_connection() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("watch-reset");
     let p = proxy::Proxy::start(env.member_addr(0));
     let config = EtcdConfig::new([p.url(), env.members[1].clone()]);
@@ -429,7 +426,7 @@ fn the_watch_survives_a_reset_connection() {
 
 #[test]
 fn guarded_writes_commit_while_held_and_are_fenced_after() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("guarded");
     let data = format!("{name}-data");
     let lock = client(&env).lock(&name).unwrap();
@@ -478,7 +475,7 @@ fn guarded_writes_commit_while_held_and_are_fenced_after() {
 /// from the server: the backend's own check answers at once.)
 #[test]
 fn the_server_refuses_a_stale_token_the_holder_still_believes_in() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("guarded-server");
     let data = format!("{name}-data");
     let p = proxy::Proxy::start(env.member_addr(0));
@@ -522,7 +519,7 @@ fn the_server_refuses_a_stale_token_the_holder_still_believes_in() {
 /// once with etcd's reason, and leaves the holder's endpoint and lock alone.
 #[test]
 fn a_refused_guarded_write_fails_at_once() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let name = name("refused");
     let lock = client(&env).lock(&name).unwrap();
     let fences = watch_fences(&lock);
@@ -548,7 +545,7 @@ fn a_refused_guarded_write_fails_at_once() {
 /// within seconds and the client authenticates again by itself.
 #[test]
 fn tls_mtls_auth_and_reauth() {
-    let Some(env) = cluster() else { return };
+    let env = cluster();
     let mut config = EtcdConfig::new([env.tls_endpoint.clone()]);
     config.ca_file = Some(env.ca.clone());
     config.cert_file = Some(env.cert.clone());

@@ -20,11 +20,9 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
-#[path = "common/proxy.rs"]
-mod proxy;
+use dlock_testkit::proxy;
 
-#[path = "common/etcd.rs"]
-mod etcd_cluster;
+use dlock_testkit::etcd as etcd_cluster;
 
 use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
@@ -349,9 +347,7 @@ fn repeat(case: &str, other: &str, mut run: impl FnMut(usize) -> Run) {
 /// interval + timeout, call on_fence before the contender acquires, and
 /// after the heal acquire again with a higher token.
 fn cut_until_fenced(case: &'static str, mode: Mode) {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     repeat(case, "cut->fence", |run| {
         let name = unique(case, run);
@@ -423,9 +419,7 @@ fn survive(
     mut fault: impl FnMut(&Cluster, &mut Holder) -> Instant,
     mut after: impl FnMut(&mut Cluster, &mut Holder),
 ) {
-    let Some(mut cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let mut cluster = etcd_cluster::cluster();
     let _cluster = exclusive_if(case);
     repeat(case, "", |run| {
         let name = unique(case, run);
@@ -497,9 +491,7 @@ fn exclusive_if(case: &str) -> Result<RwLockWriteGuard<'static, ()>, RwLockReadG
 
 #[test]
 fn cluster_env_and_etcdctl() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     cluster.etcdctl(&["put", "dlock-test/smoke", "1"]);
     assert!(cluster.etcdctl(&["get", "dlock-test/smoke"]).contains('1'));
     cluster.etcdctl_tls(&["put", "dlock-test/smoke", "1"]);
@@ -509,9 +501,7 @@ fn cluster_env_and_etcdctl() {
 /// etcdctl through a proxy: served in Pass, cut off in Blackhole.
 #[test]
 fn etcdctl_through_the_proxy() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let p = proxy::Proxy::start(cluster.member_addr(0));
     let ctl = |timeout: &str, args: &[&str]| {
         std::process::Command::new("etcdctl")
@@ -560,9 +550,7 @@ fn fault_replies_lost() {
 /// the work ended (lead > 0 from the permit's end), never at the fence.
 #[test]
 fn fault_replies_lost_with_work_in_flight() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let work_after_fence = Duration::from_millis(600);
     repeat(
@@ -628,9 +616,7 @@ fn fault_replies_delayed_past_timeout() {
 /// TTL − margin right after each reply).
 #[test]
 fn fault_replies_delayed_within_timeout() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let delay = Duration::from_millis(300);
     let bound = ms_of(TTL - MARGIN - delay);
@@ -830,9 +816,7 @@ fn fault_lock_key_deleted() {
 /// (key deleted) of the command's return (reason `lease_lost` or
 /// `lock_lost`) and acquire again, higher, once the contender releases.
 fn operator(case: &'static str, act: impl Fn(&Cluster, &str, i64, &str)) {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let bound = if case == "lease_revoked" {
         INTERVAL + SLACK
@@ -895,9 +879,7 @@ fn operator(case: &'static str, act: impl Fn(&Cluster, &str, i64, &str)) {
 /// server lets it expire, and the contender acquires within TTL + 1.5 s.
 #[test]
 fn fault_holder_killed() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let bound = TTL + Duration::from_millis(1500);
     repeat("holder_killed", "kill->contender", |run| {

@@ -19,12 +19,9 @@ use dlock::clock::system_now;
 use dlock::{Client, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
 // This binary uses only a part of the proxy.
-#[allow(dead_code)]
-#[path = "common/proxy.rs"]
-mod proxy;
+use dlock_testkit::proxy;
 
-#[path = "common/etcd.rs"]
-mod etcd_cluster;
+use dlock_testkit::etcd as etcd_cluster;
 
 use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
@@ -418,9 +415,7 @@ fn until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// the member's restart.
 #[test]
 fn leader_kill_fences_none_of_1000_locks_on_one_session() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _alone = exclusive();
     let client = direct(&cluster);
     let mut m = Many::start(&client, &unique("leader-kill"), N);
@@ -533,9 +528,7 @@ fn leader_kill_fences_none_of_1000_locks_on_one_session() {
 /// each with a higher token, on a new lease.
 #[test]
 fn blackhole_fences_each_of_1000_locks_once_before_the_server_expiry() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let proxies: Vec<Proxy> = (0..cluster.members.len())
         .map(|i| Proxy::start(cluster.member_addr(i)))
@@ -695,8 +688,24 @@ fn blackhole_fences_each_of_1000_locks_once_before_the_server_expiry() {
     );
     let new_lease = m.lease().expect("a new lease");
     assert_ne!(new_lease, lease, "reacquired on the fenced lease");
+    // Holding, or draining on a keepalive slower than the 0.5 s timeout
+    // (1,000 reacquisitions load a two-core machine): a confirmed
+    // keepalive resumes it, and a fence would be counted below.
+    assert!(
+        until(EVENT, || m
+            .locks
+            .iter()
+            .all(|l| l.state() == State::Holding)),
+        "locks not holding after the heal: {:?}",
+        m.locks
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.state() != State::Holding)
+            .map(|(i, l)| (i, l.state()))
+            .take(5)
+            .collect::<Vec<_>>()
+    );
     for (i, l) in m.locks.iter().enumerate() {
-        assert_eq!(l.state(), State::Holding, "lock {i}");
         assert!(
             l.token().is_some_and(|t| t > m.tokens[i]),
             "lock {i}: {:?}",
@@ -727,9 +736,7 @@ fn blackhole_fences_each_of_1000_locks_once_before_the_server_expiry() {
 /// would add (the slack: other cases' sessions closing meanwhile).
 #[test]
 fn live_session_acquire_release_grants_and_revokes_no_lease() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _alone = exclusive();
     let etcd = Etcd::connect(&cluster);
     let client = direct(&cluster);
@@ -782,9 +789,7 @@ fn live_session_acquire_release_grants_and_revokes_no_lease() {
 /// missing fence.
 #[test]
 fn plain_delete_of_a_key_fences_only_its_lock() {
-    let Some(cluster) = etcd_cluster::cluster() else {
-        return;
-    };
+    let cluster = etcd_cluster::cluster();
     let _shared = shared();
     let etcd = Etcd::connect(&cluster);
     let client = direct(&cluster);

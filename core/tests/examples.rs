@@ -19,8 +19,7 @@ mod guarded_write;
 #[path = "../../examples/rust/quickstart.rs"]
 mod quickstart;
 
-#[path = "common/story.rs"]
-mod story;
+use dlock_testkit::story;
 use story::Capture;
 
 // The longest story (7 s), named to sort, and so start, first.

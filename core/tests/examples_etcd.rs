@@ -20,10 +20,8 @@ mod guarded_write;
 #[path = "../../examples/rust/quickstart.rs"]
 mod quickstart;
 
-#[path = "common/etcd.rs"]
-mod etcd_cluster;
-#[path = "common/story.rs"]
-mod story;
+use dlock_testkit::etcd as etcd_cluster;
+use dlock_testkit::story;
 use story::Capture;
 
 /// The cluster's plaintext members, as `DLOCK_ENDPOINTS` would give them.

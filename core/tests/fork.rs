@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use dlock::{Client, Error, MemoryService, Refused, State};
 
-mod common;
+use dlock_testkit as common;
 
 #[test]
 fn a_forked_child_holds_nothing() {

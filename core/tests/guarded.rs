@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use dlock::{Client, Error, MemoryService, Options, Reason, State, Token};
 
-mod common;
 use common::short;
+use dlock_testkit as common;
 
 const EVENT: Duration = Duration::from_secs(10);
 

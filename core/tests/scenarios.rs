@@ -7,20 +7,76 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use dlock::{
-    Client, ClientConfig, EventStream, Lock, MemoryBackend, MemoryService, Options, OwnedPermit,
+    Acquisition, Client, ClientConfig, Election, EventStream, Lock, MemoryBackend, MemoryService,
+    Options, OwnedPermit,
 };
-use dlock_scenarios::{Config, Face, Fault, Observed, Scenario, Step, TraceSink, WAIT_LIMIT};
+use dlock_scenarios::{Config, Face, Fault, Observed, Role, Scenario, Step, TraceSink, WAIT_LIMIT};
+
+/// A holder's handle: a lock or an election candidate (whose lock every
+/// lock step uses).
+enum Handle {
+    Lock(Lock),
+    Election(Election),
+}
+
+impl Handle {
+    fn lock(&self) -> &Lock {
+        match self {
+            Handle::Lock(l) => l,
+            Handle::Election(e) => e.lock(),
+        }
+    }
+}
+
+/// A lock or election holder's part.
+struct Held {
+    /// The last `acquire_start`'s acquisition.
+    acquisition: Option<Acquisition>,
+    /// On the holder's session (`lock.session()`).
+    handle: Arc<Handle>,
+    /// The lock's pull-style events, opened before anything happens.
+    events: EventStream,
+}
 
 struct Holder {
+    /// The holder's client (shared with the other holders of that client).
+    client: Client,
     /// The link of the holder's client (shared with the other holders of
     /// that client).
     link: MemoryBackend,
-    /// On the holder's session (`lock.session()`).
-    lock: Arc<Lock>,
-    /// The lock's pull-style events, opened before anything happens.
-    events: EventStream,
+    /// `None` for an observer.
+    held: Option<Held>,
+    /// An observer's election name.
+    observes: String,
+}
+
+/// An observer started by `observe`: a thread turning its events into
+/// trace lines until `stop`.
+struct Watching {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// The trace line of an observer's event (without the holder).
+fn observed_line(e: &dlock::Observed) -> String {
+    let show = |what: &str, l: &dlock::Leader| {
+        format!(
+            "observed {what} value={} token={}",
+            String::from_utf8_lossy(&l.value),
+            l.token.get()
+        )
+    };
+    match e {
+        dlock::Observed::Leader(l) => show("leader", l),
+        dlock::Observed::Proclaimed(l) => show("proclaimed", l),
+        dlock::Observed::NoLeader => "observed no-leader".into(),
+        dlock::Observed::Reconnecting => "observed reconnecting".into(),
+        other => format!("observed {other:?}"),
+    }
 }
 
 #[derive(Default)]
@@ -28,6 +84,8 @@ struct RustFace {
     service: Option<MemoryService>,
     holders: HashMap<String, Holder>,
     permits: HashMap<String, OwnedPermit>,
+    trace: Option<TraceSink>,
+    observers: Vec<Watching>,
 }
 
 impl RustFace {
@@ -37,8 +95,26 @@ impl RustFace {
             .ok_or_else(|| format!("no holder {name}"))
     }
 
-    fn lock(&self, name: &str) -> Result<&Arc<Lock>, String> {
-        Ok(&self.holder(name)?.lock)
+    fn held(&self, name: &str) -> Result<&Held, String> {
+        self.holder(name)?
+            .held
+            .as_ref()
+            .ok_or_else(|| format!("{name} is an observer"))
+    }
+
+    fn handle(&self, name: &str) -> Result<&Arc<Handle>, String> {
+        Ok(&self.held(name)?.handle)
+    }
+
+    fn lock(&self, name: &str) -> Result<&Lock, String> {
+        Ok(self.handle(name)?.lock())
+    }
+
+    fn election(&self, name: &str) -> Result<&Election, String> {
+        match &**self.handle(name)? {
+            Handle::Election(e) => Ok(e),
+            Handle::Lock(_) => Err(format!("{name} is not an election candidate")),
+        }
     }
 
     fn permit(&self, label: &str) -> Result<&OwnedPermit, String> {
@@ -97,23 +173,107 @@ impl Face for RustFace {
                     s
                 }
             };
-            let lock = Arc::new(session.lock(&place.lock).map_err(|e| e.to_string())?);
-            // The event's Display is the trace line.
-            let (t, n) = (trace.clone(), h.clone());
-            lock.on_event(move |e| t.push(format!("{n} {e}")));
-            let events = lock.events();
-            self.holders
-                .insert(h.clone(), Holder { link, lock, events });
+            let handle = match place.role {
+                Role::Observer => None,
+                Role::Lock => Some(Handle::Lock(
+                    session.lock(&place.lock).map_err(|e| e.to_string())?,
+                )),
+                Role::Election => Some(Handle::Election(
+                    session.election(&place.lock).map_err(|e| e.to_string())?,
+                )),
+            };
+            let held = handle.map(|handle| {
+                // The event's Display is the trace line.
+                let (t, n) = (trace.clone(), h.clone());
+                handle.lock().on_event(move |e| t.push(format!("{n} {e}")));
+                let events = handle.lock().events();
+                Held {
+                    handle: Arc::new(handle),
+                    events,
+                    acquisition: None,
+                }
+            });
+            self.holders.insert(
+                h.clone(),
+                Holder {
+                    client,
+                    link,
+                    held,
+                    observes: place.lock.clone(),
+                },
+            );
         }
         self.service = Some(service);
+        self.trace = Some(trace);
         Ok(())
+    }
+
+    fn elections(&self) -> bool {
+        true
     }
 
     fn perform(&mut self, step: &Step) -> Result<Observed, String> {
         Ok(match step {
             Step::Acquire { holder } => {
-                let lock = self.lock(holder)?.clone();
-                std::thread::spawn(move || lock.acquire(WAIT_LIMIT));
+                let handle = self.handle(holder)?.clone();
+                std::thread::spawn(move || handle.lock().acquire(WAIT_LIMIT));
+                Observed::Done
+            }
+            Step::Campaign { holder, value } => {
+                self.election(holder)?;
+                let handle = self.handle(holder)?.clone();
+                let value = value.clone().into_bytes();
+                std::thread::spawn(move || {
+                    if let Handle::Election(e) = &*handle {
+                        let _ = e.campaign(&value, WAIT_LIMIT);
+                    }
+                });
+                Observed::Done
+            }
+            Step::Proclaim { holder, value, .. } => Observed::Word(
+                match self.election(holder)?.proclaim(value.as_bytes()) {
+                    Ok(()) => "ok",
+                    Err(e) => e.code(),
+                }
+                .into(),
+            ),
+            Step::Resign { holder, grace_ms } => {
+                self.election(holder)?;
+                let handle = self.handle(holder)?.clone();
+                let grace = Duration::from_millis(*grace_ms);
+                std::thread::spawn(move || {
+                    if let Handle::Election(e) = &*handle {
+                        let _ = e.resign(grace);
+                    }
+                });
+                Observed::Done
+            }
+            Step::Leader { holder, .. } => {
+                let leader = self.election(holder)?.leader().map_err(|e| e.to_string())?;
+                Observed::Leader {
+                    value: leader
+                        .as_ref()
+                        .map(|l| String::from_utf8_lossy(&l.value).into_owned()),
+                    token: leader.map(|l| l.token.get()),
+                }
+            }
+            Step::Observe { holder } => {
+                let h = self.holder(holder)?;
+                let mut observer = h.client.observe(&h.observes).map_err(|e| e.to_string())?;
+                let trace = self.trace.clone().ok_or("no trace")?;
+                let stop = Arc::new(AtomicBool::new(false));
+                let (n, halt) = (holder.clone(), stop.clone());
+                // Pulls with a short limit so that teardown can stop it.
+                let thread = std::thread::spawn(move || {
+                    while !halt.load(Ordering::SeqCst) {
+                        match observer.recv_blocking(Some(Duration::from_millis(20))) {
+                            Ok(Some(e)) => trace.push(format!("{n} {}", observed_line(&e))),
+                            Ok(None) => break,
+                            Err(_) => {}
+                        }
+                    }
+                });
+                self.observers.push(Watching { stop, thread });
                 Observed::Done
             }
             Step::TryAcquire { holder, .. } => Observed::Word(
@@ -204,7 +364,8 @@ impl Face for RustFace {
                 let h = self
                     .holders
                     .get_mut(holder)
-                    .ok_or_else(|| format!("no holder {holder}"))?;
+                    .and_then(|h| h.held.as_mut())
+                    .ok_or_else(|| format!("no lock holder {holder}"))?;
                 let mut got = Vec::new();
                 while got.len() < expect.len() {
                     match h.events.recv_blocking(Some(WAIT_LIMIT)) {
@@ -215,13 +376,40 @@ impl Face for RustFace {
                 }
                 Observed::Events(got)
             }
+            Step::AcquireStart { holder } => {
+                let h = self
+                    .holders
+                    .get_mut(holder)
+                    .and_then(|h| h.held.as_mut())
+                    .ok_or_else(|| format!("no lock holder {holder}"))?;
+                // The outcome shows in the trace.
+                h.acquisition = Some(h.handle.lock().acquire_then(true, Some(WAIT_LIMIT), |_| {}));
+                Observed::Done
+            }
+            Step::Cancel { holder } => {
+                self.held(holder)?
+                    .acquisition
+                    .as_ref()
+                    .ok_or_else(|| format!("no acquire_start of {holder}"))?
+                    .cancel();
+                Observed::Done
+            }
+            Step::Shutdown { holder } => {
+                self.holder(holder)?.client.shutdown();
+                Observed::Done
+            }
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         })
     }
 
     fn teardown(&mut self) {
+        for w in self.observers.drain(..) {
+            w.stop.store(true, Ordering::SeqCst);
+            let _ = w.thread.join();
+        }
         self.permits.clear();
         self.holders.clear();
+        self.trace = None;
         self.service = None;
     }
 }
@@ -236,9 +424,10 @@ fn scenarios() {
         .unwrap();
     let files = dlock_scenarios::scenario_files(&dir).unwrap();
     assert!(
-        files.len() >= 14,
-        "expected the fourteen scenarios, found {files:?}"
+        files.len() >= 20,
+        "expected the twenty scenarios, found {files:?}"
     );
     let summary = dlock_scenarios::play_dir(&dir, &mut RustFace::default(), &Config::from_env());
     assert_eq!(summary.failed, 0, "\n{}", summary.failures.join("\n"));
+    assert_eq!(summary.skipped, 0, "the Rust face plays every file");
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Error, MemoryService, Options, Refused, State};
 
-mod common;
+use dlock_testkit as common;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -156,7 +156,10 @@ fn two_sessions_of_one_client_do_not_share_fate() {
     assert_ne!(la, lb);
     assert!(service.revoke_lease(la));
     assert!(eventually(ms(2000), || fa.load(Ordering::SeqCst) == 1));
-    std::thread::sleep(ms(600));
+    // The other session goes on: two more of its keepalives (the second
+    // sent only after the first's round) and still no fence.
+    let sent = other.stats().keepalives;
+    assert!(eventually(ms(5000), || other.stats().keepalives >= sent + 2));
     assert_eq!(fb.load(Ordering::SeqCst), 0);
     assert_eq!(b.token(), Some(tb));
     assert_eq!(other.lease(), Some(lb));
@@ -175,8 +178,11 @@ fn two_handles_of_one_name_on_one_session_exclude_each_other() {
         let second = second.clone();
         std::thread::spawn(move || second.acquire(ms(5000)))
     };
-    std::thread::sleep(ms(100));
+    // Once the second is waiting (not before: a thread not yet started
+    // proves nothing), it has not acquired.
+    assert!(eventually(ms(2000), || second.state() == State::Acquiring));
     assert!(!waiter.is_finished(), "the second waits for the first");
+    assert_eq!(second.token(), None);
     first.release().unwrap();
     let t2 = waiter.join().unwrap().unwrap();
     assert!(t2 > t1);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use dlock_core::{
     BackendConfig, Client, ClientConfig, EtcdConfig, MemoryBackend, MemoryService, Options,
+    PartialOptions,
 };
 
 use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};
@@ -15,7 +16,11 @@ use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};
 /// ever added at the end), so a program built against this header keeps
 /// working with later libraries.
 pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 1;
-/// Default lease TTL (ms).
+/// A timing field (`*_ms`) left out: the core derives it from the ones
+/// given (docs/design.md §14). `LK_CLIENT_OPTIONS_INIT` and
+/// `lk_client_options_init()` start every timing field so.
+pub const LK_UNSET_MS: u64 = u64::MAX;
+/// Default lease TTL (ms): the TTL when no timing field is given.
 pub const LK_DEFAULT_TTL_MS: u64 = 15_000;
 /// Default time between keepalives (ms).
 pub const LK_DEFAULT_KEEPALIVE_INTERVAL_MS: u64 = 5_000;
@@ -31,8 +36,10 @@ pub const LK_DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 pub const LK_DEFAULT_REQUEST_TIMEOUT_MS: u64 = 3_000;
 
 /// Settings of a client. Start from `LK_CLIENT_OPTIONS_INIT` or
-/// `lk_client_options_init()`, then change fields: the defaults are the
-/// core's, and `version` lets later releases add fields.
+/// `lk_client_options_init()`, then change fields: the timing fields start
+/// `LK_UNSET_MS` and the core derives the ones left out from the ones given
+/// (with none given, the `LK_DEFAULT_*_MS`), the others start at the
+/// core's defaults, and `version` lets later releases add fields.
 ///
 /// The timing rules (checked by `lk_client_new`, `LK_INVALID_OPTION`):
 /// ttl >= 2000 and > keepalive_interval + margin; 0 < keepalive_timeout <
@@ -85,17 +92,18 @@ fn as_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The version-1 defaults: the core's timing and etcd settings.
+/// The version-1 defaults: every timing field unset (the core derives
+/// them), the core's etcd settings.
 fn defaults() -> lk_client_options {
     let d = Options::default();
     let etcd = EtcdConfig::new(Vec::<String>::new());
     lk_client_options {
         version: LK_CLIENT_OPTIONS_VERSION,
-        ttl_ms: as_ms(d.ttl),
-        keepalive_interval_ms: as_ms(d.keepalive_interval),
-        keepalive_timeout_ms: as_ms(d.keepalive_timeout),
-        retry_interval_ms: as_ms(d.retry_interval),
-        margin_ms: as_ms(d.margin),
+        ttl_ms: LK_UNSET_MS,
+        keepalive_interval_ms: LK_UNSET_MS,
+        keepalive_timeout_ms: LK_UNSET_MS,
+        retry_interval_ms: LK_UNSET_MS,
+        margin_ms: LK_UNSET_MS,
         reacquire: d.reacquire,
         endpoints: std::ptr::null(),
         ca_file: std::ptr::null(),
@@ -173,25 +181,31 @@ unsafe fn read_options(o: *const lk_client_options) -> Result<lk_client_options,
     Ok(full)
 }
 
-fn timing(o: &lk_client_options) -> Options {
-    Options {
-        ttl: ms(o.ttl_ms),
-        keepalive_interval: ms(o.keepalive_interval_ms),
-        keepalive_timeout: ms(o.keepalive_timeout_ms),
-        retry_interval: ms(o.retry_interval_ms),
-        margin: ms(o.margin_ms),
-        reacquire: o.reacquire,
+/// The timing fields given (`LK_UNSET_MS`: left out) and `reacquire`.
+fn timing(o: &lk_client_options) -> PartialOptions {
+    let given = |v: u64| (v != LK_UNSET_MS).then(|| ms(v));
+    PartialOptions {
+        ttl: given(o.ttl_ms),
+        keepalive_interval: given(o.keepalive_interval_ms),
+        keepalive_timeout: given(o.keepalive_timeout_ms),
+        retry_interval: given(o.retry_interval_ms),
+        margin: given(o.margin_ms),
+        reacquire: Some(o.reacquire),
     }
 }
 
 /// The timing and `reacquire` fields of the caller's options, of any
-/// known version (`lk_session_new`).
+/// known version, the ones left out derived over `base` (the client's
+/// options, for `lk_session_new`).
 ///
 /// # Safety
 /// `o` points to an options struct of the version it states.
-pub(crate) unsafe fn timing_of(o: *const lk_client_options) -> Result<Options, Fail> {
+pub(crate) unsafe fn timing_of(
+    o: *const lk_client_options,
+    base: &Options,
+) -> Result<Options, Fail> {
     // SAFETY: the caller's rule.
-    Ok(timing(&unsafe { read_options(o) }?))
+    Ok(timing(&unsafe { read_options(o) }?).resolve_over(base)?)
 }
 
 fn path(p: Option<&str>) -> Option<PathBuf> {
@@ -238,7 +252,7 @@ pub unsafe extern "C" fn lk_client_new(
             }
         };
         let config = ClientConfig {
-            options: timing(&o),
+            options: timing(&o).resolve()?,
             backend,
             clock: None,
         };
@@ -248,6 +262,7 @@ pub unsafe extern "C" fn lk_client_new(
                 client: Client::connect(config)?,
             },
         );
+        crate::lifecycle::shutdown_at_exit();
         Ok(())
     })
 }
@@ -267,13 +282,16 @@ pub unsafe extern "C" fn lk_client_from_env(
             true => defaults(),
             false => unsafe { read_options(opts) }?,
         };
-        let client = Client::connect(ClientConfig::from_env().with_options(timing(&o)))?;
+        let client = Client::connect(ClientConfig::from_env().with_options(timing(&o).resolve()?))?;
         boxed(dest, lk_client { client });
+        crate::lifecycle::shutdown_at_exit();
         Ok(())
     })
 }
 
-/// Frees a client handle (NULL: nothing). Its locks go on.
+/// Frees a client handle (NULL: nothing). Its locks and sessions go on;
+/// once the last handle of the client is freed (the client, its sessions
+/// and locks), its sessions end as with `lk_client_shutdown`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_free(client: *mut lk_client) {
     ffi!(value {
@@ -563,15 +581,30 @@ pub extern "C" fn lk_stall_driver(ms: u64) -> crate::lk_status {
 mod tests {
     use super::*;
 
-    /// The header's defaults (used by `LK_CLIENT_OPTIONS_INIT`) are the core's.
+    /// The header's defaults (`LK_CLIENT_OPTIONS_INIT`): timing left to the
+    /// core, whose derivation from nothing is the `LK_DEFAULT_*_MS`.
     #[test]
     fn header_defaults_are_the_cores() {
         let o = defaults();
-        assert_eq!(o.ttl_ms, LK_DEFAULT_TTL_MS);
-        assert_eq!(o.keepalive_interval_ms, LK_DEFAULT_KEEPALIVE_INTERVAL_MS);
-        assert_eq!(o.keepalive_timeout_ms, LK_DEFAULT_KEEPALIVE_TIMEOUT_MS);
-        assert_eq!(o.retry_interval_ms, LK_DEFAULT_RETRY_INTERVAL_MS);
-        assert_eq!(o.margin_ms, LK_DEFAULT_MARGIN_MS);
+        let d = timing(&o).resolve().unwrap();
+        assert_eq!(as_ms(d.ttl), LK_DEFAULT_TTL_MS);
+        assert_eq!(
+            as_ms(d.keepalive_interval),
+            LK_DEFAULT_KEEPALIVE_INTERVAL_MS
+        );
+        assert_eq!(as_ms(d.keepalive_timeout), LK_DEFAULT_KEEPALIVE_TIMEOUT_MS);
+        assert_eq!(as_ms(d.retry_interval), LK_DEFAULT_RETRY_INTERVAL_MS);
+        assert_eq!(as_ms(d.margin), LK_DEFAULT_MARGIN_MS);
+        assert_eq!(d, Options::default());
+        // The case, as a C program would write it.
+        let mut o = defaults();
+        o.ttl_ms = 6000;
+        o.keepalive_interval_ms = 2000;
+        let d = timing(&o).resolve().unwrap();
+        assert_eq!(
+            (as_ms(d.keepalive_timeout), as_ms(d.retry_interval)),
+            (800, 400)
+        );
         assert_eq!(o.connect_timeout_ms, LK_DEFAULT_CONNECT_TIMEOUT_MS);
         assert_eq!(o.request_timeout_ms, LK_DEFAULT_REQUEST_TIMEOUT_MS);
         assert!(o.reacquire);

@@ -25,6 +25,14 @@ pub mod lock;
 pub mod session;
 // After `session`.
 pub mod fence;
+// After `fence`.
+pub mod lifecycle;
+// After `lifecycle`.
+pub mod metrics;
+// After `metrics`.
+pub mod election;
+// After `election`.
+pub mod observer;
 
 /// The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 /// (`lk_status_name`) are the error codes every dlock binding shares.
@@ -170,11 +178,8 @@ fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
 #[inline(always)]
 pub(crate) fn status_boundary(body: impl FnOnce() -> Res) -> lk_status {
     if dlock_core::forked() {
-        return Fail::new(
-            LK_FORKED,
-            "called in a forked child process; dlock handles belong to the parent",
-        )
-        .0;
+        // The core's message, defined once (`Error::Forked`).
+        return Fail::new(LK_FORKED, Error::Forked.to_string()).0;
     }
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => LK_OK,

@@ -6,7 +6,7 @@ use std::ffi::{CString, c_char, c_uint, c_void};
 use std::mem::{MaybeUninit, align_of, size_of};
 use std::time::Duration;
 
-use dlock_core::{Lock, OwnedPermit, Token};
+use dlock_core::{Election, Lock, OwnedPermit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
@@ -14,15 +14,32 @@ use crate::{Fail, arg, boxed, bytes, ffi, key_bytes, lk_reason, lk_state, out, t
 
 /// One named lock. Freeing it releases the lock.
 pub struct lk_lock {
-    lock: Lock,
+    pub(crate) lock: Handle,
     /// The name as given, for `lk_lock_name`.
     name: CString,
+}
+
+/// What an `lk_lock` is: a lock, or an election's (`lk_election_lock`);
+/// every lock function works on either through `Deref`.
+pub(crate) enum Handle {
+    Lock(Lock),
+    Election(Election),
+}
+
+impl std::ops::Deref for Handle {
+    type Target = Lock;
+    fn deref(&self) -> &Lock {
+        match self {
+            Handle::Lock(l) => l,
+            Handle::Election(e) => e.lock(),
+        }
+    }
 }
 
 /// `user_data` crosses to the callback thread; the header makes the
 /// application responsible for what it points to.
 #[derive(Copy, Clone)]
-struct UserData(*mut c_void);
+pub(crate) struct UserData(pub(crate) *mut c_void);
 // SAFETY: an opaque pointer the library never dereferences.
 unsafe impl Send for UserData {}
 // SAFETY: as above.
@@ -32,7 +49,15 @@ impl lk_lock {
     /// The handle of `lock`, called `name` (a C string's: no NUL inside).
     pub(crate) fn new(lock: Lock, name: &str) -> lk_lock {
         lk_lock {
-            lock,
+            lock: Handle::Lock(lock),
+            name: CString::new(name).unwrap_or_default(),
+        }
+    }
+
+    /// The handle of an election's lock, called `name`.
+    pub(crate) fn election(election: Election, name: &str) -> lk_lock {
+        lk_lock {
+            lock: Handle::Election(election),
             name: CString::new(name).unwrap_or_default(),
         }
     }

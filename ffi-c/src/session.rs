@@ -18,11 +18,19 @@ pub struct lk_session {
     session: Session,
 }
 
+impl lk_session {
+    /// The core's session (for `lk_session_election_new`).
+    pub(crate) fn session(&self) -> &Session {
+        &self.session
+    }
+}
+
 /// A new session of `client` with its own lease, keepalive loop and
 /// deadline, so its locks fence independently of the client's other
 /// locks. Timing and `reacquire` come from `options` (NULL: the client's
 /// own; any version from 1 to `LK_CLIENT_OPTIONS_VERSION`); the other
 /// fields (endpoints, TLS, `memory`) are the client's and ignored here.
+/// Timing fields left out (`LK_UNSET_MS`) are derived over the client's.
 /// `LK_INVALID_OPTION` for timings that break a rule. The lease is granted
 /// on the first acquisition.
 #[unsafe(no_mangle)]
@@ -36,7 +44,7 @@ pub unsafe extern "C" fn lk_session_new(
         let dest = unsafe { out(session_out, "session_out") }?;
         let opts: Options = match options.is_null() {
             true => client.client.options().clone(),
-            false => unsafe { timing_of(options) }?,
+            false => unsafe { timing_of(options, client.client.options()) }?,
         };
         boxed(
             dest,

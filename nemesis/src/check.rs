@@ -15,7 +15,14 @@
 //!   holder drains longer than TTL + 1 s unless paused; at the end exactly
 //!   one holder holds and none drains;
 //! - every acknowledged write is in its resource's history, no write
-//!   reported refused is; writes of unknown outcome are counted apart.
+//!   reported refused is; writes of unknown outcome are counted apart;
+//! - in the election mode also E1: one leader at a time (no permit of a
+//!   lower token runs past a higher token's election, unless an operator
+//!   cut the lower one), and E2: the observer's leader tokens rise, and its
+//!   last report names the leader that holds at the end.
+//!
+//! As etcd's `tests/robustness/validate`: the records are read once into a
+//! typed `History`, then each invariant is one short function over it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -63,6 +70,16 @@ pub struct Report {
     pub max_heal_ms: Option<f64>,
     /// Heals checked for liveness.
     pub heals: u64,
+    /// The election mode (a `start` or `run` record says `election`): the
+    /// table lists E1 and E2 and the figures below.
+    pub election: bool,
+    /// Election mode: events the observer reported, and of them `leader`.
+    pub observed: (u64, u64),
+    /// Election mode: proclaims that succeeded, and those refused.
+    pub proclaims: (u64, u64),
+    /// Election mode: the smallest lead (ms) of a leader's last permit
+    /// deadline over the next leader's election (E1's margin).
+    pub min_handover_ms: Option<f64>,
     /// Violations by invariant, each with its evidence.
     pub violations: BTreeMap<&'static str, Vec<String>>,
 }
@@ -77,6 +94,10 @@ pub const INVARIANTS: &[&str] = &[
     "acknowledged writes kept",
     "refused writes not applied",
 ];
+
+/// The election mode's own invariants (listed only in that mode).
+pub const ELECTION_INVARIANTS: &[&str] =
+    &["E1 one leader at a time", "E2 observed leader tokens rise"];
 
 impl Report {
     /// Total violations.
@@ -137,7 +158,24 @@ impl Report {
             "heals checked, longest heal -> held again".to_owned(),
             format!("{}, {}", self.heals, ms(self.max_heal_ms)),
         ));
-        for inv in INVARIANTS {
+        if self.election {
+            rows.push((
+                "observer events (leader changes)".into(),
+                format!("{} ({})", self.observed.0, self.observed.1),
+            ));
+            rows.push((
+                "proclaims (ok / refused)".into(),
+                format!("{} / {}", self.proclaims.0, self.proclaims.1),
+            ));
+            rows.push((
+                "smallest handover (last permit deadline -> next election)".into(),
+                ms(self.min_handover_ms),
+            ));
+        }
+        let listed = INVARIANTS
+            .iter()
+            .chain(ELECTION_INVARIANTS.iter().filter(|_| self.election));
+        for inv in listed {
             let n = self.violations.get(inv).map_or(0, Vec::len);
             rows.push((format!("violations: {inv}"), n.to_string()));
         }
@@ -223,6 +261,13 @@ impl Report {
         pair(&mut self.unknown_committed, r.unknown_committed);
         pair(&mut self.paused_writes, r.paused_writes);
         self.late_accepted += r.late_accepted;
+        self.election |= r.election;
+        pair(&mut self.observed, r.observed);
+        pair(&mut self.proclaims, r.proclaims);
+        self.min_handover_ms = match (self.min_handover_ms, r.min_handover_ms) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
         self.min_lead_ms = match (self.min_lead_ms, r.min_lead_ms) {
             (Some(x), Some(y)) => Some(x.min(y)),
             (x, y) => x.or(y),
@@ -242,243 +287,448 @@ impl Report {
     }
 }
 
-fn check_one(records: &[Value]) -> Report {
-    let mut r = Report::default();
-    let ev = |e: &'static str| records.iter().filter(move |v| s(v, "ev") == e);
-    let ttl_ns = ev("start").map(|v| u(v, "ttl_ms")).max().unwrap_or(4000) * 1_000_000;
+// --- typed records ------------------------------------------------------
 
-    // --- the nemesis's own records --------------------------------------
-    let mut operator: HashSet<u64> = HashSet::new();
-    let mut killed: HashSet<String> = HashSet::new();
-    // (holder, from, to): times a holder could not run.
-    let mut paused: Vec<(String, u64, u64)> = Vec::new();
-    let mut open_pause: HashMap<String, u64> = HashMap::new();
-    let mut heals: Vec<u64> = Vec::new();
-    let mut faults_at: Vec<u64> = Vec::new();
-    // Times the operator revoked a lease: every lock of that session loses
-    // its lease (reason lease_lost) at once.
-    let mut revokes: Vec<u64> = Vec::new();
-    for v in records {
-        let (p, e, t) = (s(v, "p"), s(v, "ev"), u(v, "t"));
-        match (p, e) {
-            ("nemesis", "fault") => {
-                *r.faults.entry(s(v, "kind").to_owned()).or_default() += 1;
-                faults_at.push(t);
-                match s(v, "kind") {
-                    "lease_revoked" | "key_deleted" => {
-                        operator.insert(u(v, "token"));
-                        if s(v, "kind") == "lease_revoked" {
-                            revokes.push(t);
+/// A write a resource accepted: a gate accept, or an etcd put.
+struct Accepted<'a> {
+    /// The holder that sent it, and its sequence number.
+    h: &'a str,
+    seq: u64,
+    token: u64,
+    /// The gate's accept time; the etcd key's revision.
+    t: u64,
+    v: &'a Value,
+}
+
+/// A write as its holder reports it.
+struct Write<'a> {
+    p: &'a str,
+    etcd: bool,
+    seq: u64,
+    token: u64,
+    sent: u64,
+    out: &'a str,
+    /// When the holder's last permit before this write was asked.
+    permit_t0: u64,
+    v: &'a Value,
+}
+
+struct Permit<'a> {
+    p: &'a str,
+    t0: u64,
+    deadline: u64,
+    v: &'a Value,
+}
+
+/// A fence, or an acquisition: who, which token, when.
+struct TokenAt<'a> {
+    p: &'a str,
+    token: u64,
+    at: u64,
+}
+
+struct StateChange<'a> {
+    p: &'a str,
+    from: &'a str,
+    to: &'a str,
+    reason: &'a str,
+    at: u64,
+}
+
+/// A time a holder could not run.
+struct Pause {
+    who: String,
+    from: u64,
+    to: u64,
+}
+
+/// The writes a resource holds, by (holder, seq).
+type Applied<'a> = HashSet<(&'a str, u64)>;
+
+/// One lock's history, read once into typed records.
+#[derive(Default)]
+struct History<'a> {
+    ttl_ns: u64,
+    faults: BTreeMap<String, u64>,
+    faults_at: Vec<u64>,
+    heals: Vec<u64>,
+    /// Tokens whose lease an operator revoked or whose key it deleted.
+    operator: HashSet<u64>,
+    killed: HashSet<&'a str>,
+    /// Times the operator revoked a lease: every lock of that session
+    /// loses its lease (reason lease_lost) at once.
+    revokes: Vec<u64>,
+    paused: Vec<Pause>,
+    gate_accepts: Vec<Accepted<'a>>,
+    etcd_puts: Vec<Accepted<'a>>,
+    /// (holder, seq) of every write each resource holds: (etcd, gate).
+    applied: (Applied<'a>, Applied<'a>),
+    gate_refused: u64,
+    permits: Vec<Permit<'a>>,
+    writes: Vec<Write<'a>>,
+    fences: Vec<TokenAt<'a>>,
+    acquired: Vec<TokenAt<'a>>,
+    states: Vec<StateChange<'a>>,
+    /// Each holder's state at the end.
+    finals: HashMap<&'a str, &'a str>,
+    /// Each holder's token at the end (when it holds one).
+    final_tokens: HashMap<&'a str, u64>,
+    /// The election mode.
+    election: bool,
+    /// The observer's events: (t, kind, token).
+    observed: Vec<(u64, &'a str, u64)>,
+    /// Proclaims: (ok, refused).
+    proclaims: (u64, u64),
+}
+
+impl<'a> History<'a> {
+    fn read(records: &'a [Value]) -> History<'a> {
+        let mut h = History {
+            ttl_ns: records
+                .iter()
+                .filter(|v| s(v, "ev") == "start")
+                .map(|v| u(v, "ttl_ms"))
+                .max()
+                .unwrap_or(4000)
+                * 1_000_000,
+            ..History::default()
+        };
+        let mut open_pause: HashMap<String, u64> = HashMap::new();
+        let mut last_permit: HashMap<&str, u64> = HashMap::new();
+        for v in records {
+            let (p, t) = (s(v, "p"), u(v, "t"));
+            let token_at = |at: &str| TokenAt {
+                p,
+                token: u(v, "token"),
+                at: u(v, at),
+            };
+            let accepted = |t: u64| Accepted {
+                h: s(v, "h"),
+                seq: u(v, "seq"),
+                token: u(v, "token"),
+                t,
+                v,
+            };
+            match (p, s(v, "ev")) {
+                ("nemesis", "fault") => {
+                    let kind = s(v, "kind");
+                    *h.faults.entry(kind.to_owned()).or_default() += 1;
+                    h.faults_at.push(t);
+                    match kind {
+                        "lease_revoked" | "key_deleted" => {
+                            h.operator.insert(u(v, "token"));
+                            if kind == "lease_revoked" {
+                                h.revokes.push(t);
+                            }
                         }
+                        "holder_killed" => {
+                            h.killed.insert(s(v, "target"));
+                        }
+                        "pause_short" | "pause_long" => {
+                            open_pause.insert(s(v, "target").to_owned(), t);
+                        }
+                        _ => {}
                     }
-                    "holder_killed" => {
-                        killed.insert(s(v, "target").to_owned());
+                }
+                ("nemesis", "resume") => {
+                    let who = s(v, "target").to_owned();
+                    if let Some(from) = open_pause.remove(&who) {
+                        h.paused.push(Pause { who, from, to: t });
                     }
-                    "pause_short" | "pause_long" => {
-                        open_pause.insert(s(v, "target").to_owned(), t);
+                }
+                ("nemesis", "heal" | "settle") => h.heals.push(t),
+                (_, "self_pause") => {
+                    open_pause.insert(p.to_owned(), t);
+                }
+                (_, "self_resume") => {
+                    if let Some(from) = open_pause.remove(p) {
+                        let who = p.to_owned();
+                        h.paused.push(Pause { who, from, to: t });
                     }
-                    _ => {}
                 }
-            }
-            ("nemesis", "resume") => {
-                let who = s(v, "target").to_owned();
-                if let Some(from) = open_pause.remove(&who) {
-                    paused.push((who, from, t));
+                (_, "gate_accept") => h.gate_accepts.push(accepted(t)),
+                (_, "etcd_put") => h.etcd_puts.push(accepted(u(v, "rev"))),
+                (_, "gate_refuse") => h.gate_refused += 1,
+                (_, "permit") => {
+                    last_permit.insert(p, u(v, "t0"));
+                    h.permits.push(Permit {
+                        p,
+                        t0: u(v, "t0"),
+                        deadline: u(v, "deadline"),
+                        v,
+                    });
                 }
-            }
-            ("nemesis", "heal") | ("nemesis", "settle") => heals.push(t),
-            (_, "self_pause") => {
-                open_pause.insert(p.to_owned(), t);
-            }
-            (_, "self_resume") => {
-                if let Some(from) = open_pause.remove(p) {
-                    paused.push((p.to_owned(), from, t));
+                (_, "write") => h.writes.push(Write {
+                    p,
+                    etcd: s(v, "res") == "etcd",
+                    seq: u(v, "seq"),
+                    token: u(v, "token"),
+                    sent: u(v, "sent"),
+                    out: s(v, "out"),
+                    permit_t0: last_permit.get(p).copied().unwrap_or(0),
+                    v,
+                }),
+                (_, "fence") => h.fences.push(token_at("at")),
+                (_, "acquired") => h.acquired.push(token_at("at")),
+                (_, "state") => h.states.push(StateChange {
+                    p,
+                    from: s(v, "from"),
+                    to: s(v, "to"),
+                    reason: s(v, "reason"),
+                    at: u(v, "at"),
+                }),
+                (_, "final") => {
+                    h.finals.insert(p, s(v, "state"));
+                    if let Some(tok) = v["token"].as_u64() {
+                        h.final_tokens.insert(p, tok);
+                    }
                 }
+                (_, "start" | "run") if v["election"].as_bool() == Some(true) => {
+                    h.election = true;
+                }
+                ("observer", "observed") => h.observed.push((t, s(v, "kind"), u(v, "token"))),
+                (_, "proclaim") => bump(&mut h.proclaims, s(v, "out") == "ok"),
+                _ => {}
             }
-            _ => {}
         }
+        // The etcd key's history is in revision order.
+        h.etcd_puts.sort_by_key(|a| a.t);
+        let set = |list: &[Accepted<'a>]| list.iter().map(|a| (a.h, a.seq)).collect();
+        h.applied = (set(&h.etcd_puts), set(&h.gate_accepts));
+        // A pause never ended in the history lasts to its end.
+        let last_t = records.iter().map(|v| u(v, "t")).max().unwrap_or(0);
+        for (who, from) in open_pause {
+            h.paused.push(Pause {
+                who,
+                from,
+                to: last_t,
+            });
+        }
+        h
     }
-    // A pause never ended in the history lasts to its end.
-    let last_t = records.iter().map(|v| u(v, "t")).max().unwrap_or(0);
-    for (who, from) in open_pause {
-        paused.push((who, from, last_t));
-    }
-    let was_paused = |who: &str, a: u64, b: u64| {
-        paused
-            .iter()
-            .any(|(p, from, to)| p == who && *from <= b && *to >= a)
-    };
 
-    // --- the resources' histories ---------------------------------------
-    let gate_accepts: Vec<&Value> = ev("gate_accept").collect();
-    let mut etcd_puts: Vec<&Value> = ev("etcd_put").collect();
-    etcd_puts.sort_by_key(|v| u(v, "rev"));
-    let key = |v: &Value, h: &str| (h.to_owned(), u(v, "seq"));
-    let gate_set: HashSet<(String, u64)> = gate_accepts.iter().map(|v| key(v, s(v, "h"))).collect();
-    let etcd_set: HashSet<(String, u64)> = etcd_puts.iter().map(|v| key(v, s(v, "h"))).collect();
-    r.refused.1 = ev("gate_refuse").count() as u64;
-    for (res, list) in [("gate", &gate_accepts), ("etcd", &etcd_puts)] {
+    /// Whether `who` was paused at some time in `a..=b`.
+    fn was_paused(&self, who: &str, a: u64, b: u64) -> bool {
+        self.paused
+            .iter()
+            .any(|p| p.who == who && p.from <= b && p.to >= a)
+    }
+
+    /// The fence of each token.
+    fn fence_of(&self) -> HashMap<u64, &TokenAt<'a>> {
+        self.fences.iter().map(|f| (f.token, f)).collect()
+    }
+
+    /// Whether resource `etcd` (or the gate) holds the write `seq` of `h`.
+    fn applied(&self, etcd: bool, h: &str, seq: u64) -> bool {
+        let set = if etcd {
+            &self.applied.0
+        } else {
+            &self.applied.1
+        };
+        set.contains(&(h, seq))
+    }
+}
+
+/// The first accepted write of a token above T, in either resource: gate
+/// accept times, and the send times of acknowledged etcd writes (the
+/// commit came after the send).
+struct FirstAbove {
+    /// (token, time), by token.
+    firsts: Vec<(u64, u64)>,
+    /// Suffix minimum of the time.
+    suffix: Vec<u64>,
+}
+
+impl FirstAbove {
+    fn new(h: &History<'_>) -> FirstAbove {
+        let mut firsts: Vec<(u64, u64)> = h.gate_accepts.iter().map(|a| (a.token, a.t)).collect();
+        firsts.extend(
+            h.writes
+                .iter()
+                .filter(|w| w.etcd && w.out == "ok")
+                .map(|w| (w.token, w.sent)),
+        );
+        firsts.sort_unstable();
+        let mut suffix = vec![u64::MAX; firsts.len() + 1];
+        for i in (0..firsts.len()).rev() {
+            suffix[i] = suffix[i + 1].min(firsts[i].1);
+        }
+        FirstAbove { firsts, suffix }
+    }
+
+    fn after(&self, token: u64) -> Option<u64> {
+        let i = self.firsts.partition_point(|(t, _)| *t <= token);
+        (self.suffix[i] != u64::MAX).then_some(self.suffix[i])
+    }
+}
+
+// --- one function per invariant -------------------------------------------
+
+fn check_one(records: &[Value]) -> Report {
+    let h = History::read(records);
+    let first_above = FirstAbove::new(&h);
+    let mut r = Report::default();
+    counts(&h, &mut r);
+    g2_no_lower_token_accepted(&h, &mut r);
+    g4_no_permit_at_deadline(&h, &mut r);
+    writes_kept_and_refused(&h, &mut r);
+    paused_writes_refused(&h, &first_above, &mut r);
+    g1_fence_before_successor(&h, &first_above, &mut r);
+    g3_tokens_increase(&h, &mut r);
+    liveness_after_heals(&h, &mut r);
+    liveness_no_long_drain(&h, &mut r);
+    liveness_at_the_end(&h, &mut r);
+    if h.election {
+        e1_one_leader_at_a_time(&h, &mut r);
+        e2_observed_tokens_rise(&h, &mut r);
+    }
+    r
+}
+
+/// What happened, counted.
+fn counts(h: &History<'_>, r: &mut Report) {
+    r.faults = h.faults.clone();
+    r.permits = h.permits.len() as u64;
+    r.fences = h.fences.len() as u64;
+    r.acquisitions = h.acquired.len() as u64;
+    r.resumes = h
+        .states
+        .iter()
+        .filter(|c| c.from == "draining" && c.to == "holding")
+        .count() as u64;
+    r.refused.1 = h.gate_refused;
+    r.election = h.election;
+    r.observed = (
+        h.observed.len() as u64,
+        h.observed.iter().filter(|o| o.1 == "leader").count() as u64,
+    );
+    r.proclaims = h.proclaims;
+    let fence_of = h.fence_of();
+    r.late_accepted = h
+        .gate_accepts
+        .iter()
+        .filter(|a| fence_of.get(&a.token).is_some_and(|f| a.t > f.at))
+        .count() as u64;
+}
+
+/// G2: no resource accepts a token lower than one it accepted before.
+fn g2_no_lower_token_accepted(h: &History<'_>, r: &mut Report) {
+    for (res, list) in [("gate", &h.gate_accepts), ("etcd", &h.etcd_puts)] {
         let mut hi = 0u64;
-        for v in list.iter() {
-            let t = u(v, "token");
-            if t < hi {
+        for a in list {
+            if a.token < hi {
                 r.violate(
                     "G2 no lower token accepted",
-                    format!("{res} accepted token {t} after token {hi}: {v}"),
+                    format!("{res} accepted token {} after token {hi}: {}", a.token, a.v),
                 );
             }
-            hi = hi.max(t);
+            hi = hi.max(a.token);
         }
     }
+}
 
-    // --- the holders' records -------------------------------------------
-    // G4, acknowledged writes, unknown outcomes, paused holders' writes.
-    let mut last_permit: HashMap<&str, u64> = HashMap::new(); // holder -> t0
-    let mut after_pause: Vec<(&Value, bool)> = Vec::new();
-    for v in records {
-        let p = s(v, "p");
-        match s(v, "ev") {
-            "permit" => {
-                r.permits += 1;
-                last_permit.insert(p, u(v, "t0"));
-                if u(v, "t0") >= u(v, "deadline") {
+/// G4: no permit granted at or after its deadline.
+fn g4_no_permit_at_deadline(h: &History<'_>, r: &mut Report) {
+    for p in h.permits.iter().filter(|p| p.t0 >= p.deadline) {
+        r.violate(
+            "G4 no permit at/after deadline",
+            format!(
+                "{}: permit asked at {} ns, deadline {}: {}",
+                p.p, p.t0, p.deadline, p.v
+            ),
+        );
+    }
+}
+
+/// Every acknowledged write is in its resource, none reported refused is;
+/// writes of unknown outcome are counted apart.
+fn writes_kept_and_refused(h: &History<'_>, r: &mut Report) {
+    for w in &h.writes {
+        let here = h.applied(w.etcd, w.p, w.seq);
+        match w.out {
+            "ok" => {
+                bump(&mut r.accepted, w.etcd);
+                if !here {
                     r.violate(
-                        "G4 no permit at/after deadline",
-                        format!(
-                            "{p}: permit asked at {} ns, deadline {}: {v}",
-                            u(v, "t0"),
-                            u(v, "deadline")
-                        ),
+                        "acknowledged writes kept",
+                        format!("{}: acknowledged, not in the resource: {}", w.p, w.v),
                     );
                 }
             }
-            "write" => {
-                let etcd = s(v, "res") == "etcd";
-                let present = if etcd { &etcd_set } else { &gate_set };
-                let here = present.contains(&key(v, p));
-                let (acc, unk, unk_c) = if etcd {
-                    (
-                        &mut r.accepted.0,
-                        &mut r.unknown.0,
-                        &mut r.unknown_committed.0,
-                    )
-                } else {
-                    (
-                        &mut r.accepted.1,
-                        &mut r.unknown.1,
-                        &mut r.unknown_committed.1,
-                    )
-                };
-                match s(v, "out") {
-                    "ok" => {
-                        *acc += 1;
-                        if !here {
-                            r.violate(
-                                "acknowledged writes kept",
-                                format!("{p}: acknowledged, not in the resource: {v}"),
-                            );
-                        }
-                    }
-                    "fenced" | "refused" => {
-                        if etcd {
-                            r.refused.0 += 1;
-                        }
-                        if here {
-                            r.violate(
-                                "refused writes not applied",
-                                format!("{p}: reported refused, applied: {v}"),
-                            );
-                        }
-                    }
-                    "unknown" => {
-                        *unk += 1;
-                        if here {
-                            *unk_c += 1;
-                        }
-                    }
-                    _ => {}
+            "fenced" | "refused" => {
+                if w.etcd {
+                    r.refused.0 += 1;
                 }
-                // Sent after a pause, with a permit from before it.
-                let permit_t = last_permit.get(p).copied().unwrap_or(0);
-                if paused
-                    .iter()
-                    .any(|(who, from, to)| who == p && permit_t < *from && u(v, "sent") > *to)
-                {
-                    after_pause.push((v, here));
+                if here {
+                    r.violate(
+                        "refused writes not applied",
+                        format!("{}: reported refused, applied: {}", w.p, w.v),
+                    );
                 }
             }
-            "state" if s(v, "from") == "draining" && s(v, "to") == "holding" => {
-                r.resumes += 1;
+            "unknown" => {
+                bump(&mut r.unknown, w.etcd);
+                if here {
+                    bump(&mut r.unknown_committed, w.etcd);
+                }
             }
             _ => {}
         }
     }
+}
 
-    // G1, G3.
-    let fences: Vec<&Value> = ev("fence").collect();
-    r.fences = fences.len() as u64;
-    let acquired: Vec<&Value> = ev("acquired").collect();
-    r.acquisitions = acquired.len() as u64;
-    let fence_reason: HashMap<(&str, u64), &str> = ev("state")
-        .filter(|v| s(v, "to") == "fenced")
-        .map(|v| ((s(v, "p"), u(v, "at")), s(v, "reason")))
-        .collect();
-    let fence_of: HashMap<u64, &Value> = fences.iter().map(|v| (u(v, "token"), *v)).collect();
-    r.late_accepted = gate_accepts
-        .iter()
-        .filter(|v| {
-            fence_of
-                .get(&u(v, "token"))
-                .is_some_and(|f| u(v, "t") > u(f, "at"))
-        })
-        .count() as u64;
-    // The first accepted write of a token above T, in either resource: gate
-    // accept times, and the send times of acknowledged etcd writes (the
-    // commit came after the send).
-    let mut firsts: Vec<(u64, u64)> = gate_accepts
-        .iter()
-        .map(|v| (u(v, "token"), u(v, "t")))
-        .collect();
-    firsts.extend(
-        ev("write")
-            .filter(|v| s(v, "res") == "etcd" && s(v, "out") == "ok")
-            .map(|v| (u(v, "token"), u(v, "sent"))),
-    );
-    firsts.sort_unstable();
-    // Suffix minimum of the time by token.
-    let mut suffix = vec![u64::MAX; firsts.len() + 1];
-    for i in (0..firsts.len()).rev() {
-        suffix[i] = suffix[i + 1].min(firsts[i].1);
+/// Adds one to the etcd or the gate count of `pair`.
+fn bump(pair: &mut (u64, u64), etcd: bool) {
+    if etcd {
+        pair.0 += 1;
+    } else {
+        pair.1 += 1;
     }
-    let first_above = |tok: u64| -> Option<u64> {
-        let i = firsts.partition_point(|(t, _)| *t <= tok);
-        (suffix[i] != u64::MAX).then_some(suffix[i])
-    };
-    // A paused holder's write is stale when a higher token's write was
-    // accepted before it was sent.
-    for (w, applied) in after_pause {
-        if first_above(u(w, "token")).is_some_and(|t| t < u(w, "sent")) {
+}
+
+/// G2 for a paused holder: the writes it sends after it resumes, with a
+/// permit from before the pause, once a higher token's write was accepted,
+/// are counted, and each must be refused.
+fn paused_writes_refused(h: &History<'_>, first_above: &FirstAbove, r: &mut Report) {
+    for w in &h.writes {
+        let after_pause = h
+            .paused
+            .iter()
+            .any(|p| p.who == w.p && w.permit_t0 < p.from && w.sent > p.to);
+        if after_pause && first_above.after(w.token).is_some_and(|t| t < w.sent) {
             r.paused_writes.0 += 1;
-            if !applied {
+            if !h.applied(w.etcd, w.p, w.seq) {
                 r.paused_writes.1 += 1;
             }
         }
     }
-    for f in &fences {
-        let (p, tok, at) = (s(f, "p"), u(f, "token"), u(f, "at"));
-        let Some(next) = first_above(tok) else {
+}
+
+/// G1: every fence of a token comes before the first write accepted from a
+/// higher token (a gap an operator, a pause or a kill explains is reported,
+/// not a violation), and a superseded token is fenced.
+fn g1_fence_before_successor(h: &History<'_>, first_above: &FirstAbove, r: &mut Report) {
+    let fence_reason: HashMap<(&str, u64), &str> = h
+        .states
+        .iter()
+        .filter(|c| c.to == "fenced")
+        .map(|c| ((c.p, c.at), c.reason))
+        .collect();
+    for f in &h.fences {
+        let Some(next) = first_above.after(f.token) else {
             continue;
         };
-        let lead = ms(at, next);
+        let lead = ms(f.at, next);
         if lead > 0.0 {
             r.min_lead_ms = Some(r.min_lead_ms.map_or(lead, |m: f64| m.min(lead)));
             continue;
         }
-        let revoked = fence_reason.get(&(p, at)) == Some(&"lease_lost")
-            && revokes.iter().any(|&t| t <= at && at <= t + ttl_ns);
-        let why = if operator.contains(&tok) || revoked {
+        let revoked = fence_reason.get(&(f.p, f.at)) == Some(&"lease_lost")
+            && h.revokes.iter().any(|&t| t <= f.at && f.at <= t + h.ttl_ns);
+        let why = if h.operator.contains(&f.token) || revoked {
             Some("operator")
-        } else if was_paused(p, next.saturating_sub(ttl_ns), at) {
+        } else if h.was_paused(f.p, next.saturating_sub(h.ttl_ns), f.at) {
             Some("holder paused")
         } else {
             None
@@ -491,136 +741,221 @@ fn check_one(records: &[Value]) -> Report {
             }
             None => r.violate(
                 "G1 fence before successor",
-                format!("{p}: fence of {tok} at {at}, a higher token's write accepted {lead:.1} ms before"),
+                format!(
+                    "{}: fence of {} at {}, a higher token's write accepted {lead:.1} ms before",
+                    f.p, f.token, f.at
+                ),
             ),
         }
     }
-    let mut finals: HashMap<&str, &Value> = HashMap::new();
-    for v in ev("final") {
-        finals.insert(s(v, "p"), v);
-    }
-    for a in &acquired {
-        let (p, tok) = (s(a, "p"), u(a, "token"));
-        if fence_of.contains_key(&tok) || first_above(tok).is_none() {
+    let fence_of = h.fence_of();
+    for a in &h.acquired {
+        if fence_of.contains_key(&a.token) || first_above.after(a.token).is_none() {
             continue;
         }
-        if killed.contains(p) {
-            let g = r.gaps.entry("holder killed".into()).or_insert((0, 0.0));
-            g.0 += 1;
+        if h.killed.contains(a.p) {
+            r.gaps.entry("holder killed".into()).or_insert((0, 0.0)).0 += 1;
             continue;
         }
         r.violate(
             "G1 fence before successor",
-            format!("{p}: token {tok} superseded and never fenced"),
+            format!("{}: token {} superseded and never fenced", a.p, a.token),
         );
     }
+}
+
+/// G3: tokens strictly increase across acquisitions: no token twice, and
+/// none lower than a token fenced before it was acquired.
+fn g3_tokens_increase(h: &History<'_>, r: &mut Report) {
     let mut seen: HashMap<u64, &str> = HashMap::new();
-    for a in &acquired {
-        let (p, tok) = (s(a, "p"), u(a, "token"));
-        if let Some(other) = seen.insert(tok, p) {
+    for a in &h.acquired {
+        if let Some(other) = seen.insert(a.token, a.p) {
             r.violate(
                 "G3 tokens increase",
-                format!("token {tok} acquired by {other} and {p}"),
+                format!("token {} acquired by {other} and {}", a.token, a.p),
             );
         }
     }
-    for a in &acquired {
-        let Some(f) = fence_of.get(&u(a, "token")) else {
+    let fence_of = h.fence_of();
+    for a in &h.acquired {
+        let Some(f) = fence_of.get(&a.token) else {
             continue;
         };
-        for b in &acquired {
-            if u(b, "token") < u(a, "token") && u(b, "at") > u(f, "at") {
-                r.violate(
-                    "G3 tokens increase",
-                    format!(
-                        "{} acquired {} after {} was fenced with {}",
-                        s(b, "p"),
-                        u(b, "token"),
-                        s(a, "p"),
-                        u(a, "token")
-                    ),
-                );
-            }
+        for b in h
+            .acquired
+            .iter()
+            .filter(|b| b.token < a.token && b.at > f.at)
+        {
+            r.violate(
+                "G3 tokens increase",
+                format!(
+                    "{} acquired {} after {} was fenced with {}",
+                    b.p, b.token, a.p, a.token
+                ),
+            );
         }
     }
+}
 
-    // Liveness.
-    // Someone holds: a gate accept of a live token (not one already fenced:
-    // a late unit proves nobody holds), or a holder entering Holding (its
-    // first write may wait its turn among many locks).
-    let mut work: Vec<u64> = gate_accepts
+/// Liveness: after each heal the lock is held again (a gate accept of a
+/// live token, or a holder entering Holding) within TTL + 2 s, unless the
+/// next fault cut the heal's window short.
+fn liveness_after_heals(h: &History<'_>, r: &mut Report) {
+    let fence_of = h.fence_of();
+    // A late unit of a token already fenced proves nobody holds.
+    let mut work: Vec<u64> = h
+        .gate_accepts
         .iter()
-        .filter(|v| {
-            fence_of
-                .get(&u(v, "token"))
-                .is_none_or(|f| u(v, "t") <= u(f, "at"))
-        })
-        .map(|v| u(v, "t"))
-        .chain(
-            ev("state")
-                .filter(|v| s(v, "to") == "holding")
-                .map(|v| u(v, "at")),
-        )
+        .filter(|a| fence_of.get(&a.token).is_none_or(|f| a.t <= f.at))
+        .map(|a| a.t)
+        .chain(h.states.iter().filter(|c| c.to == "holding").map(|c| c.at))
         .collect();
     work.sort_unstable();
-    let bound = ttl_ns + 2_000_000_000;
-    for h in heals {
+    let bound = h.ttl_ns + 2_000_000_000;
+    for &heal in &h.heals {
         r.heals += 1;
-        let i = work.partition_point(|&t| t < h);
+        let i = work.partition_point(|&t| t < heal);
         match work.get(i) {
-            Some(&t) if t - h <= bound => {
-                let d = ms(h, t);
+            Some(&t) if t - heal <= bound => {
+                let d = ms(heal, t);
                 r.max_heal_ms = Some(r.max_heal_ms.map_or(d, |m: f64| m.max(d)));
             }
             other => {
                 // The next fault began inside the bound, before the lock was
-                // held again: the heal's window was cut short (a killed
-                // holder's lease still running out, say), so it proves
-                // nothing either way.
-                let next = faults_at.iter().copied().filter(|&f| f > h).min();
-                if next.is_some_and(|f| f - h <= bound && other.is_none_or(|&t| t > f)) {
+                // held again (a killed holder's lease still running out,
+                // say): the heal proves nothing either way.
+                let next = h.faults_at.iter().copied().filter(|&f| f > heal).min();
+                if next.is_some_and(|f| f - heal <= bound && other.is_none_or(|&t| t > f)) {
                     continue;
                 }
                 r.violate(
                     "liveness",
                     format!(
-                        "heal at {h}: held again {:?} ms later (bound TTL + 2 s)",
-                        other.map(|&t| ms(h, t))
+                        "heal at {heal}: held again {:?} ms later (bound TTL + 2 s)",
+                        other.map(|&t| ms(heal, t))
                     ),
                 )
             }
         }
     }
+}
+
+/// Liveness: no holder drains longer than TTL + 1 s unless paused.
+fn liveness_no_long_drain(h: &History<'_>, r: &mut Report) {
     let mut draining: HashMap<&str, u64> = HashMap::new();
-    for v in ev("state") {
-        let p = s(v, "p");
-        if let Some(from) = draining.remove(p) {
-            let to = u(v, "at");
-            if to - from > ttl_ns + 1_000_000_000 && !was_paused(p, from, to) {
-                r.violate("liveness", format!("{p} drained {:.0} ms", ms(from, to)));
+    for c in &h.states {
+        if let Some(from) = draining.remove(c.p) {
+            if c.at - from > h.ttl_ns + 1_000_000_000 && !h.was_paused(c.p, from, c.at) {
+                r.violate(
+                    "liveness",
+                    format!("{} drained {:.0} ms", c.p, ms(from, c.at)),
+                );
             }
         }
-        if s(v, "to") == "draining" {
-            draining.insert(p, u(v, "at"));
+        if c.to == "draining" {
+            draining.insert(c.p, c.at);
         }
     }
-    if !finals.is_empty() {
-        let holding = finals
-            .values()
-            .filter(|v| s(v, "state") == "holding")
-            .count();
-        let drain = finals
-            .values()
-            .filter(|v| s(v, "state") == "draining")
-            .count();
-        if holding != 1 || drain != 0 {
+}
+
+/// Liveness: at the end exactly one holder holds and none drains.
+fn liveness_at_the_end(h: &History<'_>, r: &mut Report) {
+    if h.finals.is_empty() {
+        return;
+    }
+    let n = |state: &str| h.finals.values().filter(|s| **s == state).count();
+    let (holding, drain) = (n("holding"), n("draining"));
+    if holding != 1 || drain != 0 {
+        r.violate(
+            "liveness",
+            format!("at the end {holding} holders hold and {drain} drain (want 1 and 0)"),
+        );
+    }
+}
+
+/// E1: one leader at a time. A leader believes it leads until its
+/// permits' deadlines (the core's, a margin before its lease can expire),
+/// so every permit of a token must end before a higher token is elected
+/// (its `acquired`): no two candidates believe they lead at once. A token
+/// whose lease an operator revoked or whose key it deleted is exempt (the
+/// next one is elected at once, by design). Pauses are not: a paused
+/// leader's deadlines do not move.
+fn e1_one_leader_at_a_time(h: &History<'_>, r: &mut Report) {
+    let mut last_deadline: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    for p in &h.permits {
+        let e = last_deadline.entry(u(p.v, "token")).or_insert((0, p.p));
+        if p.deadline > e.0 {
+            *e = (p.deadline, p.p);
+        }
+    }
+    let revoked = |tok: u64| h.operator.contains(&tok);
+    for a in &h.acquired {
+        // The latest deadline of any lower token that no operator cut.
+        let Some((&tok, &(deadline, who))) = last_deadline
+            .range(..a.token)
+            .filter(|(t, _)| !revoked(**t))
+            .max_by_key(|(_, d)| d.0)
+        else {
+            continue;
+        };
+        let lead = ms(deadline, a.at);
+        if lead >= 0.0 {
+            r.min_handover_ms = Some(r.min_handover_ms.map_or(lead, |m: f64| m.min(lead)));
+        } else {
             r.violate(
-                "liveness",
-                format!("at the end {holding} holders hold and {drain} drain (want 1 and 0)"),
+                "E1 one leader at a time",
+                format!(
+                    "{} elected with {} at {}, {:.1} ms before the deadline of a permit of {tok} ({who})",
+                    a.p, a.token, a.at, -lead
+                ),
             );
         }
     }
-    r
+}
+
+/// E2: the observer's leader tokens rise. A `leader` event names a higher
+/// token than the one before (after `reconnecting` the same may repeat),
+/// a `proclaimed` one the same; and its last event before the end names
+/// the leader that holds at the end (never a leader already gone).
+fn e2_observed_tokens_rise(h: &History<'_>, r: &mut Report) {
+    let mut last: Option<u64> = None;
+    let mut reconnected = false;
+    for &(t, kind, token) in &h.observed {
+        let bad = match kind {
+            "leader" => last.is_some_and(|l| token < l || (token == l && !reconnected)),
+            "proclaimed" => last != Some(token),
+            _ => false,
+        };
+        if bad {
+            r.violate(
+                "E2 observed leader tokens rise",
+                format!("observer at {t}: {kind} {token} after leader {last:?}"),
+            );
+        }
+        match kind {
+            "leader" | "proclaimed" => {
+                last = Some(token);
+                reconnected = false;
+            }
+            "reconnecting" => reconnected = true,
+            _ => {}
+        }
+    }
+    let holding: Vec<u64> = h
+        .finals
+        .iter()
+        .filter(|(_, s)| **s == "holding")
+        .filter_map(|(p, _)| h.final_tokens.get(p).copied())
+        .collect();
+    let seen = h.observed.last().map(|o| (o.1, o.2));
+    if let ([tok], Some((kind, token))) = (holding.as_slice(), seen) {
+        if !matches!(kind, "leader" | "proclaimed") || token != *tok {
+            r.violate(
+                "E2 observed leader tokens rise",
+                format!("the observer's last report is {kind} {token}; {tok} holds at the end"),
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -657,6 +992,82 @@ mod tests {
 
     fn count(r: &Report, what: &str) -> usize {
         r.violations.get(what).map_or(0, Vec::len)
+    }
+
+    /// The clean history as an election with an observer that saw a, then
+    /// b (who holds at the end).
+    fn election() -> Vec<Value> {
+        let mut h = clean();
+        h[0]["election"] = true.into();
+        h.push(json!({"t": 15, "p": "observer", "ev": "observed", "kind": "leader", "token": 10}));
+        h.push(json!({"t": 500, "p": "a", "ev": "proclaim", "token": 10, "out": "ok"}));
+        h.push(
+            json!({"t": 510, "p": "observer", "ev": "observed", "kind": "proclaimed", "token": 10}),
+        );
+        h.push(
+            json!({"t": 1120, "p": "observer", "ev": "observed", "kind": "leader", "token": 12}),
+        );
+        h.push(json!({"t": 3000, "p": "b", "ev": "final", "state": "holding", "token": 12}));
+        h
+    }
+
+    #[test]
+    fn e1_a_leader_elected_before_the_last_permit_ends_breaks() {
+        let r = run(election());
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert!(r.table().contains("E1 one leader at a time"));
+        assert_eq!(r.min_handover_ms, Some(ms(900, 1100)));
+        assert_eq!(r.proclaims, (1, 0));
+        let mut h = election();
+        // a's permit runs to 1105: b elected at 1100 while a believes.
+        h.push(
+            json!({"t": 990, "p": "a", "ev": "permit", "t0": 990, "token": 10, "deadline": 1105}),
+        );
+        assert_eq!(count(&run(h.clone()), "E1 one leader at a time"), 1);
+        // Unless an operator cut token 10 (its key deleted).
+        h.push(
+            json!({"t": 995, "p": "nemesis", "ev": "fault", "kind": "key_deleted", "token": 10}),
+        );
+        assert_eq!(count(&run(h), "E1 one leader at a time"), 0);
+        // Not judged outside the election mode.
+        let mut h = clean();
+        h.push(
+            json!({"t": 990, "p": "a", "ev": "permit", "t0": 990, "token": 10, "deadline": 1105}),
+        );
+        let r = run(h);
+        assert_eq!(count(&r, "E1 one leader at a time"), 0);
+        assert!(!r.table().contains("E1"));
+    }
+
+    #[test]
+    fn e2_the_observer_never_goes_back_and_names_the_last_leader() {
+        let mut h = election();
+        h.push(
+            json!({"t": 1130, "p": "observer", "ev": "observed", "kind": "leader", "token": 10}),
+        );
+        // Back to 10, and the last report is not the leader at the end.
+        assert_eq!(count(&run(h), "E2 observed leader tokens rise"), 2);
+        let mut h = election();
+        h.push(
+            json!({"t": 1130, "p": "observer", "ev": "observed", "kind": "no_leader", "token": 0}),
+        );
+        assert_eq!(count(&run(h), "E2 observed leader tokens rise"), 1);
+        // The same leader again only after a reconnect.
+        let mut h = election();
+        h.push(
+            json!({"t": 1130, "p": "observer", "ev": "observed", "kind": "leader", "token": 12}),
+        );
+        assert_eq!(count(&run(h), "E2 observed leader tokens rise"), 1);
+        let mut h = election();
+        h.push(json!({"t": 1125, "p": "observer", "ev": "observed", "kind": "reconnecting", "token": 0}));
+        h.push(
+            json!({"t": 1130, "p": "observer", "ev": "observed", "kind": "leader", "token": 12}),
+        );
+        assert_eq!(count(&run(h), "E2 observed leader tokens rise"), 0);
+        // A proclaim names the leader it follows.
+        let mut h = election();
+        h.push(json!({"t": 1130, "p": "observer", "ev": "observed", "kind": "proclaimed", "token": 10}));
+        assert_eq!(count(&run(h), "E2 observed leader tokens rise"), 2);
     }
 
     #[test]

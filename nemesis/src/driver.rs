@@ -55,10 +55,40 @@ pub struct Config {
     /// Locks per holder: 1, or the second mode (N locks on one session of
     /// each holder, all holders contending for the same N).
     pub locks: usize,
+    /// The election mode: holders are candidates of an election (each
+    /// given `--election 1`: the Rust holder and the `dlock elect` one take
+    /// it), and an observer (`client.observe`, straight to the members)
+    /// records every event it reports in `observer.jsonl`.
+    pub election: bool,
     /// Holder programs with their leading arguments (the Rust holder: this
-    /// binary, `holder`), taken in turn: holder `hN` runs entry
-    /// `(N - 1) % len`, so faces mix.
+    /// binary, `holder`), taken in turn: the first holders run entries 0,
+    /// 1, ... (mod len), so faces mix; a killed holder's replacement runs
+    /// the killed one's entry, so the mix stays as started.
     pub holder: Vec<(PathBuf, Vec<String>)>,
+}
+
+/// `"prog arg..;prog arg.."` (`--holder-cmds`): holder commands taken in
+/// turn; `rust` (or an empty list) is the Rust holder, `exe holder`.
+pub fn holder_cmds(cmds: &str, exe: &Path) -> Result<Vec<(PathBuf, Vec<String>)>, String> {
+    if cmds.trim().is_empty() {
+        return Ok(vec![(exe.to_owned(), vec!["holder".into()])]);
+    }
+    cmds.split(';')
+        .map(|c| {
+            let mut w = c.split_whitespace().map(str::to_owned);
+            let prog = w.next().ok_or("--holder-cmds: an empty command")?;
+            let prog = if prog == "rust" {
+                exe.to_owned()
+            } else {
+                PathBuf::from(prog)
+            };
+            let mut args: Vec<String> = w.collect();
+            if prog == exe && args.is_empty() {
+                args.push("holder".into());
+            }
+            Ok((prog, args))
+        })
+        .collect()
 }
 
 /// The run's own records: faults, heals.
@@ -66,6 +96,8 @@ struct Nemesis {
     cluster: Cluster,
     gate: Gate,
     holders: Vec<Spawned>,
+    /// The `cfg.holder` entry each of `holders` runs.
+    faces: Vec<usize>,
     members: Vec<SocketAddr>,
     next_id: usize,
     spec: Spec,
@@ -90,6 +122,8 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         settings: cfg.settings,
         extra: if cfg.locks > 1 {
             vec!["--locks".into(), cfg.locks.to_string()]
+        } else if cfg.election {
+            vec!["--election".into(), "1".into()]
         } else {
             Vec::new()
         },
@@ -97,7 +131,7 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     log.record(
         "run",
         json!({"seed": cfg.seed, "holders": cfg.holders, "lock": spec.lock, "key": spec.key,
-               "seconds": cfg.duration.as_secs(), "faults": cfg.faults,
+               "seconds": cfg.duration.as_secs(), "faults": cfg.faults, "election": cfg.election,
                "ttl_ms": cfg.settings.ttl.as_millis() as u64}),
     );
     let members = (0..3).map(|i| cluster.member_addr(i)).collect();
@@ -105,6 +139,7 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         cluster,
         gate,
         holders: Vec::new(),
+        faces: Vec::new(),
         members,
         next_id: 1,
         spec,
@@ -112,8 +147,13 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         cfg,
         log,
     };
-    for _ in 0..n.cfg.holders {
-        n.spawn()?;
+    let observer = if n.cfg.election {
+        Some(Observing::start(&n.cluster, &n.spec.lock, &n.cfg)?)
+    } else {
+        None
+    };
+    for i in 0..n.cfg.holders {
+        n.spawn(i % n.cfg.holder.len())?;
     }
     // First work before the first fault.
     n.wait_for_work(now(), Duration::from_secs(20));
@@ -140,7 +180,16 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     n.log.record("settle", json!({}));
     n.wait_for_work(settle, n.cfg.settings.ttl + Duration::from_secs(2));
     std::thread::sleep(n.cfg.settings.ttl * 2);
+    if let Some(o) = observer {
+        o.stop();
+    }
     n.log.record("end", json!({}));
+    // Every holder's stdin closed at once, then each waited for: the
+    // `final` records are taken together, before a holder that releases on
+    // its way out (Node, Python's atexit, `dlock run`) hands the lock on.
+    for h in &mut n.holders {
+        h.end_input();
+    }
     for h in n.holders.drain(..) {
         h.finish(Duration::from_secs(5));
     }
@@ -158,6 +207,58 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         dump_etcd(&n.cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
     }
     Ok(n.cfg.dir.clone())
+}
+
+/// The election mode's observer: a thread that records each event of
+/// `client.observe(name)` (`observed`, `kind` and the leader's `token`,
+/// `key`, `value`) as `p` `observer`, until stopped.
+struct Observing {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Observing {
+    fn start(cluster: &Cluster, name: &str, cfg: &Config) -> Result<Observing, String> {
+        let log =
+            Writer::open(&cfg.dir.join("observer.jsonl"), "observer").map_err(|e| e.to_string())?;
+        let config =
+            dlock::EtcdConfig::parse(&cluster.members.join(",")).map_err(|e| e.to_string())?;
+        let client =
+            dlock::Client::etcd(config, cfg.settings.options()).map_err(|e| e.to_string())?;
+        let mut obs = client.observe(name).map_err(|e| e.to_string())?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let _client = client;
+            while !halt.load(std::sync::atomic::Ordering::Acquire) {
+                let e = match obs.recv_blocking(Some(Duration::from_millis(100))) {
+                    Ok(Some(e)) => e,
+                    Ok(None) => break,
+                    Err(_) => continue,
+                };
+                let kind = match &e {
+                    dlock::Observed::Leader(_) => "leader",
+                    dlock::Observed::Proclaimed(_) => "proclaimed",
+                    dlock::Observed::NoLeader => "no_leader",
+                    dlock::Observed::Reconnecting => "reconnecting",
+                    _ => "other",
+                };
+                let mut f = json!({"kind": kind});
+                if let Some(l) = e.leader() {
+                    f["token"] = l.token.get().into();
+                    f["key"] = l.key.clone().into();
+                    f["value"] = String::from_utf8_lossy(&l.value).into_owned().into();
+                }
+                log.record("observed", f);
+            }
+        });
+        Ok(Observing { stop, thread })
+    }
+
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.thread.join();
+    }
 }
 
 impl Nemesis {
@@ -183,16 +284,18 @@ impl Nemesis {
         panic!("member m{} did not restart in 5 attempts", m + 1);
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
+    /// Starts a holder of `cfg.holder[face]`.
+    fn spawn(&mut self, face: usize) -> Result<(), String> {
         let mut spec = self.spec.clone();
         spec.id = format!("h{}", self.next_id);
         self.next_id += 1;
-        let (prog, prefix) = &self.cfg.holder[(self.next_id - 2) % self.cfg.holder.len()];
+        let (prog, prefix) = &self.cfg.holder[face];
         let h = Spawned::start(prog, prefix, &self.members, spec, &[], &[])
             .map_err(|e| format!("{}: {e}", prog.display()))?;
         self.log
             .record("holder", json!({"id": h.spec.id, "pid": h.pid()}));
         self.holders.push(h);
+        self.faces.push(face);
         Ok(())
     }
 
@@ -304,7 +407,8 @@ impl Nemesis {
             "holder_killed" => {
                 self.record("fault", kind, json!({"target": who}));
                 self.holders.remove(i).kill();
-                self.spawn()?;
+                let face = self.faces.remove(i);
+                self.spawn(face)?;
             }
             "member_paused" => {
                 let m = self.rng.below(3) as usize;
@@ -451,7 +555,20 @@ pub fn dump_etcd_lock(
         let mut c = etcd_client::Client::connect(&cluster.members, None)
             .await
             .map_err(|e| format!("etcd: {e}"))?;
-        let now = c.get(key, None).await.map_err(|e| format!("etcd get: {e}"))?;
+        // A loaded cluster may time a request out just after the run
+        // (seen once in CI's mix): a read-back hiccup is tried again.
+        let mut tries = 0;
+        let now = loop {
+            match c.get(key, None).await {
+                Ok(r) => break r,
+                Err(e) if tries < 5 => {
+                    tries += 1;
+                    eprintln!("nemesis: etcd get: {e}; again ({tries})");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(format!("etcd get: {e}")),
+            }
+        };
         let Some(last) = now.kvs().first().map(|kv| kv.mod_revision()) else {
             return Ok(()); // never written
         };

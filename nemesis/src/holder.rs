@@ -70,7 +70,13 @@ impl Flags {
 
 /// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
 /// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
-/// [--pause-self-after N] [--writes 0|1] [--locks N] [settings: --ttl-ms ...]`.
+/// [--pause-self-after N] [--writes 0|1] [--locks N] [--election 0|1]
+/// [settings: --ttl-ms ...]`.
+///
+/// `--election 1`: a candidate of the election NAME (`session.election`)
+/// instead of a lock holder: it campaigns (value `ID`) where it would
+/// acquire, and as the leader proclaims `ID:N` every 100th permit (a
+/// `proclaim` record). Only the leader writes: a permit is leadership.
 ///
 /// `--locks N` (N > 1): the second mode, N locks `NAME-0` .. `NAME-<N-1>`
 /// on one session of this holder, written at `KEY-<i>`; every record of
@@ -98,13 +104,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let pause_after = f.num("pause-self-after", 0)?;
     let writes = f.num("writes", 1)? == 1;
     let n_locks = f.num("locks", 1)?.clamp(1, 10_000) as usize;
+    let election = f.num("election", 0)? == 1;
+    if election && n_locks > 1 {
+        return Err("--election 1 takes one lock (no --locks)".into());
+    }
     let h = Arc::new(
         Writer::open(Path::new(&f.need("history")?), &id).map_err(|e| format!("--history: {e}"))?,
     );
     h.record(
         "start",
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
-               "locks": n_locks,
+               "locks": n_locks, "election": election,
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
                "interval_ms": settings.interval.as_millis() as u64}),
@@ -126,7 +136,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
             Some(i) => (format!("{name}-{i}"), format!("{key}-{i}")),
             None => (name.clone(), key.clone()),
         };
-        let lock = Arc::new(session.lock(&lname).map_err(|e| e.to_string())?);
+        let lock = Arc::new(if election {
+            Handle::Election(session.election(&lname).map_err(|e| e.to_string())?)
+        } else {
+            Handle::Lock(session.lock(&lname).map_err(|e| e.to_string())?)
+        });
         watch_events(&lock, &h, li);
         slots.push(Slot {
             lock,
@@ -142,7 +156,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     // states.
     {
         let h = h.clone();
-        let locks: Vec<(Arc<dlock::Lock>, Option<usize>)> =
+        let locks: Vec<(Arc<Handle>, Option<usize>)> =
             slots.iter().map(|s| (s.lock.clone(), s.li)).collect();
         std::thread::spawn(move || {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
@@ -211,7 +225,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
                     continue;
                 }
                 h.record("acquire", json!({}));
-                match lock.acquire(Duration::from_secs(30)) {
+                let won = match &**lock {
+                    Handle::Election(e) => e.campaign(id.as_bytes(), Duration::from_secs(30)),
+                    Handle::Lock(l) => l.acquire(Duration::from_secs(30)),
+                };
+                match won {
                     Ok(t) => h.record("acquire_ok", json!({"token": t.get()})),
                     Err(e) => {
                         h.record(
@@ -260,6 +278,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
                 h.record("self_resume", json!({"token": token}));
             }
+            if let (Handle::Election(e), true) = (&**lock, permits % 100 == 0) {
+                let value = format!("{id}:{permits}");
+                let r = e.proclaim(value.as_bytes());
+                h.record(
+                    "proclaim",
+                    json!({"token": token, "value": value,
+                           "out": r.as_ref().map_or_else(|e| e.code(), |()| "ok")}),
+                );
+            }
             std::thread::sleep(unit / 2);
             if writes {
                 slot.seq += 1;
@@ -298,9 +325,25 @@ pub fn main(args: &[String]) -> Result<(), String> {
     }
 }
 
+/// A lock, or an election's candidate (whose lock is the same API).
+enum Handle {
+    Lock(dlock::Lock),
+    Election(dlock::Election),
+}
+
+impl std::ops::Deref for Handle {
+    type Target = dlock::Lock;
+    fn deref(&self) -> &dlock::Lock {
+        match self {
+            Handle::Lock(l) => l,
+            Handle::Election(e) => e.lock(),
+        }
+    }
+}
+
 /// One lock of the holder and its bookkeeping.
 struct Slot {
-    lock: Arc<dlock::Lock>,
+    lock: Arc<Handle>,
     key: String,
     li: Option<usize>,
     seq: u64,
@@ -490,11 +533,17 @@ impl Spawned {
         unsafe { libc::kill(self.pid(), sig) };
     }
 
-    /// Closes stdin (the holder records `final` and exits) and waits up to
-    /// `wait` for it, then kills it.
-    pub fn finish(mut self, wait: Duration) {
+    /// Closes stdin (the holder records `final` and exits), after a SIGCONT
+    /// in case it was stopped.
+    pub fn end_input(&mut self) {
         self.signal(libc::SIGCONT);
         drop(self.stdin.take());
+    }
+
+    /// [`Spawned::end_input`], then waits up to `wait` for the holder to
+    /// exit, then kills it.
+    pub fn finish(mut self, wait: Duration) {
+        self.end_input();
         let end = std::time::Instant::now() + wait;
         while std::time::Instant::now() < end {
             if let Ok(Some(_)) = self.child.try_wait() {

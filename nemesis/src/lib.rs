@@ -7,24 +7,20 @@
 //! `docs/nemesis.md`, so a holder of another face can join.
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod check;
 pub mod driver;
+pub mod faces;
 pub mod gate;
 pub mod history;
 pub mod holder;
 
-// The fault proxy of the core's etcd tests, and the etcd test cluster of
-// `scripts/etcd-cluster.sh` read from the environment: shared with the
-// core's tests (documented there, not here).
+// The fault proxy and the etcd test cluster of `scripts/etcd-cluster.sh`,
+// shared with the core's tests (documented in `dlock-testkit`).
 #[doc(hidden)]
-#[path = "../../core/tests/common/proxy.rs"]
-#[allow(dead_code, missing_docs)]
-pub mod proxy;
-
+pub use dlock_testkit::etcd as cluster;
 #[doc(hidden)]
-#[path = "../../core/tests/common/etcd.rs"]
-#[allow(missing_docs)]
-pub mod cluster;
+pub use dlock_testkit::proxy;
 
 use std::time::Duration;
 

@@ -4,11 +4,12 @@
 //! ```text
 //! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
 //!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
-//!             [--locks 100]
+//!             [--locks 100] [--election 1]
 //! nemesis check DIR
 //! nemesis dump --dir DIR      (the etcd key's history, after a run cut short)
 //! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
 //! nemesis busy
+//! nemesis bench-election [--runs 5] [--proclaims 200] [--gap-ms 20] [--only failover|observer]
 //! ```
 
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use dlock_nemesis::holder::Flags;
-use dlock_nemesis::{Settings, check, driver, history};
+use dlock_nemesis::{Settings, check, driver, faces, history};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,10 +29,16 @@ fn main() -> ExitCode {
             None => Err("usage: nemesis check DIR".into()),
         },
         Some("dump") => dump(&args[1..]),
+        Some("bench-election") => std::env::current_exe()
+            .map_err(|e| e.to_string())
+            .and_then(|exe| dlock_nemesis::bench::main(&args[1..], &exe))
+            .map(|()| ExitCode::SUCCESS),
         Some("busy") => loop {
             std::hint::black_box(0u64);
         },
-        _ => Err("usage: nemesis run|check|holder|busy ... (docs/nemesis.md)".into()),
+        _ => {
+            Err("usage: nemesis run|check|holder|busy|bench-election ... (docs/nemesis.md)".into())
+        }
     };
     result.unwrap_or_else(|e| {
         eprintln!("nemesis: {e}");
@@ -63,7 +70,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         settings: Settings::default(),
         flap: f.ms("flap-ms", Duration::from_secs(10))?,
         locks: f.num("locks", 1)?.max(1) as usize,
-        holder: holders(&f.get("holder-cmds", ""), exe)?,
+        election: f.num("election", 0)? == 1,
+        holder: driver::holder_cmds(&f.get("holder-cmds", ""), &exe)?,
     };
     if cfg.holders < 2 {
         return Err("--holders must be at least 2".into());
@@ -74,30 +82,6 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     );
     let dir = driver::run(cfg)?;
     check_dir(&dir)
-}
-
-/// `--holder-cmds "prog arg..;prog arg.."`: holder commands taken in turn
-/// (empty: the Rust holder, this binary's `holder`).
-fn holders(cmds: &str, exe: PathBuf) -> Result<Vec<(PathBuf, Vec<String>)>, String> {
-    if cmds.trim().is_empty() {
-        return Ok(vec![(exe, vec!["holder".into()])]);
-    }
-    cmds.split(';')
-        .map(|c| {
-            let mut w = c.split_whitespace().map(str::to_owned);
-            let prog = w.next().ok_or("--holder-cmds: an empty command")?;
-            let prog = if prog == "rust" {
-                exe.clone()
-            } else {
-                PathBuf::from(prog)
-            };
-            let mut args: Vec<String> = w.collect();
-            if prog == exe && args.is_empty() {
-                args.push("holder".into());
-            }
-            Ok((prog, args))
-        })
-        .collect()
 }
 
 /// `nemesis dump --dir DIR`: reads the etcd key of the run in DIR (its
@@ -120,6 +104,7 @@ fn check_dir(dir: &std::path::Path) -> Result<ExitCode, String> {
     let records = history::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let report = check::check(&records);
     print!("{}", report.table());
+    print!("\nby face\n{}", faces::table(&faces::faces(&records)));
     Ok(if report.violation_count() == 0 {
         ExitCode::SUCCESS
     } else {

@@ -11,12 +11,16 @@
 //! (paused past the TTL, flapping) share the cluster.
 //!
 //! Lengths (CI defaults; `scripts/nemesis.sh` sets the long ones):
-//! `DLOCK_NEMESIS_SECONDS` (120) the mix, `DLOCK_NEMESIS_MANY_SECONDS` (60)
+//! `DLOCK_NEMESIS_SECONDS` (60) the mix, `DLOCK_NEMESIS_ELECTION_SECONDS` (60)
+//! the election mode, `DLOCK_NEMESIS_MANY_SECONDS` (60)
 //! the mix of the second mode (`DLOCK_NEMESIS_LOCKS`, 100, locks per holder), `DLOCK_NEMESIS_RUNS` (10) runs of
 //! each case, `DLOCK_NEMESIS_FLAP_SECONDS` (60) the flapping case,
 //! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
-//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes; `DLOCK_NEMESIS_C_HOLDER`
-//! (the C holder's path) makes every other holder of the mix a C one.
+//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes;
+//! `DLOCK_NEMESIS_HOLDER_CMDS` (the holder commands of the mix, one holder
+//! of each at least: scripts/test-nemesis.sh names the five faces), else
+//! `DLOCK_NEMESIS_C_HOLDER` (the C holder's path) makes every other holder
+//! of the mix a C one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -28,7 +32,7 @@ use dlock_nemesis::gate::Gate;
 use dlock_nemesis::history::{self, now};
 use dlock_nemesis::holder::{Spawned, Spec};
 use dlock_nemesis::proxy::Mode;
-use dlock_nemesis::{Settings, driver};
+use dlock_nemesis::{Settings, driver, faces};
 use serde_json::Value;
 
 static CLUSTER: RwLock<()> = RwLock::new(());
@@ -52,12 +56,10 @@ fn runs() -> usize {
     env_num("DLOCK_NEMESIS_RUNS", 10) as usize
 }
 
+/// The test cluster; a missing one fails the case (run
+/// scripts/test-nemesis.sh, or source target/etcd/env).
 fn cluster() -> Cluster {
-    assert!(
-        std::env::var_os("DLOCK_TEST_MEMBERS").is_some(),
-        "no etcd cluster: run scripts/test-nemesis.sh (or source target/etcd/env)"
-    );
-    Cluster::from_env()
+    dlock_nemesis::cluster::cluster()
 }
 
 /// A fresh history directory of `case`.
@@ -193,10 +195,14 @@ fn verdict(case: &str, runs: usize, figures: &str, report: &Report, broken: &[St
     assert!(broken.is_empty(), "{case}: {broken:#?}");
 }
 
-/// The holders of the mix: Rust, and the C holder in turn when
-/// `DLOCK_NEMESIS_C_HOLDER` names it (scripts/test-nemesis.sh builds it
-/// from examples/nemesis/holder.c).
+/// The holders of the mix: `DLOCK_NEMESIS_HOLDER_CMDS` (`--holder-cmds`'
+/// list, `rust` for this binary's holder; scripts/test-nemesis.sh names the
+/// five faces: Rust, C, Python, Node and `dlock run`), else Rust, and the C
+/// holder in turn when `DLOCK_NEMESIS_C_HOLDER` names it.
 fn mix_holders() -> Vec<(PathBuf, Vec<String>)> {
+    if let Ok(cmds) = std::env::var("DLOCK_NEMESIS_HOLDER_CMDS") {
+        return driver::holder_cmds(&cmds, &holder_bin()).expect("DLOCK_NEMESIS_HOLDER_CMDS");
+    }
     let mut v = vec![(holder_bin(), vec!["holder".to_owned()])];
     if let Some(c) = std::env::var_os("DLOCK_NEMESIS_C_HOLDER").filter(|c| !c.is_empty()) {
         v.push((PathBuf::from(c), Vec::new()));
@@ -204,15 +210,42 @@ fn mix_holders() -> Vec<(PathBuf, Vec<String>)> {
     v
 }
 
-/// The nemesis: 4 holders (Rust and C in turn), the random mix of every
-/// fault for `DLOCK_NEMESIS_SECONDS` (120); the checker's table is printed.
+/// The nemesis: at least 4 holders, one per holder command at least
+/// (scripts/test-nemesis.sh: one of each of the five faces), the random
+/// mix of every fault for `DLOCK_NEMESIS_SECONDS` (60); the checker's
+/// table and the table by face are printed, and every face must have run.
 #[test]
 fn nemesis_mix() {
     mix(
         "mix",
-        env_num("DLOCK_NEMESIS_SECONDS", 120),
+        env_num("DLOCK_NEMESIS_SECONDS", 60),
         1,
         mix_holders(),
+        false,
+    );
+}
+
+/// The election mode: 4 candidates of one election, Rust holders and
+/// `dlock elect` ones in turn (the `dlock run` holder of
+/// `DLOCK_NEMESIS_HOLDER_CMDS` given `--election 1`; Rust alone without
+/// it), only the leader writes, an observer records every event; the
+/// random mix of every fault for `DLOCK_NEMESIS_ELECTION_SECONDS` (60).
+/// The checker adds E1 (one leader at a time) and E2 (the observer's
+/// leader tokens rise, and it names the last leader).
+#[test]
+fn nemesis_election() {
+    let holder = mix_holders()
+        .into_iter()
+        .filter(|(prog, args)| {
+            *prog == holder_bin() || args.iter().any(|a| a.ends_with("run_holder.py"))
+        })
+        .collect();
+    mix(
+        "election",
+        env_num("DLOCK_NEMESIS_ELECTION_SECONDS", 60),
+        1,
+        holder,
+        true,
     );
 }
 
@@ -228,22 +261,25 @@ fn nemesis_many_locks() {
         env_num("DLOCK_NEMESIS_MANY_SECONDS", 60),
         locks,
         holder,
+        false,
     );
 }
 
-fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>) {
+fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>, election: bool) {
     let _x = exclusive();
     let d = dir(case);
+    let n_faces = holder.len();
     let cfg = driver::Config {
         dir: d.clone(),
         duration: Duration::from_secs(secs),
-        holders: env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize,
+        holders: (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces),
         seed: env_num("DLOCK_NEMESIS_SEED", now()),
         faults: driver::FAULTS.iter().map(|s| s.to_string()).collect(),
         settings: Settings::default(),
         flap: Duration::from_secs(env_num("DLOCK_NEMESIS_MIX_FLAP_SECONDS", 10)),
         holder,
         locks,
+        election,
     };
     println!(
         "nemesis {case}: seed {}, {locks} lock(s), history {}",
@@ -251,27 +287,59 @@ fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>)
         d.display()
     );
     driver::run(cfg).expect("nemesis run");
-    let report = check(&records(&d));
+    let recs = records(&d);
+    let report = check(&recs);
+    let by_face = faces::faces(&recs);
     println!(
-        "nemesis {case}, {secs} s: the checker's table\n{}",
-        report.table()
+        "nemesis {case}, {secs} s: the checker's table\n{}\nby face\n{}",
+        report.table(),
+        faces::table(&by_face)
     );
     let kinds = report.faults.len();
     let mut broken = Vec::new();
+    if by_face.len() < n_faces {
+        broken.push(format!(
+            "{n_faces} holder commands but records of only {} face(s): {:?}",
+            by_face.len(),
+            by_face.keys().collect::<Vec<_>>()
+        ));
+    }
+    let leads: Vec<String> = by_face
+        .iter()
+        .map(|(f, v)| match v.min_lead_ms {
+            Some(l) => format!("{f} {l:.1} ms"),
+            None => format!("{f} -"),
+        })
+        .collect();
     let faults: u64 = report.faults.values().sum();
     if faults >= driver::FAULTS.len() as u64 && kinds < driver::FAULTS.len() {
         broken.push(format!("{faults} faults but only {kinds} kinds"));
     }
+    if election && report.observed.1 == 0 {
+        broken.push("the observer reported no leader".into());
+    }
+    let elected = if election {
+        format!(
+            ", smallest handover (last permit deadline -> next election) {:.1} ms, observer {} events ({} leaders), {} proclaims",
+            report.min_handover_ms.unwrap_or(f64::NAN),
+            report.observed.0,
+            report.observed.1,
+            report.proclaims.0
+        )
+    } else {
+        String::new()
+    };
     verdict(
         case,
         1,
         &format!(
-            "{secs} s, {locks} lock(s): {faults} faults of {kinds} kinds, {} fences, {} writes accepted, {} stale refused, {} unknown, min G1 lead {:.1} ms",
+            "{secs} s, {locks} lock(s): {faults} faults of {kinds} kinds, {} fences, {} writes accepted, {} stale refused, {} unknown, min G1 lead {:.1} ms (by face: {}){elected}",
             report.fences,
             report.accepted.0 + report.accepted.1,
             report.refused.0 + report.refused.1,
             report.unknown.0 + report.unknown.1,
-            report.min_lead_ms.unwrap_or(f64::NAN)
+            report.min_lead_ms.unwrap_or(f64::NAN),
+            leads.join(", ")
         ),
         &report,
         &broken,

@@ -4,8 +4,12 @@
 //! see `docs/node.md`.
 //!
 //! - Async calls return a promise of an [`Outcome`] (a code word, a token,
-//!   a message) completed from the core's driver thread (`task.rs`); the
-//!   JavaScript side turns a failure into its typed error.
+//!   a message) resolved from the core's callback thread through the core's
+//!   one completion form (`Lock::acquire_then`, `dlock::spawn_then`): no
+//!   executor here. The JavaScript side turns a failure into its typed
+//!   error.
+//! - Exit and cancel are the core's: `shutdown()` at `process.on('exit')`,
+//!   `NativeAcquisition.cancel()` for an aborted signal.
 //! - `permit()` is one synchronous call into the core, which reads the
 //!   clock itself; it answers a slot number (or a negative code) so that
 //!   nothing is allocated on the native side.
@@ -15,22 +19,25 @@
 
 #![deny(clippy::all)]
 
-mod task;
-
+mod election;
+pub mod log;
+pub mod metrics;
+mod observer;
 #[cfg(feature = "scenarios")]
 mod scenarios;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use election::LockRef;
+
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
 
-use dlock::{Code, Error as CoreError, LockEvent, State};
+use dlock::{Code, Error as CoreError, LockEvent};
 
 /// The result of an async call: `code` is `"ok"` or the core's code word.
 #[napi(object)]
@@ -43,7 +50,7 @@ pub struct Outcome {
 impl Outcome {
     fn ok(token: Option<u64>) -> Outcome {
         Outcome {
-            code: "ok".into(),
+            code: Code::Ok.as_str().into(),
             message: String::new(),
             token: token.map(BigInt::from),
         }
@@ -98,6 +105,13 @@ fn token_of(v: BigInt) -> Result<dlock::Token> {
     Ok(dlock::Token(value))
 }
 
+/// The core's message of a `fenced` error for `token` (a guarded write's,
+/// or `withLock`'s signal at the fence).
+#[napi]
+pub fn fenced_message(token: BigInt) -> Result<String> {
+    Ok(CoreError::Fenced(token_of(token)?.get()).to_string())
+}
+
 /// Every code word, in C order: the JavaScript side maps a negative
 /// `permit()` answer back to its word.
 #[napi]
@@ -105,7 +119,7 @@ pub fn code_words() -> Vec<String> {
     Code::ALL.iter().map(|c| c.as_str().to_string()).collect()
 }
 
-/// Timing settings, in milliseconds; unset ones keep the core's defaults.
+/// Timing settings, in milliseconds; unset ones are derived by the core.
 #[napi(object)]
 #[derive(Default)]
 pub struct NativeOptions {
@@ -118,26 +132,19 @@ pub struct NativeOptions {
 }
 
 impl NativeOptions {
+    /// The settings given; the core derives the ones left out (design §14).
     fn to_core(&self) -> Result<dlock::Options> {
-        let mut o = dlock::Options::default();
-        set_ms(&mut o.ttl, "ttl", self.ttl)?;
-        set_ms(
-            &mut o.keepalive_interval,
-            "keepaliveInterval",
-            self.keepalive_interval,
-        )?;
-        set_ms(
-            &mut o.keepalive_timeout,
-            "keepaliveTimeout",
-            self.keepalive_timeout,
-        )?;
-        set_ms(&mut o.retry_interval, "retryInterval", self.retry_interval)?;
-        set_ms(&mut o.margin, "margin", self.margin)?;
-        if let Some(r) = self.reacquire {
-            o.reacquire = r;
+        let given = |name: &str, v: Option<f64>| v.map(|v| ms(name, v)).transpose();
+        dlock::PartialOptions {
+            ttl: given("ttl", self.ttl)?,
+            keepalive_interval: given("keepaliveInterval", self.keepalive_interval)?,
+            keepalive_timeout: given("keepaliveTimeout", self.keepalive_timeout)?,
+            retry_interval: given("retryInterval", self.retry_interval)?,
+            margin: given("margin", self.margin)?,
+            reacquire: self.reacquire,
         }
-        o.validate().map_err(thrown)?;
-        Ok(o)
+        .resolve()
+        .map_err(thrown)
     }
 }
 
@@ -296,12 +303,6 @@ impl NativeClient {
         Ok(NativeSession { inner })
     }
 
-    /// Whether the client is embedded (has fault switches).
-    #[napi(getter)]
-    pub fn embedded(&self) -> bool {
-        self.inner.link().is_some()
-    }
-
     /// The effective options, in milliseconds.
     #[napi]
     pub fn options(&self) -> NativeOptions {
@@ -316,28 +317,60 @@ impl NativeClient {
         }
     }
 
-    /// Switches a fault on the embedded link of this client (every session
-    /// of it): `partition`, `heal`, `drop_replies`, `keep_replies`,
-    /// `delay_replies` (ms; 0 ends it), `fail_keepalives`, `stop_failing`,
-    /// `lease_lost`.
+    /// Ends every session of this client at once (`Client::shutdown`): what
+    /// `process.on('exit')` does for every client.
     #[napi]
-    pub fn fault(&self, fault: String, ms_value: Option<f64>) -> Result<()> {
-        let link = self
-            .inner
-            .link()
-            .ok_or_else(|| invalid("fault switches exist on embedded clients only"))?;
-        match fault.as_str() {
-            "partition" => link.partition(),
-            "heal" => link.heal(),
-            "drop_replies" => link.drop_keepalive_replies(true),
-            "keep_replies" => link.drop_keepalive_replies(false),
-            "delay_replies" => link.delay_keepalive_replies(ms("ms", ms_value.unwrap_or(0.0))?),
-            "fail_keepalives" => link.fail_keepalives(Some("injected failure")),
-            "stop_failing" => link.fail_keepalives(None),
-            "lease_lost" => link.declare_lease_lost(),
-            other => return Err(invalid(format!("unknown fault `{other}`"))),
-        }
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// The embedded link of this client (every session of it): its fault
+    /// switches. `null` on etcd.
+    #[napi]
+    pub fn link(&self) -> Option<NativeLink> {
+        self.inner.link().map(|l| NativeLink { inner: l.clone() })
+    }
+}
+
+/// The core's embedded link (`dlock::MemoryBackend`), method for method.
+#[napi]
+pub struct NativeLink {
+    inner: dlock::MemoryBackend,
+}
+
+#[napi]
+impl NativeLink {
+    #[napi]
+    pub fn partition(&self) {
+        self.inner.partition();
+    }
+
+    #[napi]
+    pub fn heal(&self) {
+        self.inner.heal();
+    }
+
+    #[napi]
+    pub fn drop_keepalive_replies(&self, on: bool) {
+        self.inner.drop_keepalive_replies(on);
+    }
+
+    /// Replies arrive `delay` ms late (0: on time).
+    #[napi]
+    pub fn delay_keepalive_replies(&self, delay: f64) -> Result<()> {
+        self.inner.delay_keepalive_replies(ms("ms", delay)?);
         Ok(())
+    }
+
+    /// Keepalives fail at once with `error` (`null`: they work again).
+    #[napi]
+    pub fn fail_keepalives(&self, error: Option<String>) {
+        self.inner.fail_keepalives(error.as_deref());
+    }
+
+    #[napi]
+    pub fn declare_lease_lost(&self) {
+        self.inner.declare_lease_lost();
     }
 }
 
@@ -393,8 +426,10 @@ impl NativeSession {
     }
 }
 
-/// Runs `future` (a core call) and resolves the returned promise with its
-/// outcome, from whichever thread completes it.
+/// Runs `future` (a core call) on the core's driver and resolves the
+/// returned promise with its outcome (`dlock::spawn_then`). The deferred
+/// is a normal one: a pending call keeps the process alive, as any pending
+/// I/O does.
 fn complete<'e>(
     env: &'e Env,
     future: impl std::future::Future<Output = std::result::Result<Option<u64>, CoreError>>
@@ -402,18 +437,11 @@ fn complete<'e>(
     + 'static,
 ) -> Result<Object<'e>> {
     let (deferred, promise) = env.create_deferred()?;
-    task::spawn(async move {
-        let outcome = Outcome::of(future.await);
+    dlock::spawn_then(future, move |r| {
+        let outcome = Outcome::of(r);
         deferred.resolve(move |_| Ok(outcome));
     });
     Ok(promise)
-}
-
-/// Every live lock of the process, so that the environment's cleanup hook
-/// can release the held ones when the process exits.
-fn live() -> &'static Mutex<HashMap<u32, Weak<dlock::Lock>>> {
-    static LIVE: OnceLock<Mutex<HashMap<u32, Weak<dlock::Lock>>>> = OnceLock::new();
-    LIVE.get_or_init(Default::default)
 }
 
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
@@ -422,24 +450,18 @@ static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 /// so that `permit()` allocates nothing on the JavaScript heap.
 #[napi]
 pub struct NativeLock {
-    lock: Arc<dlock::Lock>,
+    lock: LockRef,
     id: u32,
-    listening: std::cell::Cell<bool>,
+    listening: Cell<bool>,
     permits: RefCell<Slots>,
+    /// The last `permit()` refusal, for its message (`refusal()`).
+    refused: Cell<Option<dlock::Refused>>,
 }
 
 #[derive(Default)]
 struct Slots {
     slots: Vec<Option<dlock::OwnedPermit>>,
     free: Vec<u32>,
-}
-
-impl Drop for NativeLock {
-    fn drop(&mut self) {
-        if let Ok(mut l) = live().lock() {
-            l.remove(&self.id);
-        }
-    }
 }
 
 #[napi(object)]
@@ -457,17 +479,21 @@ pub struct NativeLockStats {
 
 impl NativeLock {
     fn new(lock: std::result::Result<dlock::Lock, CoreError>) -> Result<NativeLock> {
-        let lock = Arc::new(lock.map_err(thrown)?);
+        Ok(NativeLock::of(LockRef::Lock(Arc::new(
+            lock.map_err(thrown)?,
+        ))))
+    }
+
+    /// A handle on `lock` (a lock of its own, or an election's).
+    fn of(lock: LockRef) -> NativeLock {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut l) = live().lock() {
-            l.insert(id, Arc::downgrade(&lock));
-        }
-        Ok(NativeLock {
+        NativeLock {
             lock,
             id,
             listening: Default::default(),
             permits: Default::default(),
-        })
+            refused: Default::default(),
+        }
     }
 
     fn with_permit<T>(&self, slot: u32, f: impl FnOnce(&dlock::OwnedPermit) -> T) -> Result<T> {
@@ -499,14 +525,29 @@ impl NativeLock {
         }
     }
 
-    /// Acquires, waiting up to `timeout` ms (`null`: as long as it takes).
+    /// Acquires, waiting up to `timeout` ms (`null`: as long as it takes):
+    /// the core's `acquire_then`. `handle` (when given) gets the
+    /// acquisition, whose `cancel()` leaves nothing held.
     #[napi(ts_return_type = "Promise<Outcome>")]
-    pub fn acquire<'e>(&self, env: &'e Env, timeout: Option<f64>) -> Result<Object<'e>> {
+    pub fn acquire<'e>(
+        &self,
+        env: &'e Env,
+        timeout: Option<f64>,
+        handle: Option<&NativeAcquisition>,
+    ) -> Result<Object<'e>> {
         let timeout = timeout.map(|t| ms("timeout", t)).transpose()?;
-        let lock = self.lock.clone();
-        complete(env, async move {
-            lock.acquire_async(timeout).await.map(|t| Some(t.get()))
-        })
+        if handle.is_some_and(|h| h.inner.get().is_some()) {
+            return Err(invalid("this acquisition handle is in use"));
+        }
+        let (deferred, promise) = env.create_deferred()?;
+        let acquisition = self.lock.acquire_then(true, timeout, move |r| {
+            let outcome = Outcome::of(r.map(|t| Some(t.get())));
+            deferred.resolve(move |_| Ok(outcome));
+        });
+        if let Some(h) = handle {
+            let _ = h.inner.set(acquisition);
+        }
+        Ok(promise)
     }
 
     #[napi(ts_return_type = "Promise<Outcome>")]
@@ -607,8 +648,20 @@ impl NativeLock {
                     }
                 }
             }
-            Err(r) => -r.status().value(),
+            Err(r) => {
+                self.refused.set(Some(r));
+                -r.status().value()
+            }
         }
+    }
+
+    /// The core's message for the last `permit()` refusal of this lock.
+    #[napi]
+    pub fn refusal(&self) -> String {
+        self.refused
+            .get()
+            .map(|r| r.to_string())
+            .unwrap_or_default()
     }
 
     #[napi]
@@ -768,6 +821,13 @@ pub fn set_event_sink(sink: Function<NativeEvent, ()>) -> Result<()> {
     })
 }
 
+/// A stale write's refusal: the highest token seen and the core's message.
+#[napi(object)]
+pub struct NativeStale {
+    pub highest: BigInt,
+    pub message: String,
+}
+
 /// `FenceGate`: refuses a token lower than the highest seen for a name.
 #[napi]
 pub struct NativeFenceGate {
@@ -783,15 +843,14 @@ impl NativeFenceGate {
         }
     }
 
-    /// `null` when admitted, else the highest token seen (the write is
-    /// stale).
+    /// `null` when admitted, else the refusal (the write is stale).
     #[napi]
-    pub fn admit(&self, name: String, token: BigInt) -> Result<Option<BigInt>> {
+    pub fn admit(&self, name: String, token: BigInt) -> Result<Option<NativeStale>> {
         let token = token_of(token)?;
-        Ok(match self.inner.admit(&name, token) {
-            Ok(()) => None,
-            Err(stale) => Some(BigInt::from(stale.highest.get())),
-        })
+        Ok(self.inner.admit(&name, token).err().map(|s| NativeStale {
+            highest: BigInt::from(s.highest.get()),
+            message: s.to_string(),
+        }))
     }
 
     #[napi]
@@ -820,45 +879,43 @@ pub fn has_scenario_runner() -> bool {
     cfg!(feature = "scenarios")
 }
 
-/// Releases every held lock of the process, so the next holder need not
-/// wait a whole TTL: called from `process.on('exit')` (the end of the
-/// script and `process.exit`) and from the environment's cleanup hook (a
-/// worker's end). Each release waits for its key's delete, at most about a
-/// keepalive timeout.
+/// The core's process-wide shutdown (`dlock::shutdown`): every session of
+/// every client ends at once, bounded by one keepalive timeout in total.
+/// Called from `process.on('exit')` (the end of the script and
+/// `process.exit`) and from the environment's cleanup hook (an embedder's
+/// teardown).
 #[napi]
-pub fn release_all() {
-    let locks: Vec<Arc<dlock::Lock>> = match live().lock() {
-        Ok(l) => l.values().filter_map(Weak::upgrade).collect(),
-        Err(_) => return,
-    };
-    // Every release at once, then one wait for them all.
-    let pending = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
-    for lock in locks {
-        if matches!(lock.state(), State::Idle | State::Released) {
-            continue;
-        }
-        if let Ok(mut n) = pending.0.lock() {
-            *n += 1;
-        }
-        let done = pending.clone();
-        task::spawn(async move {
-            let _ = lock.release_async().await;
-            if let Ok(mut n) = done.0.lock() {
-                *n -= 1;
-                done.1.notify_all();
-            }
-        });
+pub fn shutdown() {
+    dlock::shutdown();
+}
+
+/// A pending acquisition (`lock.acquire(timeout, handle)`): `cancel()` is
+/// the core's `Acquisition::cancel`.
+#[napi]
+#[derive(Default)]
+pub struct NativeAcquisition {
+    inner: OnceLock<dlock::Acquisition>,
+}
+
+#[napi]
+impl NativeAcquisition {
+    #[napi(constructor)]
+    pub fn new() -> NativeAcquisition {
+        NativeAcquisition::default()
     }
-    let (count, cv) = &*pending;
-    if let Ok(n) = count.lock() {
-        // Each release returns after its delete, or after a keepalive
-        // timeout without an answer; the bound only guards a stuck driver.
-        let _ = cv.wait_timeout_while(n, Duration::from_secs(30), |n| *n > 0);
+
+    /// Leaves nothing held by the acquisition, whenever called: a wait
+    /// ends (`released`), a lock won meanwhile is let go. Idempotent.
+    #[napi]
+    pub fn cancel(&self) {
+        if let Some(a) = self.inner.get() {
+            a.cancel();
+        }
     }
 }
 
 #[napi(module_exports)]
 pub fn init(_exports: Object, env: Env) -> Result<()> {
-    env.add_env_cleanup_hook((), |()| release_all())?;
+    env.add_env_cleanup_hook((), |()| dlock::shutdown())?;
     Ok(())
 }

@@ -85,6 +85,8 @@ fn step_json(step: &Step) -> Value {
         }
         Step::StallDriver { ms } => v["ms"] = json!(ms),
         Step::Events { expect, .. } => v["count"] = json!(expect.len()),
+        Step::Campaign { value, .. } | Step::Proclaim { value, .. } => v["value"] = json!(value),
+        Step::Resign { grace_ms, .. } => v["ms"] = json!(grace_ms),
         _ => {}
     }
     v
@@ -115,6 +117,10 @@ fn observed(v: &Value) -> std::result::Result<Observed, String> {
                 .map(|l| l.as_str().unwrap_or_default().to_string())
                 .collect(),
         ),
+        Some("leader") => Observed::Leader {
+            value: v["value"].as_str().map(str::to_string),
+            token: token(),
+        },
         Some("unsupported") => Observed::Unsupported,
         _ => return Err(format!("unknown observation {v}")),
     })
@@ -138,6 +144,7 @@ impl Face for JsFace {
                     "session": p.session,
                     "defaultSession": p.default_session(),
                     "lock": p.lock,
+                    "role": p.role.as_str(),
                 })
             })
             .collect();
@@ -157,6 +164,10 @@ impl Face for JsFace {
             }),
         )
         .map(|_| ())
+    }
+
+    fn elections(&self) -> bool {
+        true
     }
 
     fn perform(&mut self, step: &Step) -> std::result::Result<Observed, String> {

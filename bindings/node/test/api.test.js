@@ -72,9 +72,11 @@ test('a rule the core enforces is an InvalidOptionError / InvalidArgumentError w
     (e) => e instanceof dlock.InvalidOptionError && e instanceof dlock.DlockError && e.code === 'invalid_option' && /ttl/.test(e.message),
   );
   assert.throws(
-    () => new dlock.Client({ keepaliveTimeout: 6000 }),
-    (e) => e instanceof dlock.InvalidOptionError && /keepalive_timeout/.test(e.message),
+    () => new dlock.Client({ keepaliveInterval: 2000, keepaliveTimeout: 2000 }),
+    (e) => e instanceof dlock.InvalidOptionError && /keepalive_timeout/.test(e.message) && /keepalive_interval/.test(e.message),
   );
+  // A setting left out follows the given ones (design §14): no error.
+  assert.equal(new dlock.Client({ service: new dlock.Service(), ttl: 6000, keepaliveInterval: 2000 }).options.keepaliveTimeout, 800);
   const { client } = embedded();
   assert.throws(() => client.lock(''), (e) => e instanceof dlock.InvalidArgumentError && e.code === 'invalid_argument');
   assert.throws(() => client.lock('a\u0000b'), (e) => e.code === 'invalid_argument');
@@ -86,7 +88,8 @@ test('acquire, permit, release: tokens, state and typed refusals', async () => {
   const lock = client.lock(unique('basic'));
   assert.equal(lock.state, 'Idle');
   assert.equal(lock.token, null);
-  assert.throws(() => lock.permit(), (e) => e instanceof dlock.NotHeldError && e instanceof dlock.DlockError && e.code === 'not_held');
+  // The message is the core's own text for the refusal.
+  assert.throws(() => lock.permit(), (e) => e instanceof dlock.NotHeldError && e instanceof dlock.DlockError && e.code === 'not_held' && e.message === 'not held');
   const token = await lock.acquire({ timeout: 5000 });
   assert.equal(typeof token, 'bigint');
   assert.equal(lock.state, 'Holding');
@@ -115,7 +118,7 @@ test('acquire, permit, release: tokens, state and typed refusals', async () => {
   assert.equal(lock.state, 'Released');
   assert.equal(across.valid(), false, 'a permit across the release is invalid at once');
   across.end();
-  assert.throws(() => lock.permit(), (e) => e instanceof dlock.ReleasedError && e.code === 'released');
+  assert.throws(() => lock.permit(), (e) => e instanceof dlock.ReleasedError && e.code === 'released' && e.message === 'released');
   const stats = lock.stats();
   assert.equal(stats.acquisitions, 1);
   assert.equal(stats.inFlight, 0);
@@ -343,6 +346,30 @@ test('guarded writes on the embedded service: a stale token is refused', async (
   await lock.close();
 });
 
+test('client.shutdown(): the key goes at once, a waiter acquires; the handles behave as closed', async () => {
+  const { service, client } = embedded();
+  const other = new dlock.Client({ service, ...FAST });
+  const name = unique('shutdown');
+  const held = client.lock(name);
+  await held.acquire({ timeout: 2000 });
+  const waiter = other.lock(name);
+  const acquiring = stateInto(waiter, 'Acquiring');
+  const waiting = waiter.acquire({ timeout: 5000 });
+  await acquiring;
+  const started = performance.now();
+  client.shutdown();
+  const t = await waiting;
+  // One keepalive timeout at most (200 ms), not the TTL (2 s).
+  assert.ok(performance.now() - started < FAST.keepaliveTimeout + 300, `${performance.now() - started} ms`);
+  assert.ok(t > 0n);
+  assert.equal(held.state, 'Released');
+  assert.throws(() => held.permit(), (e) => e instanceof dlock.ReleasedError);
+  await assert.rejects(held.acquire({ timeout: 100 }), (e) => e instanceof dlock.ShutdownError && e.code === 'shutdown');
+  await held.release(); // harmless
+  client.shutdown(); // twice is harmless
+  await Promise.all([held.close(), waiter.close()]);
+});
+
 test('FenceGate: a lower token is a StaleError', () => {
   const gate = new dlock.FenceGate();
   gate.admit('orders', 5n);
@@ -350,7 +377,13 @@ test('FenceGate: a lower token is a StaleError', () => {
   gate.admit('orders', 7n);
   assert.throws(
     () => gate.admit('orders', 6n),
-    (e) => e instanceof dlock.StaleError && e instanceof dlock.DlockError && e.code === 'stale' && e.highest === 7n && e.token === 6n,
+    (e) =>
+      e instanceof dlock.StaleError &&
+      e instanceof dlock.DlockError &&
+      e.code === 'stale' &&
+      e.highest === 7n &&
+      e.token === 6n &&
+      e.message === 'stale token 6: token 7 was already seen',
   );
   assert.equal(gate.highest('orders'), 7n);
   assert.equal(gate.highest('other'), null);

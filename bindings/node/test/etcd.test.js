@@ -1,21 +1,23 @@
 // The etcd backend against the test cluster (scripts/etcd-cluster.sh):
 // guarded writes, a fence on `etcdctl del` of the lock key, and a process
 // that exits while holding releases its lock on the way out. Skipped
-// without a cluster (DLOCK_TEST_MEMBERS), failed instead when
-// DLOCK_TEST_REQUIRE_ETCD=1.
+// (reported as skipped, never passed) unless DLOCK_TEST_ETCD says the
+// cluster exists (target/etcd/env sets it); then a missing cluster fails.
+// The exit tests print `EXIT|node-<mode>|<ms>`: from the start of a holding
+// child's exit path to a waiting contender's acquisition.
 'use strict';
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
 const { once } = require('node:events');
-const { execFileSync, spawnSync } = require('node:child_process');
+const { execFileSync, spawn, spawnSync } = require('node:child_process');
+const readline = require('node:readline');
 const path = require('node:path');
 const dlock = require('..');
 
 const members = process.env.DLOCK_TEST_MEMBERS;
-const required = process.env.DLOCK_TEST_REQUIRE_ETCD === '1';
-const skip = members ? false : 'no etcd test cluster (DLOCK_TEST_MEMBERS)';
-if (!members && required) throw new Error('DLOCK_TEST_REQUIRE_ETCD=1 but DLOCK_TEST_MEMBERS is not set');
+const skip = process.env.DLOCK_TEST_ETCD ? false : 'no etcd test cluster (DLOCK_TEST_ETCD unset)';
+if (!skip && !members) throw new Error('DLOCK_TEST_ETCD is set but DLOCK_TEST_MEMBERS is not: source target/etcd/env');
 
 const keepAlive = setInterval(() => {}, 60_000);
 after(() => clearInterval(keepAlive));
@@ -111,6 +113,63 @@ for (const mode of ['hold', 'exit']) {
     const client = new dlock.Client({ endpoints: members, ...FAST });
     const lock = client.lock(name);
     await lock.tryAcquire();
+    await lock.close();
+  });
+}
+
+// Exit while holding, measured: a contender waits behind a child that
+// holds; the child's exit path (the script's end, process.exit) runs the
+// core's shutdown, so the contender acquires within one keepalive timeout
+// (500 ms, + 500 ms of slack for a loaded machine). The baseline, in the
+// same run: a SIGKILLed child runs no exit path, the lock passes at the
+// lease's expiry (TTL 3 s).
+const KEEPALIVE_TIMEOUT_MS = 500;
+const SLACK_MS = 500;
+for (const mode of ['end', 'exit', 'sigkill']) {
+  test(`etcd: exit while holding (${mode}): ${mode === 'sigkill' ? 'the baseline waits out the lease' : 'a contender acquires within a keepalive timeout'}`, { skip }, async () => {
+    const name = unique(`exit-measure-${mode}`);
+    const child = spawn(process.execPath, [path.join(__dirname, 'fixtures', 'exit-holding.js'), name, mode === 'exit' ? 'exit' : 'end'], {
+      env: { ...process.env, DLOCK_ENDPOINTS: members },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    const exited = once(child, 'exit');
+    const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+    const line = async (prefix) => {
+      for (;;) {
+        const r = await lines.next();
+        if (r.done) throw new Error(`no '${prefix}' line from the child`);
+        if (r.value.startsWith(prefix)) return r.value.slice(prefix.length).trim();
+      }
+    };
+    const held = BigInt(await line('held '));
+    const client = new dlock.Client({ endpoints: members, ...FAST, reacquire: false });
+    const lock = client.lock(name);
+    const acquiring = lock.acquire({ timeout: 20_000 }).then((token) => ({ token, at: process.hrtime.bigint() }));
+    // The contender's key is behind the child's: it waits.
+    for (let i = 0; lockKeys(name).length < 2; i++) {
+      assert.ok(i < 1000, 'the contender never queued');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    let exitAt;
+    if (mode === 'sigkill') {
+      exitAt = process.hrtime.bigint();
+      child.kill('SIGKILL');
+    } else {
+      child.stdin.end();
+      exitAt = BigInt(await line('exit '));
+    }
+    const { token, at } = await acquiring;
+    const ms = Number(at - exitAt) / 1e6;
+    console.log(`EXIT|node-${mode}|${ms.toFixed(1)}`);
+    const [code, signal] = await exited;
+    assert.ok(token > held);
+    if (mode === 'sigkill') {
+      assert.equal(signal, 'SIGKILL');
+      assert.ok(ms > KEEPALIVE_TIMEOUT_MS + SLACK_MS, `the baseline passed in ${ms} ms`);
+    } else {
+      assert.equal(code, 0);
+      assert.ok(ms < KEEPALIVE_TIMEOUT_MS + SLACK_MS, `the contender acquired ${ms} ms after the exit`);
+    }
     await lock.close();
   });
 }

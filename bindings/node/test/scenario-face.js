@@ -2,7 +2,8 @@
 // runner crate (built into the test addon, feature `scenarios`) calls
 // `ask(what, json)` for every step; this face performs it through the
 // public API of `dlock` only and answers with `scenarioReply`. Trace lines
-// come from the locks' listeners.
+// come from the locks' (and election candidates') listeners and the
+// observers' `change` and `reconnecting` listeners.
 'use strict';
 
 const dlock = require('..');
@@ -95,11 +96,17 @@ class Face {
         session = p.defaultSession ? client.defaultSession : client.session(s.settings);
         sessions.set(key, session);
       }
-      const lock = session.lock(p.lock);
       const h = p.holder;
       const push = (line) => {
         if (this.generation === generation) native.scenarioTrace(`${h} ${line}`);
       };
+      if (p.role === 'observe') {
+        // An observer: `observe` starts it (client.observe) on this client.
+        this.holders.set(h, { client, observes: p.lock, push });
+        continue;
+      }
+      // An election candidate is a Lock too: the same listeners and steps.
+      const lock = p.role === 'election' ? session.election(p.lock) : session.lock(p.lock);
       lock.on('stateChange', (c) => push(`state ${c.from}->${c.to} ${c.reason}`));
       lock.on('acquired', (t) => push(`acquired token=${t}`));
       lock.on('fence', (t, n) => push(`fence token=${t} in_flight=${n}`));
@@ -126,6 +133,54 @@ class Face {
       case 'acquire': {
         const acquired = this.holder(step.holder).lock.acquire({ timeout: 10_000 });
         this.pending.push(acquired.catch(() => {}));
+        return { kind: 'done' };
+      }
+      case 'acquire_start': {
+        // Cancellable the JavaScript way: a signal; `cancel` aborts it.
+        const h = this.holder(step.holder);
+        h.abort = new AbortController();
+        const acquired = h.lock.acquire({ timeout: 10_000, signal: h.abort.signal });
+        this.pending.push(acquired.catch(() => {}));
+        return { kind: 'done' };
+      }
+      case 'cancel': {
+        const h = this.holder(step.holder);
+        if (!h.abort) throw new Error(`no acquire_start of ${step.holder}`);
+        h.abort.abort();
+        return { kind: 'done' };
+      }
+      case 'shutdown':
+        this.holder(step.holder).client.shutdown();
+        return { kind: 'done' };
+      case 'campaign': {
+        const campaigned = this.holder(step.holder).lock.campaign(step.value, { timeout: 10_000 });
+        this.pending.push(campaigned.catch(() => {}));
+        return { kind: 'done' };
+      }
+      case 'proclaim':
+        try {
+          await this.holder(step.holder).lock.proclaim(step.value);
+          return { kind: 'word', word: 'ok' };
+        } catch (e) {
+          if (!(e instanceof dlock.DlockError)) throw e;
+          return { kind: 'word', word: e.code };
+        }
+      case 'resign': {
+        const resigned = this.holder(step.holder).lock.resign({ grace: step.ms });
+        this.pending.push(resigned.catch(() => {}));
+        return { kind: 'done' };
+      }
+      case 'leader': {
+        const l = await this.holder(step.holder).lock.leader();
+        return { kind: 'leader', value: l ? String(l.value) : null, token: l ? num(l.token) : null };
+      }
+      case 'observe': {
+        const h = this.holder(step.holder);
+        h.observer = h.client.observe(h.observes);
+        h.observer.on('change', (l, kind) =>
+          h.push(l ? `observed ${kind} value=${String(l.value)} token=${l.token}` : 'observed no-leader'),
+        );
+        h.observer.on('reconnecting', () => h.push('observed reconnecting'));
         return { kind: 'done' };
       }
       case 'try_acquire':
@@ -229,7 +284,8 @@ class Face {
   async teardown() {
     this.generation++;
     for (const p of this.permits.values()) p.end();
-    await Promise.all([...this.holders.values()].map((h) => h.lock.close().catch(() => {})));
+    for (const h of this.holders.values()) h.observer?.close();
+    await Promise.all([...this.holders.values()].map((h) => h.lock?.close().catch(() => {})));
     await Promise.all(this.pending);
     this.reset();
   }

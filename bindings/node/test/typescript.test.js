@@ -21,7 +21,7 @@ function run(args, opts = {}) {
   return r.stdout;
 }
 
-test('tsc --noEmit --strict: examples/node/typed.ts and test/ts/using.ts', () => {
+test('tsc --noEmit --strict: examples/node/typed.ts, test/ts/using.ts and test/ts/election.ts', () => {
   run([tsc, '--noEmit', '--strict', '-p', path.join(root, 'examples', 'node')]);
   run([tsc, '--noEmit', '--strict', '-p', path.join(__dirname, 'ts')]);
 });
@@ -39,6 +39,11 @@ test('a type error in user code is caught by the typings', () => {
 test('the tsc-compiled `using` form ends permits on Node 20', () => {
   run([tsc, '-p', path.join(__dirname, 'ts')]);
   assert.match(run([path.join(__dirname, 'ts', 'using.js')], { env: { ...process.env, DLOCK_ENDPOINTS: '' } }), /using: ok/);
+});
+
+test('the tsc-compiled election and observer program runs', () => {
+  run([tsc, '-p', path.join(__dirname, 'ts')]);
+  assert.match(run([path.join(__dirname, 'ts', 'election.js')], { env: { ...process.env, DLOCK_ENDPOINTS: '' } }), /election: ok/);
 });
 
 test('examples/node: the worker and withLock cancelled by the fence', () => {

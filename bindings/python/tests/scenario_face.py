@@ -9,6 +9,8 @@ only the step dispatch, through dlock's public Python API, bound with
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import ctypes
 import threading
 from ctypes import (
@@ -22,7 +24,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import dlock
 
@@ -47,6 +49,7 @@ class Scenario(Structure):
         ("holder_client", POINTER(c_char_p)),
         ("holder_session", POINTER(c_char_p)),
         ("holder_lock", POINTER(c_char_p)),
+        ("holder_role", POINTER(c_char_p)),
     ]
 
 
@@ -59,6 +62,7 @@ class StepC(Structure):
         ("fault", c_int),
         ("fault_name", c_char_p),
         ("ms", c_uint64),
+        ("value", c_char_p),
     ]
 
 
@@ -92,16 +96,70 @@ class FaceC(Structure):
 
 
 # enum lks_do / lks_fault / lks_saw
-(ACQUIRE, TRY_ACQUIRE, PERMIT, END, VALID, STATE, TOKEN, RELEASE, FAULT, STALL, CLOSE, EVENTS) = range(12)
-SAW_DONE, SAW_WORD, SAW_BOOL, SAW_TOKEN, SAW_PERMIT, SAW_EVENTS = range(6)
+(
+    ACQUIRE,
+    TRY_ACQUIRE,
+    PERMIT,
+    END,
+    VALID,
+    STATE,
+    TOKEN,
+    RELEASE,
+    FAULT,
+    STALL,
+    CLOSE,
+    EVENTS,
+    ACQUIRE_START,
+    CANCEL,
+    SHUTDOWN,
+    CAMPAIGN,
+    PROCLAIM,
+    RESIGN,
+    LEADER,
+    OBSERVE,
+) = range(20)
+SAW_DONE, SAW_WORD, SAW_BOOL, SAW_TOKEN, SAW_PERMIT, SAW_EVENTS, SAW_UNSUPPORTED, SAW_LEADER = range(8)
+PLAYS_ELECTIONS = 1  # lks_play_dir_with's `plays`: this face plays elections
 WAIT_LIMIT = 10.0
 
 
 class Holder:
-    def __init__(self, lock: dlock.Lock, link: dlock.Link, events: dlock.Events) -> None:
-        self.lock = lock
+    def __init__(
+        self,
+        client: dlock.Client,
+        lock: Optional[dlock.Lock],
+        link: dlock.Link,
+        events: Optional[dlock.Events],
+        election: str = "",
+    ) -> None:
+        self.client = client
+        self._lock = lock
         self.link = link
-        self.events = events
+        self._events = events
+        self.election = election  # an observer's election
+        self.observer: Optional[dlock.Observer] = None
+        # the last acquire_start: its task on the face's loop, its acquisition
+        self.task: Optional["concurrent.futures.Future[None]"] = None
+        self.acquisition: Optional[dlock._dlock.Acquisition] = None
+
+    @property
+    def lock(self) -> dlock.Lock:
+        """The holder's lock, or its election (which is a lock)."""
+        if self._lock is None:
+            raise ValueError("an observer has no lock")
+        return self._lock
+
+    @property
+    def candidate(self) -> dlock.Election:
+        if not isinstance(self._lock, dlock.Election):
+            raise ValueError("the holder is not an election candidate")
+        return self._lock
+
+    @property
+    def events(self) -> dlock.Events:
+        if self._events is None:
+            raise ValueError("an observer has no lock events")
+        return self._events
 
 
 class PythonFace:
@@ -117,11 +175,15 @@ class PythonFace:
         self.threads: List[threading.Thread] = []
         self.keep: List[object] = []  # strings the runner reads until perform returns
         self.error: Optional[bytes] = None
+        self.sink: int = 0  # the runner's trace sink of the scenario played
+        # the asyncio loop of acquire_start's tasks (started when first needed)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop_thread: Optional[threading.Thread] = None
 
     # -- the vtable
 
     def warm_up(self, _ctx: Optional[int]) -> None:
-        # Every path once (driver, callback thread, asyncio bridge), before
+        # Every path once (driver, callback thread, asyncio completion), before
         # any scenario's clock starts.
         c = dlock.Client(memory=dlock.MemoryService())
         lock = c.lock("warm-up")
@@ -164,17 +226,22 @@ class PythonFace:
             if session is None:
                 session = client.default_session if sw == "default" else client.session(**timing)  # type: ignore[arg-type]
                 sessions[(cw, sw)] = session
-            lock = session.lock(lock_name)
             prefix = name + " "
+            role = s.holder_role[i].decode()
+            link = client.link
+            assert link is not None
+            if role == "observe":
+                self.holders[name] = Holder(client, None, link, None, lock_name)
+                continue
+            lock = session.election(lock_name) if role == "election" else session.lock(lock_name)
 
             def push(e: dlock.Event, prefix: str = prefix) -> None:
                 lib.lks_trace(sink, (prefix + str(e)).encode())
 
             lock.on_event(push)
-            link = client.link
-            assert link is not None
-            self.holders[name] = Holder(lock, link, lock.events())
+            self.holders[name] = Holder(client, lock, link, lock.events())
         self.service = service
+        self.sink = sink
 
     def perform(self, _ctx: Optional[int], stp: "ctypes._Pointer[StepC]", op: "ctypes._Pointer[Observed]") -> int:
         self.keep = []
@@ -264,8 +331,106 @@ class PythonFace:
             out.kind = SAW_EVENTS
             out.lines = arr
             out.n_lines = len(lines)
+        elif what == ACQUIRE_START:
+            self._acquire_start(self.holders[holder])
+        elif what == CANCEL:
+            h = self.holders[holder]
+            if h.task is not None and not h.task.done():
+                h.task.cancel()  # the task's CancelledError cancels the acquisition
+            elif h.acquisition is not None:
+                # Finished: asyncio ignores cancel() on a finished task, so this
+                # is the acquisition's cancel as a cancellation that meets a
+                # just-arrived result calls it (the core releases the token).
+                h.acquisition.cancel()
+        elif what == SHUTDOWN:
+            self.holders[holder].client.shutdown()
+        elif what == CAMPAIGN:
+            self._background(lambda e=self.holders[holder].candidate, v=step.value: e.campaign(v, WAIT_LIMIT))
+        elif what == PROCLAIM:
+            try:
+                self.holders[holder].candidate.proclaim(step.value)
+                self.word(out, SAW_WORD, "ok")
+            except dlock.Error as e:
+                self.word(out, SAW_WORD, e.code)
+        elif what == RESIGN:
+            self._background(lambda e=self.holders[holder].candidate, g=step.ms / 1000: e.resign(g))
+        elif what == LEADER:
+            leader = self.holders[holder].candidate.leader()
+            out.kind = SAW_LEADER
+            if leader is not None:
+                self.keep.append(leader.value)
+                out.word = leader.value
+                out.has_token = True
+                out.token = leader.token
+        elif what == OBSERVE:
+            self._observe(holder, self.holders[holder])
         else:
             raise ValueError(f"unknown step {what}")
+
+    def _background(self, work: Callable[[], object]) -> None:
+        """``work`` on a thread of its own, as an acquire step; its outcome
+        shows in the trace."""
+
+        def run() -> None:
+            try:
+                work()
+            except dlock.Error:
+                pass
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _observe(self, name: str, h: Holder) -> None:
+        """``client.observe(name)``: each event a trace line, read by a
+        thread until the observer is closed."""
+        o = h.observer = h.client.observe(h.election)
+        prefix = f"{name} observed "
+        lib, sink = self.lib, self.sink
+
+        def read() -> None:
+            while True:
+                e = o.next_event(None)
+                if e is None:
+                    return
+                leader = e.leader
+                line = e.kind
+                if leader is not None:
+                    line += f" value={leader.value.decode()} token={leader.token}"
+                lib.lks_trace(sink, (prefix + line).encode())
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _face_loop(self) -> asyncio.AbstractEventLoop:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+            self.loop_thread.start()
+        return self.loop
+
+    def _acquire_start(self, h: Holder) -> None:
+        """An acquire task on the face's loop: ``acquire_async``'s own body,
+        keeping the Acquisition for a cancel after success."""
+        loop = self._face_loop()
+        started = threading.Event()
+
+        async def acquire() -> None:
+            fut: "asyncio.Future[int]" = loop.create_future()
+            acquisition = h.acquisition = h.lock._acquire_start(WAIT_LIMIT, loop, fut)
+            started.set()
+            try:
+                await fut
+            except dlock.Error:
+                pass  # the outcome shows in the trace
+            except asyncio.CancelledError:
+                acquisition.cancel()
+                raise
+
+        h.task = asyncio.run_coroutine_threadsafe(acquire(), loop)
+        if not started.wait(WAIT_LIMIT):
+            raise RuntimeError("acquire_start: the task did not start")
 
     def _fault(self, holder: str, step: StepC) -> None:
         h = self.holders[holder]
@@ -304,6 +469,10 @@ class PythonFace:
             p.end()
         self.permits.clear()
         for h in self.holders.values():
+            if h.observer is not None:
+                h.observer.close()  # its reader returns
+            if h._lock is None:
+                continue
             try:
                 h.lock.close()  # pending acquires return; no callback after
             except dlock.Error:
@@ -311,6 +480,15 @@ class PythonFace:
         for t in self.threads:
             t.join(WAIT_LIMIT)
         self.threads.clear()
+        tasks = [h.task for h in self.holders.values() if h.task is not None]
+        for task in tasks:
+            task.cancel()
+        concurrent.futures.wait(tasks, WAIT_LIMIT)
+        if self.loop is not None and self.loop_thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop_thread.join(WAIT_LIMIT)
+            self.loop.close()
+            self.loop = self.loop_thread = None
         self.holders.clear()
         self.service = None
 
@@ -318,8 +496,8 @@ class PythonFace:
 def play(lib_path: str, directory: str) -> int:
     """Plays every scenario of ``directory``; the number of failures."""
     lib = ctypes.CDLL(lib_path)
-    lib.lks_play_dir.argtypes = [c_char_p, POINTER(FaceC)]
-    lib.lks_play_dir.restype = c_int
+    lib.lks_play_dir_with.argtypes = [c_char_p, POINTER(FaceC), ctypes.c_uint]
+    lib.lks_play_dir_with.restype = c_int
     face = PythonFace(lib)
     vt = FaceC(
         None,
@@ -328,4 +506,4 @@ def play(lib_path: str, directory: str) -> int:
         PERFORM(face.perform),
         TEARDOWN(face.teardown),
     )
-    return int(lib.lks_play_dir(directory.encode(), ctypes.byref(vt)))
+    return int(lib.lks_play_dir_with(directory.encode(), ctypes.byref(vt), PLAYS_ELECTIONS))

@@ -144,8 +144,9 @@ def test_every_core_code_has_its_class() -> None:
         dict(ttl=-1.0),
         dict(ttl=float("nan")),
         dict(keepalive_interval=0.0),
-        dict(keepalive_timeout=10.0),
-        dict(margin=100.0),
+        # Contradictions the user wrote (a setting left out never is one).
+        dict(keepalive_interval=2.0, keepalive_timeout=2.0),
+        dict(ttl=6.0, margin=6.0),
         dict(ttl=float("inf")),
     ],
 )
@@ -153,6 +154,12 @@ def test_bad_options_are_invalid_option(kw: dict) -> None:
     with pytest.raises(dlock.InvalidOption) as e:
         client(**kw)
     assert isinstance(e.value, ValueError) and e.value.code == "invalid_option"
+
+
+def test_left_out_options_follow_the_given_ones() -> None:
+    # design §14: a 6 s TTL with a 2 s interval derives the rest.
+    o = client(ttl=6.0, keepalive_interval=2.0).options()
+    assert (o["keepalive_timeout"], o["retry_interval"], o["margin"]) == (0.8, 0.4, 1.0)
 
 
 def test_bad_arguments() -> None:
@@ -342,19 +349,24 @@ def test_other_threads_run_during_a_blocking_acquire() -> None:
 def test_ctrl_c_interrupts_a_blocking_acquire() -> None:
     code = textwrap.dedent(
         """
-        import sys, time, dlock
+        import sys, threading, time, dlock
         c = dlock.Client(memory=dlock.MemoryService())
         holder = c.lock("held"); holder.acquire()
         waiter = c.lock("held")
+        released = threading.Event()
         # told from the callback thread once the acquire is under way
-        waiter.on_state_change(
-            lambda old, new, why: print("waiting", flush=True) if new is dlock.State.ACQUIRING else None
-        )
+        def changed(old, new, why):
+            if new is dlock.State.ACQUIRING:
+                print("waiting", flush=True)
+            if new is dlock.State.RELEASED:
+                released.set()
+        waiter.on_state_change(changed)
         try:
             waiter.acquire()          # forever, unless interrupted
             sys.exit(3)
         except KeyboardInterrupt:
-            print("interrupted", waiter.state.value, flush=True)
+            # the core decides the cancel on its driver, just after
+            print("interrupted", released.wait(5) and waiter.state.value, flush=True)
         holder.release()
         # no lock left behind: the cancelled acquire holds nothing
         other = c.lock("held"); other.acquire(2)
@@ -401,7 +413,8 @@ def test_asyncio_cancellation_leaves_no_lock() -> None:
         waiter = c.lock("c")
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(waiter.acquire_async(), 0.2)
-        assert waiter.state is not dlock.State.HOLDING
+        # the cancellation ended once the core had answered it
+        assert waiter.state is dlock.State.RELEASED
         await holder.release_async()
         # nobody holds it now: a third handle gets it at once
         third = c.lock("c")
@@ -506,6 +519,74 @@ def test_exit_while_holding_releases() -> None:
     assert out.returncode == 0, out.stderr
     held, after = out.stdout.split("\n")[:2]
     assert held != "holder None" and after == "holder None", out.stdout
+
+
+def test_shutdown_releases_everything_and_handles_behave_as_closed() -> None:
+    # Process-wide, so in a process of its own.
+    code = textwrap.dedent(
+        """
+        import asyncio, dlock
+        svc = dlock.MemoryService()
+        c = dlock.Client(memory=svc)
+        a = c.lock("a"); a.acquire()
+        s = c.session(); b = s.lock("b"); b.acquire()
+        idle = c.lock("idle")
+        dlock.shutdown()
+        assert svc.holder("a") is None and svc.holder("b") is None, "still held"
+        for lock in (a, b):
+            try:
+                lock.permit(); raise SystemExit("permit after shutdown")
+            except dlock.Released:
+                pass
+            lock.release(); lock.close()       # harmless
+        try:
+            idle.acquire(1); raise SystemExit("acquired after shutdown")
+        except dlock.Shutdown as e:
+            assert e.code == "shutdown"
+        try:
+            asyncio.run(c.lock("async").acquire_async(1)); raise SystemExit("async acquire after shutdown")
+        except dlock.Shutdown:
+            pass
+        dlock.shutdown()                       # twice is harmless
+        # a client made afterwards works
+        c2 = dlock.Client(memory=svc)
+        with c2.lock("a"):
+            pass
+        print("ok", flush=True)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WITHIN)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_client_shutdown_ends_only_its_own_sessions() -> None:
+    svc = dlock.MemoryService()
+    mine, other = dlock.Client(memory=svc), dlock.Client(memory=svc)
+    a, b = mine.lock("mine"), other.lock("other")
+    a.acquire()
+    b.acquire()
+    mine.shutdown()
+    assert svc.holder("mine") is None and svc.holder("other") == b.token
+    with pytest.raises(dlock.Shutdown):
+        mine.lock("again").acquire(1)
+    with b.permit():
+        pass
+    b.release()
+
+
+def test_no_executor_thread_of_the_face() -> None:
+    # Async calls complete through the core's callbacks: no bridge thread.
+    async def main() -> None:
+        lock = client().lock("threads")
+        await lock.acquire_async()
+        await lock.release_async()
+
+    asyncio.run(main())
+    names = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/comm") as f:
+            names.add(f.read().strip())
+    assert "dlock-asyncio" not in names and "dlock-callbacks" in names, names
 
 
 # ------------------------------------------------------------------ misc

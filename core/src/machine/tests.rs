@@ -42,6 +42,9 @@ const C: LockId = 3;
 const D: LockId = 4;
 
 const LEASE: LeaseId = 7;
+
+/// A service error's text.
+const DOWN: &str = "down";
 const TOKEN: Token = Token(100);
 
 fn tr(lock: LockId, from: State, to: State, reason: Reason) -> Action {
@@ -183,6 +186,13 @@ struct Sim {
     now: Instant,
     states: BTreeMap<LockId, State>,
     wakeups: usize,
+    /// Show every output: the answers to calls (`ReleaseDone`,
+    /// `CloseDone`), abandoned calls and tries again of a delete. Off, the
+    /// tests of the lock rules see the requests and notices they are about,
+    /// and every revoke is answered at once.
+    all: bool,
+    /// Deletes sent: a try again shows only with `all`.
+    deletes: std::collections::HashSet<ReqId>,
 }
 
 impl Sim {
@@ -197,6 +207,8 @@ impl Sim {
             now: Instant::ZERO,
             states: BTreeMap::new(),
             wakeups: 0,
+            all: false,
+            deletes: std::collections::HashSet::new(),
         };
         for (id, name) in locks {
             s.add(*id, name);
@@ -214,7 +226,26 @@ impl Sim {
         self.now = now;
         self.m.handle(now, ev);
         let mut out: Vec<Action> = Vec::new();
-        while let Some(a) = self.m.poll_action() {
+        let mut revoked = Vec::new();
+        while let Some(a) = self.m.poll_action().or_else(|| {
+            while let Some(lease) = revoked.pop() {
+                self.m.handle(now, Event::Revoked { lease });
+                if let Some(a) = self.m.poll_action() {
+                    return Some(a);
+                }
+            }
+            None
+        }) {
+            if !self.all {
+                match &a {
+                    Action::Revoke { lease } => revoked.push(*lease),
+                    Action::ReleaseDone { .. }
+                    | Action::CloseDone { .. }
+                    | Action::Abandon { .. } => continue,
+                    Action::Unlock { req, .. } if !self.deletes.insert(*req) => continue,
+                    _ => {}
+                }
+            }
             match &a {
                 Action::Transition { lock, change } => {
                     let st = self.states.get_mut(lock).expect("a lock of the test");
@@ -589,9 +620,10 @@ fn acquire_timeout_in_the_queue_deletes_the_key_and_keeps_the_lease() {
         ]
     );
     assert_eq!(s.m.permit(A, at(2200)), Err(Refused::NotHeld));
-    // The session lives on: no revoke, the next keepalive is due.
+    // The session lives on: no revoke. The delete's first try is
+    // unanswered until 2700, before the next keepalive.
     assert_eq!(s.m.lease(), Some(LEASE));
-    assert_eq!(s.m.poll_timeout(), Some(at(3000)));
+    assert_eq!(s.m.poll_timeout(), Some(at(2700)));
     // The lock arrives too late: its key is deleted by token, nothing is
     // acquired.
     let a = s.locked(2300, l, A, LEASE, TOKEN);
@@ -639,7 +671,7 @@ fn acquire_timeout_while_grant_retries_is_a_backend_failure() {
         a.last().map(|(_, a)| a.clone()),
         Some(Action::AcquireFailed {
             lock: A,
-            error: AcquireError::Backend
+            error: AcquireError::Backend(None)
         })
     );
     assert_eq!(s.m.state(A), State::Idle);
@@ -680,6 +712,7 @@ fn try_acquire_busy_would_block() {
             req: l,
             lock: A,
             busy: true,
+            error: DOWN.into(),
         },
     );
     let (u, _) = unlock_req(&a, A);
@@ -700,9 +733,10 @@ fn try_acquire_busy_would_block() {
         ]
     );
     assert_eq!(s.m.permit(A, at(1200)), Err(Refused::NotHeld));
-    // The lease is the session's: kept alive, not revoked.
+    // The lease is the session's: kept alive, not revoked. The delete's
+    // first try is unanswered until 1700, before the next keepalive.
     assert_eq!(s.m.lease(), Some(LEASE));
-    assert_eq!(s.m.poll_timeout(), Some(at(2000)));
+    assert_eq!(s.m.poll_timeout(), Some(at(1700)));
 }
 
 #[test]
@@ -716,14 +750,20 @@ fn try_acquire_backend_failure() {
             until: None,
         },
     ));
-    let a = s.ev(1100, Event::GrantFailed { req: g });
+    let a = s.ev(
+        1100,
+        Event::GrantFailed {
+            req: g,
+            error: DOWN.into(),
+        },
+    );
     assert_eq!(
         a,
         vec![
             tr(A, State::Acquiring, State::Idle, Reason::AcquireFailed),
             Action::AcquireFailed {
                 lock: A,
-                error: AcquireError::Backend
+                error: AcquireError::Backend(Some(DOWN.into()))
             },
         ]
     );
@@ -747,6 +787,7 @@ fn try_acquire_backend_failure() {
             req: l,
             lock: B,
             busy: false,
+            error: DOWN.into(),
         },
     );
     assert_eq!(
@@ -762,7 +803,7 @@ fn try_acquire_backend_failure() {
             tr(B, State::Acquiring, State::Idle, Reason::AcquireFailed),
             Action::AcquireFailed {
                 lock: B,
-                error: AcquireError::Backend
+                error: AcquireError::Backend(Some(DOWN.into()))
             },
         ]
     );
@@ -774,7 +815,16 @@ fn waiting_acquire_retries_busy_lock_and_failed_grant() {
     let mut s = Sim::new(opts());
     let g = grant_req(&s.acquire(1000, A));
     // A failed grant is retried after retry_interval.
-    assert!(s.ev(1100, Event::GrantFailed { req: g }).is_empty());
+    assert!(
+        s.ev(
+            1100,
+            Event::GrantFailed {
+                req: g,
+                error: DOWN.into()
+            }
+        )
+        .is_empty()
+    );
     assert_eq!(s.m.state(A), State::Acquiring);
     let a = s.run_to(1350);
     assert_eq!(a.len(), 1);
@@ -788,7 +838,8 @@ fn waiting_acquire_retries_busy_lock_and_failed_grant() {
             Event::LockFailed {
                 req: l,
                 lock: A,
-                busy: true
+                busy: true,
+                error: DOWN.into()
             }
         )
         .is_empty()
@@ -1801,8 +1852,9 @@ fn no_reacquire_leaves_it_fenced() {
         ]
     );
     // No lock wants a lease: none is asked for. Only the held revoke is
-    // left, at the lease's own expiry.
-    assert_eq!(s.m.poll_timeout(), Some(at(7750)));
+    // left, at the lease's own expiry (and the unanswered keepalives are
+    // abandoned at their TTL bound, the first sent at 2000).
+    assert_eq!(s.m.poll_timeout(), Some(at(6000)));
     assert_eq!(
         s.run_to(60_000),
         vec![(at(7750), Action::Revoke { lease: LEASE })]
@@ -1923,11 +1975,12 @@ fn release_from_draining() {
     let mut s = draining();
     let k = keepalives(&s.run_to(2350));
     let a = s.ev(2400, Event::Release { lock: A });
+    let u = unlock_req(&a, A).0;
     assert_eq!(
         a,
         vec![
             Action::Unlock {
-                req: unlock_req(&a, A).0,
+                req: u,
                 lock: A,
                 lease: LEASE,
                 token: Some(TOKEN)
@@ -1958,6 +2011,9 @@ fn release_from_draining() {
             (at(5350), Action::Revoke { lease: LEASE })
         ]
     );
+    // The delete is tried again until answered; then nothing is left.
+    assert!(s.m.poll_timeout().is_some());
+    s.ev(100_001, Event::Unlocked { req: u, lock: A });
     assert_eq!(s.m.poll_timeout(), None);
 }
 
@@ -2028,6 +2084,132 @@ fn release_while_acquiring() {
 }
 
 #[test]
+fn cancel_cuts_an_acquisition_short_and_deletes_the_key_its_request_may_have_put() {
+    let mut s = Sim::new(opts());
+    let g = grant_req(&s.acquire(1000, A));
+    let l = lock_req(&s.granted(1100, g, LEASE), A);
+    let a = s.ev(
+        1200,
+        Event::Cancel {
+            lock: A,
+            token: None,
+        },
+    );
+    let (u, token) = unlock_req(&a, A);
+    assert_eq!(token, None, "cut short: the key is deleted, token unknown");
+    assert_eq!(
+        a,
+        vec![
+            Action::Unlock {
+                req: u,
+                lock: A,
+                lease: LEASE,
+                token: None
+            },
+            tr(A, State::Acquiring, State::Released, Reason::Release),
+            Action::AcquireFailed {
+                lock: A,
+                error: AcquireError::Released
+            },
+        ]
+    );
+    // The request's reply comes anyway: its key is deleted by token.
+    let a = s.locked(1300, l, A, LEASE, TOKEN);
+    assert_eq!(unlock_req(&a, A).1, Some(TOKEN));
+    assert_eq!(s.m.state(A), State::Released);
+    // Cancelled twice: nothing.
+    assert!(
+        s.ev(
+            1400,
+            Event::Cancel {
+                lock: A,
+                token: None
+            }
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn cancel_after_success_releases_only_the_token_it_won() {
+    let mut s = holding();
+    // Another token (an older acquisition's): the lock stays.
+    let old = Token(TOKEN.0 - 1);
+    assert!(
+        s.ev(
+            1300,
+            Event::Cancel {
+                lock: A,
+                token: Some(old)
+            }
+        )
+        .is_empty()
+    );
+    assert_eq!(s.m.state(A), State::Holding);
+    // `None` names an acquisition in progress: there is none.
+    assert!(
+        s.ev(
+            1300,
+            Event::Cancel {
+                lock: A,
+                token: None
+            }
+        )
+        .is_empty()
+    );
+    let a = s.ev(
+        1400,
+        Event::Cancel {
+            lock: A,
+            token: Some(TOKEN),
+        },
+    );
+    let (u, token) = unlock_req(&a, A);
+    assert_eq!(token, Some(TOKEN));
+    assert_eq!(
+        a,
+        vec![
+            Action::Unlock {
+                req: u,
+                lock: A,
+                lease: LEASE,
+                token: Some(TOKEN)
+            },
+            tr(A, State::Holding, State::Released, Reason::Release),
+        ]
+    );
+    assert_eq!(s.m.lease(), Some(LEASE), "the session lives on");
+}
+
+#[test]
+fn cancel_leaves_a_reacquisition_to_the_lock() {
+    let mut s = holding();
+    s.ev(1500, Event::LeaseLost { lease: LEASE });
+    assert_eq!(s.m.state(A), State::Reacquiring);
+    assert!(
+        s.ev(
+            1600,
+            Event::Cancel {
+                lock: A,
+                token: None
+            }
+        )
+        .is_empty()
+    );
+    assert!(
+        s.ev(
+            1600,
+            Event::Cancel {
+                lock: A,
+                token: Some(TOKEN)
+            }
+        )
+        .is_empty()
+    );
+    assert_eq!(s.m.state(A), State::Reacquiring);
+}
+
+#[test]
 fn release_while_reacquiring_emits_no_second_fence() {
     let mut s = holding();
     let a = s.run_to(4000);
@@ -2085,6 +2267,181 @@ fn a_fenced_lease_is_revoked_once_on_fence_returned_and_the_last_permit_ended() 
                 .any(|(_, a)| matches!(a, Action::Revoke { lease: LEASE }))
         );
     }
+}
+
+/// The timed actions among `actions` that `keep` selects.
+fn only(actions: Vec<(Instant, Action)>, keep: impl Fn(&Action) -> bool) -> Vec<(Instant, Action)> {
+    actions.into_iter().filter(|(_, a)| keep(a)).collect()
+}
+
+#[test]
+fn unlock_retry_an_unanswered_delete_is_tried_again_every_retry_interval_until_answered() {
+    // §10: a key left behind would block every other holder while the
+    // session lives. Each try is unanswered after a keepalive timeout
+    // (500 ms), the next goes a retry interval (250 ms) later; release()
+    // is answered once the first try ended.
+    let mut s = holding();
+    s.all = true;
+    let a = s.ev(1500, Event::Release { lock: A });
+    let (u, token) = unlock_req(&a, A);
+    assert_eq!(token, Some(TOKEN));
+    assert!(!a.contains(&Action::ReleaseDone { lock: A }), "{a:?}");
+    let deletes = |a: &Action| matches!(a, Action::Unlock { .. } | Action::ReleaseDone { .. });
+    let again = Action::Unlock {
+        req: u,
+        lock: A,
+        lease: LEASE,
+        token: Some(TOKEN),
+    };
+    assert_eq!(
+        only(s.run_to(2250), deletes),
+        vec![
+            (at(2000), Action::ReleaseDone { lock: A }),
+            (at(2250), again.clone()),
+        ]
+    );
+    // A failed try: again a retry interval after the failure.
+    assert!(s.ev(2300, Event::UnlockFailed { req: u }).is_empty());
+    assert_eq!(
+        only(s.run_to(2550), deletes),
+        vec![(at(2550), again.clone())]
+    );
+    // A failure of no try in flight (a try replaced) changes nothing.
+    assert!(s.ev(2600, Event::UnlockFailed { req: u + 100 }).is_empty());
+    assert!(!s.m.finished(A), "its key may still be there");
+    assert!(s.ev(2700, Event::Unlocked { req: u, lock: A }).is_empty());
+    assert!(s.m.finished(A));
+    assert!(
+        only(s.run_to(10_000), deletes).is_empty(),
+        "answered: no more tries"
+    );
+}
+
+#[test]
+fn revoke_retry_an_unanswered_revoke_is_tried_again_until_answered() {
+    // §10: a lease we know is ours and dead must never outlive an outage
+    // (etcd restores leases with a fresh TTL when it comes back).
+    let mut s = holding();
+    s.all = true;
+    let a = s.ev(1500, Event::Close { waiter: Some(9) });
+    assert_eq!(revokes(&a), vec![LEASE]);
+    let tries = |a: &Action| matches!(a, Action::Revoke { .. } | Action::CloseDone { .. });
+    let again = Action::Revoke { lease: LEASE };
+    // The close is answered once the first try ended (here unanswered).
+    assert_eq!(
+        only(s.run_to(2250), tries),
+        vec![
+            (at(2000), Action::CloseDone { waiter: 9 }),
+            (at(2250), again.clone()),
+        ]
+    );
+    assert!(s.ev(2400, Event::RevokeFailed { lease: LEASE }).is_empty());
+    assert_eq!(only(s.run_to(2650), tries), vec![(at(2650), again.clone())]);
+    assert!(!s.m.idle());
+    assert!(s.ev(2700, Event::Revoked { lease: LEASE }).is_empty());
+    assert!(only(s.run_to(10_000), tries).is_empty());
+    s.m.remove_lock(A);
+    assert!(s.m.idle(), "nothing left once the revoke is answered");
+}
+
+#[test]
+fn close_wait_a_close_waits_for_the_revoke_of_its_lease_first_try() {
+    let mut s = holding();
+    s.all = true;
+    let a = s.ev(1500, Event::Close { waiter: Some(1) });
+    assert!(!a.contains(&Action::CloseDone { waiter: 1 }));
+    // Answered by the first try's reply, before its keepalive timeout.
+    assert_eq!(
+        s.ev(1600, Event::Revoked { lease: LEASE }),
+        vec![Action::CloseDone { waiter: 1 }]
+    );
+    // A second close finds nothing to wait for.
+    assert_eq!(
+        s.ev(1700, Event::Close { waiter: Some(2) }),
+        vec![Action::CloseDone { waiter: 2 }]
+    );
+}
+
+#[test]
+fn close_wait_bound_a_close_waits_for_a_held_revoke_at_most_a_keepalive_timeout() {
+    // §11 a: a fenced lease's revoke waits for on_fence and the work; a
+    // close then waits for that revoke, so a process that exits once closed
+    // does not cut it off, but at most a keepalive timeout (500 ms).
+    let mut s = holding();
+    s.all = true;
+    s.ev(1500, Event::LeaseLost { lease: LEASE });
+    assert_eq!(s.m.held_revokes(), 1);
+    let a = s.ev(1600, Event::Close { waiter: Some(3) });
+    assert!(revokes(&a).is_empty(), "held: {a:?}");
+    let closes = |a: &Action| matches!(a, Action::CloseDone { .. } | Action::Revoke { .. });
+    assert!(only(s.run_to(2099), closes).is_empty());
+    assert_eq!(
+        only(s.run_to(2100), closes),
+        vec![(at(2100), Action::CloseDone { waiter: 3 })]
+    );
+    assert_eq!(s.m.held_revokes(), 1, "the revoke itself still waits");
+
+    // The held revoke let go within the bound: the close waits for its
+    // first try instead, not for the bound.
+    let mut s = holding();
+    s.all = true;
+    s.ev(1500, Event::LeaseLost { lease: LEASE });
+    s.ev(1600, Event::Close { waiter: Some(4) });
+    s.ev(1700, Event::PermitsEnded { lock: A });
+    let a = s.ev(
+        1800,
+        Event::FenceDelivered {
+            lock: A,
+            token: TOKEN,
+        },
+    );
+    assert_eq!(revokes(&a), vec![LEASE]);
+    assert!(only(s.run_to(2200), |a| matches!(a, Action::CloseDone { .. })).is_empty());
+    assert_eq!(
+        s.ev(2250, Event::Revoked { lease: LEASE }),
+        vec![Action::CloseDone { waiter: 4 }]
+    );
+}
+
+#[test]
+fn per_call_bound_an_unanswered_grant_or_keepalive_is_abandoned_at_its_ttl() {
+    // No reply can matter once the TTL has passed since the send: the
+    // driver drops the call then (4 s here).
+    let mut s = Sim::new(opts());
+    s.all = true;
+    let g = grant_req(&s.acquire(1000, A));
+    let abandoned = |a: &Action| matches!(a, Action::Abandon { .. });
+    let a = only(s.run_to(5000), abandoned);
+    assert_eq!(a.first(), Some(&(at(5000), Action::Abandon { req: g })));
+    // An answered call is not abandoned.
+    let mut s = holding();
+    s.all = true;
+    let k = keepalives(&s.run_to(2000));
+    s.ev(
+        2100,
+        Event::KeepaliveConfirmed {
+            req: k[0].1,
+            ttl: ms(4000),
+        },
+    );
+    let k2 = keepalives(&s.run_to(3000));
+    // The second one is never answered.
+    let a = only(s.run_to(7000), abandoned);
+    assert!(
+        !a.iter().any(|(_, a)| *a == Action::Abandon { req: k[0].1 }),
+        "{a:?}"
+    );
+    assert!(
+        a.contains(&(at(7000), Action::Abandon { req: k2[0].1 })),
+        "{a:?}"
+    );
+    // The lock request of an acquisition cut short is abandoned at once.
+    let mut s = Sim::new(opts());
+    s.all = true;
+    let g = grant_req(&s.acquire(1000, A));
+    let l = lock_req(&s.granted(1100, g, LEASE), A);
+    let a = s.ev(1200, Event::Release { lock: A });
+    assert_eq!(a.first(), Some(&Action::Abandon { req: l }));
 }
 
 #[test]
@@ -2284,6 +2641,7 @@ fn a_lock_first_taken_with_try_acquire_reacquires_by_waiting() {
             req: l,
             lock: A,
             busy: true,
+            error: DOWN.into(),
         },
     );
     assert!(!a.iter().any(|a| matches!(a, Action::AcquireFailed { .. })));
@@ -3103,11 +3461,11 @@ fn give_up_is_a_timeout_when_waiting_its_turn_and_backend_without_a_lease() {
         vec![
             &Action::AcquireFailed {
                 lock: A,
-                error: AcquireError::Backend
+                error: AcquireError::Backend(None)
             },
             &Action::AcquireFailed {
                 lock: B,
-                error: AcquireError::Backend
+                error: AcquireError::Backend(None)
             },
         ]
     );
@@ -3118,7 +3476,7 @@ fn close_releases_every_lock_and_revokes_the_lease_once() {
     let mut s = session();
     s.add(D, "d");
     let l = lock_req(&s.acquire(1500, D), D);
-    let a = s.ev(1600, Event::Close);
+    let a = s.ev(1600, Event::Close { waiter: None });
     // One revoke deletes every key: no delete of its own per lock.
     assert_eq!(unlocks(&a), 0);
     assert_eq!(
@@ -3142,7 +3500,10 @@ fn close_releases_every_lock_and_revokes_the_lease_once() {
     assert_eq!(s.m.lease(), None);
     assert_eq!(s.m.deadline(), None);
     assert_eq!(s.m.poll_timeout(), None);
-    assert!(s.ev(1700, Event::Close).is_empty(), "closing twice");
+    assert!(
+        s.ev(1700, Event::Close { waiter: None }).is_empty(),
+        "closing twice"
+    );
     // No acquisition any more.
     assert_eq!(
         s.acquire(1800, A),
@@ -3171,7 +3532,7 @@ fn close_releases_every_lock_and_revokes_the_lease_once() {
 fn close_while_the_first_grant_is_in_flight() {
     let mut s = Sim::new(opts());
     let g = grant_req(&s.acquire(1000, A));
-    let a = s.ev(1100, Event::Close);
+    let a = s.ev(1100, Event::Close { waiter: None });
     assert_eq!(
         a,
         vec![
@@ -3183,7 +3544,8 @@ fn close_while_the_first_grant_is_in_flight() {
             },
         ]
     );
-    assert_eq!(s.m.poll_timeout(), None);
+    // Only the grant's TTL bound is left: its call is abandoned then.
+    assert_eq!(s.m.poll_timeout(), Some(at(5000)));
     // Its reply: nobody will use that lease.
     assert_eq!(s.granted(1200, g, 5), vec![Action::Revoke { lease: 5 }]);
     assert_eq!(s.m.lease(), None);
@@ -3194,7 +3556,7 @@ fn close_keeps_a_fenced_lease_held_until_its_reports() {
     let mut s = session();
     let g = grant_req(&s.ev(1500, Event::LeaseLost { lease: LEASE }));
     s.granted(1600, g, 8);
-    let a = s.ev(1700, Event::Close);
+    let a = s.ev(1700, Event::Close { waiter: None });
     // The live lease goes at once, the fenced one waits.
     assert_eq!(revokes(&a), vec![8]);
     assert_eq!(
@@ -3559,6 +3921,10 @@ mod props {
         svc: Service,
         outstanding: Vec<Request>,
         delivered: Vec<Event>,
+        /// Deletes sent (a try again may go under a lease since lost).
+        deletes: HashSet<ReqId>,
+        /// Leases revoked in the batch: the service answers at once.
+        revoked: Vec<LeaseId>,
         // What the machine said.
         states: BTreeMap<LockId, State>,
         last_acquired: BTreeMap<LockId, Token>,
@@ -3597,6 +3963,8 @@ mod props {
                 svc: Service::default(),
                 outstanding: Vec::new(),
                 delivered: Vec::new(),
+                deletes: HashSet::new(),
+                revoked: Vec::new(),
                 last_acquired: BTreeMap::new(),
                 tokens: BTreeMap::new(),
                 undelivered: Vec::new(),
@@ -3633,7 +4001,7 @@ mod props {
             }
             let releasing: Vec<LockId> = match ev {
                 Event::Release { lock } => vec![lock],
-                Event::Close => self.names.keys().copied().collect(),
+                Event::Close { .. } => self.names.keys().copied().collect(),
                 _ => Vec::new(),
             };
             let held: Vec<(LockId, Token)> = releasing
@@ -3642,6 +4010,10 @@ mod props {
                 .collect();
             self.m.handle(self.now, ev);
             self.drain()?;
+            while let Some(lease) = self.revoked.pop() {
+                self.m.handle(self.now, Event::Revoked { lease });
+                self.drain()?;
+            }
             for t in held {
                 // Released, unless a due timer fenced it first.
                 let rec = self.tokens.get_mut(&t).expect("held token was acquired");
@@ -3717,7 +4089,15 @@ mod props {
                         lease,
                         token,
                     } => {
-                        prop_assert!(under(lease), "unlock off the lease");
+                        prop_assert!(
+                            self.deletes.contains(&req) || under(lease),
+                            "unlock off the lease"
+                        );
+                        // A try again replaces the one before it (the
+                        // driver drops that call).
+                        if !self.deletes.insert(req) {
+                            self.outstanding.retain(|r| r.req != req);
+                        }
                         self.push(req, Kind::Unlock { lock, lease, token })
                     }
                     Action::Keepalive { req, lease } => {
@@ -3756,6 +4136,7 @@ mod props {
                             }
                         }
                         self.svc.revoke(lease);
+                        self.revoked.push(lease);
                         prop_assert_ne!(self.m.lease(), Some(lease), "revoked its own lease");
                     }
                     Action::Deadline => {}
@@ -3811,7 +4192,12 @@ mod props {
                             },
                         );
                     }
-                    Action::AcquireFailed { .. } | Action::AcquireRefused { .. } => {}
+                    Action::AcquireFailed { .. }
+                    | Action::AcquireRefused { .. }
+                    | Action::ReleaseDone { .. }
+                    | Action::CloseDone { .. } => {}
+                    // The driver drops the call: no reply comes.
+                    Action::Abandon { req } => self.outstanding.retain(|r| r.req != req),
                     Action::Drained { lock } => {
                         // Reported for a drain or fence begun earlier, when
                         // no permit of the lock is in flight; a return to
@@ -4024,7 +4410,10 @@ mod props {
                         let lease = self.svc.new_lease(ttl, p, r.sent);
                         self.handle(Event::LeaseGranted { req, lease, ttl })
                     }
-                    _ => self.handle(Event::GrantFailed { req }),
+                    _ => self.handle(Event::GrantFailed {
+                        req,
+                        error: DOWN.into(),
+                    }),
                 },
                 Kind::Lock { lock, lease, wait } => {
                     let name = self.names[&lock];
@@ -4044,6 +4433,7 @@ mod props {
                                 req,
                                 lock,
                                 busy: false,
+                                error: DOWN.into(),
                             })
                         }
                         Outcome::Busy => {
@@ -4054,6 +4444,7 @@ mod props {
                                 req,
                                 lock,
                                 busy: true,
+                                error: DOWN.into(),
                             })
                         }
                         Outcome::Ok | Outcome::Odd => {
@@ -4084,6 +4475,7 @@ mod props {
                                     req,
                                     lock,
                                     busy: true,
+                                    error: DOWN.into(),
                                 })
                             }
                         }
@@ -4256,7 +4648,7 @@ mod props {
                     let lock = self.lock(lock);
                     self.handle(Event::Release { lock })
                 }
-                Op::Close => self.handle(Event::Close),
+                Op::Close => self.handle(Event::Close { waiter: None }),
                 Op::Permit { lock } => {
                     let lock = self.lock(lock);
                     if let Ok((token, _)) = self.m.permit(lock, self.now) {
@@ -4444,4 +4836,114 @@ mod props {
             }
         }
     }
+}
+
+// Resignation (an election's leader steps down, docs/elections.md): no
+// permit from the resign on; the key's delete waits for the permits in
+// flight, up to the grace, on the machine's own timer.
+
+#[test]
+fn resign_deletes_the_key_only_once_the_permits_in_flight_ended() {
+    let mut s = holding();
+    s.all = true;
+    assert!(s.m.permit(A, at(1300)).is_ok());
+    let a = s.ev(
+        1500,
+        Event::Resign {
+            lock: A,
+            grace: ms(2000),
+        },
+    );
+    assert_eq!(
+        a,
+        vec![tr(A, State::Holding, State::Released, Reason::Release)]
+    );
+    assert_eq!(s.m.permit(A, at(1500)), Err(Refused::Released));
+    // The driver watches the permits: one is in flight.
+    assert!(s.m.watching_permits(A));
+    assert!(!s.m.finished(A));
+    assert_eq!(s.m.poll_timeout(), Some(at(2000)), "the keepalive first");
+    // Keepalives go on; no delete until the permit ends.
+    let k = keepalives(&s.run_to(2000));
+    s.ev(
+        2050,
+        Event::KeepaliveConfirmed {
+            req: k[0].1,
+            ttl: ms(4000),
+        },
+    );
+    let a = s.ev(2400, Event::PermitsEnded { lock: A });
+    assert_eq!(a[0], Action::Drained { lock: A });
+    let (u, token) = unlock_req(&a, A);
+    assert_eq!(token, Some(TOKEN), "only this acquisition's key");
+    assert!(!a.contains(&Action::ReleaseDone { lock: A }), "{a:?}");
+    let a = s.ev(2450, Event::Unlocked { req: u, lock: A });
+    assert_eq!(a, vec![Action::ReleaseDone { lock: A }]);
+    assert!(s.m.finished(A));
+}
+
+#[test]
+fn resign_deletes_the_key_at_the_grace_with_a_permit_still_in_flight() {
+    let mut s = holding();
+    s.all = true;
+    s.ev(
+        1500,
+        Event::Resign {
+            lock: A,
+            grace: ms(300),
+        },
+    );
+    // The grace's end is a timer of its own.
+    assert_eq!(s.m.poll_timeout(), Some(at(1800)));
+    let a = s.run_to(1799);
+    assert_eq!(
+        unlocks(&a.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>()),
+        0
+    );
+    let a: Vec<Action> = s.run_to(1800).into_iter().map(|(_, a)| a).collect();
+    let (u, token) = unlock_req(&a, A);
+    assert_eq!(token, Some(TOKEN));
+    let a = s.ev(1850, Event::Unlocked { req: u, lock: A });
+    assert_eq!(a, vec![Action::ReleaseDone { lock: A }]);
+    // The permit ending later deletes nothing more.
+    let a = s.ev(1900, Event::PermitsEnded { lock: A });
+    assert_eq!(unlocks(&a), 0, "{a:?}");
+}
+
+#[test]
+fn resign_while_not_holding_is_a_release() {
+    let mut s = Sim::new(opts());
+    s.all = true;
+    let a = s.ev(
+        1000,
+        Event::Resign {
+            lock: A,
+            grace: ms(300),
+        },
+    );
+    assert_eq!(
+        a,
+        vec![
+            tr(A, State::Idle, State::Released, Reason::Release),
+            Action::ReleaseDone { lock: A }
+        ]
+    );
+    assert!(s.m.finished(A));
+}
+
+#[test]
+fn a_lease_lost_during_a_resign_answers_at_the_grace_without_a_delete() {
+    let mut s = holding();
+    s.all = true;
+    s.ev(
+        1500,
+        Event::Resign {
+            lock: A,
+            grace: ms(1000),
+        },
+    );
+    s.ev(1600, Event::LeaseLost { lease: LEASE });
+    let a: Vec<Action> = s.run_to(2500).into_iter().map(|(_, a)| a).collect();
+    assert_eq!(unlocks(&a), 0, "the key went with the lease: {a:?}");
+    assert!(a.contains(&Action::ReleaseDone { lock: A }), "{a:?}");
 }

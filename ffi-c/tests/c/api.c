@@ -3,6 +3,7 @@
  * cycle, double ends and NULL frees, the fence gate, the embedded service. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -51,7 +52,8 @@ static void options(void) {
   memset(&fn, 0xa5, sizeof fn);
   OK(lk_client_options_init(&fn, LK_CLIENT_OPTIONS_VERSION));
   CHECK(fn.version == macro.version && macro.version == LK_CLIENT_OPTIONS_VERSION);
-  CHECK(fn.ttl_ms == macro.ttl_ms && fn.ttl_ms == 15000);
+  /* Timing left out: the core derives it (design §14). */
+  CHECK(fn.ttl_ms == macro.ttl_ms && fn.ttl_ms == LK_UNSET_MS);
   CHECK(fn.keepalive_interval_ms == macro.keepalive_interval_ms);
   CHECK(fn.keepalive_timeout_ms == macro.keepalive_timeout_ms);
   CHECK(fn.retry_interval_ms == macro.retry_interval_ms);
@@ -82,9 +84,11 @@ static void options(void) {
   MESSAGE_HAS("ttl");
   CHECK(client == SENTINEL);
   bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
-  bad.keepalive_timeout_ms = bad.keepalive_interval_ms;
+  bad.keepalive_interval_ms = 2000;
+  bad.keepalive_timeout_ms = 2000;
   EXPECT(lk_client_new(&bad, &client), LK_INVALID_OPTION);
   MESSAGE_HAS("keepalive_timeout");
+  MESSAGE_HAS("keepalive_interval");
   bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
   bad.retry_interval_ms = 0;
   EXPECT(lk_client_new(&bad, &client), LK_INVALID_OPTION);
@@ -109,8 +113,8 @@ static void options(void) {
   CHECK(client == SENTINEL);
 
   bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
-  bad.ttl_ms = UINT64_MAX;
-  bad.margin_ms = UINT64_MAX;
+  bad.ttl_ms = UINT64_MAX - 1;
+  bad.margin_ms = UINT64_MAX - 1;
   EXPECT(lk_client_new(&bad, &client), LK_INVALID_OPTION);
   bad = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
   bad.keepalive_interval_ms = 0;
@@ -120,6 +124,16 @@ static void options(void) {
 
   /* NULL options: the embedded service with the defaults. */
   OK(lk_client_new(NULL, &client));
+  CHECK(client != SENTINEL && client != NULL);
+  lk_client_free(client);
+
+  /* Settings left out follow the given ones: a 6 s TTL with a 2 s
+   * interval needs no keepalive timeout of its own. */
+  struct lk_client_options derived = LK_CLIENT_OPTIONS_INIT;
+  derived.ttl_ms = 6000;
+  derived.keepalive_interval_ms = 2000;
+  client = SENTINEL;
+  OK(lk_client_new(&derived, &client));
   CHECK(client != SENTINEL && client != NULL);
   lk_client_free(client);
 }
@@ -772,6 +786,135 @@ static void close_and_stats(void) {
   lk_memory_free(mem);
 }
 
+/* The outcome of one lk_lock_acquire_start, signalled to the test thread. */
+struct done {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls;
+  enum lk_status status;
+  uint64_t token;
+};
+#define DONE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, LK_OK, 0}
+
+static void on_done(void *ud, enum lk_status status, uint64_t token) {
+  struct done *d = ud;
+  pthread_mutex_lock(&d->mu);
+  d->calls++;
+  d->status = status;
+  d->token = token;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+/* A state change into Released, signalled like an outcome. */
+static void on_released(void *ud, enum lk_state from, enum lk_state to, enum lk_reason why) {
+  (void)from;
+  (void)why;
+  if (to == LK_STATE_RELEASED) on_done(ud, LK_OK, 0);
+}
+
+/* Waits (at most 10 s) for the first call of `d`; how many calls came. */
+static int wait_done(struct done *d) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  pthread_mutex_lock(&d->mu);
+  while (d->calls == 0 && pthread_cond_timedwait(&d->cv, &d->mu, &until) == 0) {
+  }
+  int n = d->calls;
+  pthread_mutex_unlock(&d->mu);
+  return n;
+}
+
+/* The core's lifecycle through C: an acquisition cancelled while it waits
+ * ends LK_RELEASED and leaves nothing held; one cancelled after it
+ * succeeded releases; lk_client_shutdown lets a waiter in at once and
+ * closes the client's handles; lk_shutdown ends every client, and a client
+ * made afterwards works. Last in main: lk_shutdown is process-wide. */
+static void exit_and_cancel(void) {
+  struct lk_memory *mem;
+  OK(lk_memory_new(&mem));
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  struct lk_client *a, *b;
+  OK(lk_client_new(&o, &a));
+  OK(lk_client_new(&o, &b));
+  struct lk_lock *la, *lb;
+  OK(lk_lock_new(a, "cancel", &la));
+  OK(lk_lock_new(b, "cancel", &lb));
+  uint64_t t = 0, u = 0;
+  OK(lk_lock_acquire(la, 5000, &t));
+
+  /* NULLs: refused, nothing started. */
+  struct lk_acquisition *q = NULL;
+  EXPECT(lk_lock_acquire_start(NULL, 10, on_done, NULL, &q), LK_NULL_PARAMETER);
+  EXPECT(lk_lock_acquire_start(lb, 10, on_done, NULL, NULL), LK_NULL_PARAMETER);
+  EXPECT(lk_acquisition_cancel(NULL), LK_NULL_PARAMETER);
+  lk_acquisition_free(NULL);
+  EXPECT(lk_client_shutdown(NULL), LK_NULL_PARAMETER);
+
+  /* Waiting behind a, cancelled: done once with LK_RELEASED, and the lock
+   * goes to Released; its key goes, so a's next acquire (after its
+   * release) is not stuck behind it. */
+  struct done d1 = DONE_INIT, released = DONE_INIT;
+  OK(lk_set_on_state_change(lb, on_released, &released));
+  OK(lk_lock_acquire_start(lb, 10000, on_done, &d1, &q));
+  OK(lk_acquisition_cancel(q));
+  CHECK(wait_done(&d1) == 1 && d1.status == LK_RELEASED);
+  CHECK(wait_done(&released) == 1);
+  OK(lk_acquisition_cancel(q)); /* again: nothing */
+  lk_acquisition_free(q);
+  enum lk_state st;
+  OK(lk_lock_release(la));
+  OK(lk_lock_acquire(la, 2000, &u));
+  OK(lk_lock_release(la));
+
+  /* Won, then cancelled: the lock is released, a gets it. */
+  struct done d2 = DONE_INIT, released2 = DONE_INIT;
+  OK(lk_set_on_state_change(lb, on_released, &released2));
+  OK(lk_lock_acquire_start(lb, 10000, on_done, &d2, &q));
+  CHECK(wait_done(&d2) == 1 && d2.status == LK_OK && d2.token > t);
+  OK(lk_acquisition_cancel(q));
+  lk_acquisition_free(q);
+  CHECK(wait_done(&released2) == 1);
+  OK(lk_lock_state(lb, &st));
+  CHECK(st == LK_STATE_RELEASED);
+  OK(lk_set_on_state_change(lb, NULL, NULL));
+  OK(lk_lock_acquire(la, 2000, &u));
+
+  /* a's client shut down while b waits: b gets the lock at once. */
+  struct done d3 = DONE_INIT;
+  OK(lk_lock_acquire_start(lb, 10000, on_done, &d3, &q));
+  const uint64_t before = boot_ns();
+  OK(lk_client_shutdown(a));
+  CHECK(wait_done(&d3) == 1 && d3.status == LK_OK);
+  CHECK(boot_ns() - before < 1500000000u); /* a keepalive timeout (200 ms), not the TTL */
+  lk_acquisition_free(q);
+  struct lk_permit p = LK_PERMIT_INIT;
+  EXPECT(lk_permit(la, &p), LK_RELEASED);
+  EXPECT(lk_lock_acquire(la, 100, NULL), LK_SHUTDOWN);
+  OK(lk_client_shutdown(a)); /* again: nothing */
+
+  /* Everything, b's held lock too; a client made afterwards works. */
+  OK(lk_shutdown());
+  EXPECT(lk_permit(lb, &p), LK_RELEASED);
+  EXPECT(lk_memory_holder(mem, "cancel", &u), LK_NOT_HELD);
+  OK(lk_shutdown()); /* again: nothing */
+  struct lk_client *c;
+  struct lk_lock *lc;
+  OK(lk_client_new(&o, &c));
+  OK(lk_lock_new(c, "cancel", &lc));
+  OK(lk_lock_acquire(lc, 2000, NULL));
+  OK(lk_lock_release(lc));
+  lk_lock_free(lc);
+  lk_client_free(c);
+  lk_lock_free(la);
+  lk_lock_free(lb);
+  lk_client_free(a);
+  lk_client_free(b);
+  lk_memory_free(mem);
+}
+
 int main(void) {
   names();
   free_with_permit_in_flight();
@@ -787,5 +930,6 @@ int main(void) {
   shared_service();
   fence_gate();
   faults();
+  exit_and_cancel();
   return finish("api");
 }

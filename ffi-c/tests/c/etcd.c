@@ -2,7 +2,8 @@
  * member (mutual TLS + user/password, auth tokens that expire) of
  * scripts/etcd-cluster.sh, whose env file must be exported
  * (DLOCK_TEST_MEMBERS, DLOCK_TEST_TLS_ENDPOINT, DLOCK_TEST_CA, ...).
- * Without it: skipped, unless DLOCK_TEST_REQUIRE_ETCD=1 (then a failure).
+ * Run only by scripts/test-c-etcd.sh: without DLOCK_TEST_ETCD (the env
+ * file's switch that says the cluster exists) it fails.
  *
  * Prints `etcd: written members|tls KEY VALUE` for the last guarded write on
  * each cluster; scripts/test-c-etcd.sh reads them back with etcdctl. */
@@ -171,15 +172,11 @@ static void from_env(const char *members) {
 }
 
 int main(void) {
+  const char *present = getenv("DLOCK_TEST_ETCD");
   const char *members = getenv("DLOCK_TEST_MEMBERS");
-  if (!members || !*members) {
-    const char *require = getenv("DLOCK_TEST_REQUIRE_ETCD");
-    if (require && !strcmp(require, "1")) {
-      fprintf(stderr, "etcd: DLOCK_TEST_MEMBERS is not set and DLOCK_TEST_REQUIRE_ETCD=1\n");
-      return 1;
-    }
-    printf("etcd: skipped (no cluster: DLOCK_TEST_MEMBERS is not set)\n");
-    return 0;
+  if (!present || !*present || !members || !*members) {
+    fprintf(stderr, "etcd: no etcd test cluster (DLOCK_TEST_ETCD or DLOCK_TEST_MEMBERS unset: source target/etcd/env)\n");
+    return 1;
   }
   /* A fresh name per run: the cluster outlives this process. */
   snprintf(lock_name, sizeof lock_name, "dlock-c-test/%ld-%" PRIu64, (long)getpid(), boot_ns());

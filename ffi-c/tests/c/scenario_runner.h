@@ -55,8 +55,16 @@ struct lks_scenario {
    * session, any other word one session made for it (lk_session_new with
    * the settings above); holders with the same client and word share it. */
   const char *const *holder_session;
-  /* The lock's full name; default: scenario/"<name>", shared. */
+  /* The lock's full name; default: scenario/"<name>", shared. For an
+   * election candidate or an observer: the election's name. */
   const char *const *holder_lock;
+  /* What the holder is: "lock" (a lock on the session), "election" (a
+   * candidate, lk_election_new on the session: every lock step works on its
+   * lk_lock, its callbacks give the lock's events) or "observe" (an
+   * observer on the client, no session: started by LKS_DO_OBSERVE; its
+   * events are "observed leader value=V token=N", "observed proclaimed
+   * value=V token=N", "observed no-leader", "observed reconnecting"). */
+  const char *const *holder_role;
 };
 
 /* The `do` of a step. `wait` never reaches a face: the runner does it. */
@@ -72,7 +80,16 @@ enum lks_do {
   LKS_DO_FAULT = 8,        /* `fault` on the link of the holder's client, or its service */
   LKS_DO_STALL_DRIVER = 9, /* block the driver thread for `ms` */
   LKS_DO_CLOSE = 10,       /* close the lock: releases; no callback after */
-  LKS_DO_EVENTS = 11       /* -> LKS_SAW_EVENTS: the pull-style event stream */
+  LKS_DO_EVENTS = 11,      /* -> LKS_SAW_EVENTS: the pull-style event stream */
+  LKS_DO_ACQUIRE_START = 12, /* start a cancellable acquire (10 s); keep its handle */
+  LKS_DO_CANCEL = 13,        /* cancel the holder's last acquire_start: nothing held by it */
+  LKS_DO_SHUTDOWN = 14,      /* end every session of the holder's client (its exit path) */
+  /* Elections (holder_role "election", or "observe" for LKS_DO_OBSERVE). */
+  LKS_DO_CAMPAIGN = 15, /* campaign with `value` (10 s) in the background, as acquire */
+  LKS_DO_PROCLAIM = 16, /* -> LKS_SAW_WORD: "ok" or the status word, proclaiming `value` */
+  LKS_DO_RESIGN = 17,   /* resign in the background, grace `ms` */
+  LKS_DO_LEADER = 18,   /* -> LKS_SAW_LEADER: the current leader */
+  LKS_DO_OBSERVE = 19   /* start the observer holder's observer: its events to the trace */
 };
 
 enum lks_fault {
@@ -98,7 +115,9 @@ struct lks_step {
   const char *label;      /* permit: its `as`; end, valid: the permit's */
   int fault;              /* enum lks_fault; -1 unless LKS_DO_FAULT */
   const char *fault_name; /* "partition", ... */
-  uint64_t ms;            /* stall_driver; fault delay_replies; events: how many to read */
+  uint64_t ms;            /* stall_driver; fault delay_replies; events: how many to read;
+                             resign: the grace */
+  const char *value;      /* campaign, proclaim: the value (NUL-free text) */
 };
 
 /* What the face saw. */
@@ -109,7 +128,8 @@ enum lks_saw {
   LKS_SAW_TOKEN = 3,      /* `has_token`, `token` */
   LKS_SAW_PERMIT = 4,     /* `word` ("granted" or the refusal), `token` */
   LKS_SAW_EVENTS = 5,     /* `lines`, `n_lines` (no holder prefix) */
-  LKS_SAW_UNSUPPORTED = 6 /* the face cannot do this step yet: noted, skipped */
+  LKS_SAW_UNSUPPORTED = 6, /* the face cannot do this step yet: noted, skipped */
+  LKS_SAW_LEADER = 7       /* `word` the value (NULL: nobody leads), `has_token`, `token` */
 };
 
 /* Filled by `perform` (preset to LKS_SAW_DONE, all else zero). Strings and
@@ -147,6 +167,15 @@ struct lks_face {
  * with times) and "scenarios: N played, N failed". Returns the number of
  * failures (at least 1 when nothing was played). */
 int lks_play_dir(const char *dir, const struct lks_face *face);
+
+/* The optional parts of the format a face plays (`plays` bits). */
+#define LKS_PLAYS_ELECTIONS 1u /* holder_role "election"/"observe", LKS_DO_CAMPAIGN.. */
+
+/* lks_play_dir for a face that plays the parts in `plays`: a file needing a
+ * part the face does not play is reported "SKIPPED, unsupported" (not a
+ * failure; "scenarios: N played, N failed, N SKIPPED"). Every face is to
+ * play every file: lks_play_dir is lks_play_dir_with(dir, face, 0). */
+int lks_play_dir_with(const char *dir, const struct lks_face *face, unsigned plays);
 
 /* The number of *.json files in `dir`; -1 if it cannot be read. */
 int lks_count_files(const char *dir);

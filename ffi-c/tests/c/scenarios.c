@@ -40,9 +40,13 @@ struct holder {
   char name[32];
   const struct lks_sink *sink;
   const struct client *client;   /* shared by the holders of its word */
-  const struct session *session; /* shared likewise */
-  char lock_name[NAME_LEN];
-  struct lk_lock *lock;
+  const struct session *session; /* shared likewise; NULL for an observer */
+  char lock_name[NAME_LEN];      /* the lock's or election's name */
+  const struct lk_lock *lock;    /* the lock, or the election's; NULL for an observer */
+  struct lk_lock *owned;         /* a lock holder's lock (freed at teardown) */
+  struct lk_election *election;  /* an election holder's */
+  struct lk_observer *observer;  /* an observer holder's, once started */
+  struct lk_acquisition *acquisition; /* the last acquire_start's */
 };
 
 struct labelled {
@@ -51,10 +55,13 @@ struct labelled {
   int used;
 };
 
+/* A blocking call on a thread of its own: acquire, campaign, resign. */
 struct acquirer {
   pthread_t thread;
   struct holder *holder;
   int joined;
+  char value[NAME_LEN]; /* campaign's */
+  uint64_t grace_ms;    /* resign's */
 };
 
 /* The face's state for the scenario being played. */
@@ -70,6 +77,7 @@ struct face {
   struct acquirer threads[MAX_THREADS];
   int n_threads;
   char err[512];
+  char word[NAME_LEN]; /* a leader's value, for the runner to copy */
 };
 
 static void trace(const struct holder *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -96,9 +104,36 @@ static void on_fence(void *ud, uint64_t token, uint64_t in_flight) {
 
 static void on_drained(void *ud) { trace(ud, "drained"); }
 
+/* An observer's events, as the other faces print them. */
+static void on_observed(void *ud, enum lk_observed what, const struct lk_leader *l) {
+  switch (what) {
+    case LK_OBSERVED_LEADER:
+    case LK_OBSERVED_PROCLAIMED:
+      trace(ud, "observed %s value=%.*s token=%" PRIu64,
+            what == LK_OBSERVED_LEADER ? "leader" : "proclaimed", (int)l->value_len,
+            l->value ? (const char *)l->value : "", l->token);
+      return;
+    case LK_OBSERVED_NO_LEADER: trace(ud, "observed no-leader"); return;
+    case LK_OBSERVED_RECONNECTING: trace(ud, "observed reconnecting"); return;
+  }
+}
+
 static void *acquire_thread(void *arg) {
-  struct holder *h = arg;
-  lk_lock_acquire(h->lock, WAIT_LIMIT_MS, NULL);
+  struct acquirer *a = arg;
+  lk_lock_acquire(a->holder->lock, WAIT_LIMIT_MS, NULL);
+  return NULL;
+}
+
+static void *campaign_thread(void *arg) {
+  struct acquirer *a = arg;
+  lk_election_campaign(a->holder->election, (const uint8_t *)a->value, strlen(a->value),
+                       WAIT_LIMIT_MS, NULL);
+  return NULL;
+}
+
+static void *resign_thread(void *arg) {
+  struct acquirer *a = arg;
+  lk_election_resign(a->holder->election, a->grace_ms);
   return NULL;
 }
 
@@ -113,6 +148,20 @@ static void join_acquires(struct face *f, const struct holder *h) {
 
 static int failed(struct face *f, struct lks_observed *out, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Runs `run` on a thread of its own for `h` (its value and grace copied). */
+static int in_background(struct face *f, struct holder *h, void *(*run)(void *),
+                         const char *value, uint64_t grace_ms, struct lks_observed *out) {
+  if (f->n_threads == MAX_THREADS) return failed(f, out, "too many background calls");
+  struct acquirer *a = &f->threads[f->n_threads];
+  memset(a, 0, sizeof *a);
+  a->holder = h;
+  snprintf(a->value, sizeof a->value, "%s", value ? value : "");
+  a->grace_ms = grace_ms;
+  if (pthread_create(&a->thread, NULL, run, a) != 0) return failed(f, out, "pthread_create failed");
+  f->n_threads++;
+  return 0;
+}
 static int failed(struct face *f, struct lks_observed *out, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -203,11 +252,21 @@ static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink 
     h->sink = sink;
     if (!(h->client = client_of(f, &o, s->holder_client[i])))
       return setup_failed(f, "lk_client_new");
+    f->n_holders++;
+    const char *role = s->holder_role[i];
+    if (strcmp(role, "observe") == 0) continue; /* started by `observe` */
     if (!(h->session = session_of(f, h->client, s->holder_session[i])))
       return setup_failed(f, "session");
-    f->n_holders++;
-    if (lk_session_lock_new(h->session->session, h->lock_name, &h->lock) != LK_OK ||
-        lk_set_on_state_change(h->lock, on_state, h) != LK_OK ||
+    if (strcmp(role, "election") == 0) {
+      if (lk_session_election_new(h->session->session, h->lock_name, &h->election) != LK_OK)
+        return setup_failed(f, "lk_session_election_new");
+      h->lock = lk_election_lock(h->election);
+    } else {
+      if (lk_session_lock_new(h->session->session, h->lock_name, &h->owned) != LK_OK)
+        return setup_failed(f, "lk_session_lock_new");
+      h->lock = h->owned;
+    }
+    if (lk_set_on_state_change(h->lock, on_state, h) != LK_OK ||
         lk_set_on_acquired(h->lock, on_acquired, h) != LK_OK ||
         lk_set_on_fence(h->lock, on_fence, h) != LK_OK ||
         lk_set_on_drained(h->lock, on_drained, h) != LK_OK)
@@ -256,17 +315,12 @@ static int fault(struct face *f, const struct lks_step *step, struct holder *h,
 static int perform(void *ctx, const struct lks_step *step, struct lks_observed *out) {
   struct face *f = ctx;
   struct holder *h = holder_of(f, step->holder);
-  if (step->holder && (!h || !h->lock)) return failed(f, out, "no open lock of %s", step->holder);
+  if (step->holder && !h) return failed(f, out, "no holder %s", step->holder);
+  /* The runner checks each step's holder kind: a lock step has a lock, an
+   * election step an election, `observe` an observer. */
   switch ((enum lks_do)step->what) {
-    case LKS_DO_ACQUIRE: {
-      if (f->n_threads == MAX_THREADS) return failed(f, out, "too many acquires");
-      struct acquirer *a = &f->threads[f->n_threads];
-      a->holder = h;
-      if (pthread_create(&a->thread, NULL, acquire_thread, h) != 0)
-        return failed(f, out, "pthread_create failed");
-      f->n_threads++;
-      return 0;
-    }
+    case LKS_DO_ACQUIRE:
+      return in_background(f, h, acquire_thread, NULL, 0, out);
     case LKS_DO_TRY_ACQUIRE: {
       enum lk_status s = lk_lock_try_acquire(h->lock, NULL);
       out->kind = LKS_SAW_WORD;
@@ -335,6 +389,49 @@ static int perform(void *ctx, const struct lks_step *step, struct lks_observed *
     case LKS_DO_EVENTS: /* no pull-style event stream in the C API yet */
       out->kind = LKS_SAW_UNSUPPORTED;
       return 0;
+    case LKS_DO_ACQUIRE_START: /* the outcome shows in the trace: no done callback */
+      lk_acquisition_free(h->acquisition);
+      h->acquisition = NULL;
+      return lk_lock_acquire_start(h->lock, WAIT_LIMIT_MS, NULL, NULL, &h->acquisition) == LK_OK
+                 ? 0
+                 : failed(f, out, "%s", lk_last_error());
+    case LKS_DO_CANCEL:
+      if (!h->acquisition) return failed(f, out, "no acquire_start of %s", h->name);
+      return lk_acquisition_cancel(h->acquisition) == LK_OK ? 0 : failed(f, out, "%s", lk_last_error());
+    case LKS_DO_SHUTDOWN:
+      return lk_client_shutdown(h->client->client) == LK_OK ? 0
+                                                             : failed(f, out, "%s", lk_last_error());
+    case LKS_DO_CAMPAIGN:
+      return in_background(f, h, campaign_thread, step->value, 0, out);
+    case LKS_DO_RESIGN:
+      return in_background(f, h, resign_thread, NULL, step->ms, out);
+    case LKS_DO_PROCLAIM: {
+      const char *v = step->value ? step->value : "";
+      enum lk_status s = lk_election_proclaim(h->election, (const uint8_t *)v, strlen(v));
+      out->kind = LKS_SAW_WORD;
+      out->word = s == LK_OK ? "ok" : lk_status_name((int)s);
+      return 0;
+    }
+    case LKS_DO_LEADER: {
+      struct lk_leader l = LK_LEADER_INIT;
+      if (lk_election_leader(h->election, &l) != LK_OK) return failed(f, out, "%s", lk_last_error());
+      out->kind = LKS_SAW_LEADER;
+      if (l.has_leader) {
+        snprintf(f->word, sizeof f->word, "%.*s", (int)l.value_len,
+                 l.value ? (const char *)l.value : "");
+        out->word = f->word; /* NULL: nobody leads */
+        out->has_token = true;
+        out->token = l.token;
+      }
+      lk_leader_clear(&l);
+      return 0;
+    }
+    case LKS_DO_OBSERVE:
+      if (h->observer) return failed(f, out, "%s observes already", h->name);
+      return lk_observer_start(h->client->client, h->lock_name, on_observed, h, &h->observer) ==
+                     LK_OK
+                 ? 0
+                 : failed(f, out, "%s", lk_last_error());
   }
   return failed(f, out, "unknown step %s", step->do_name);
 }
@@ -346,7 +443,12 @@ static void teardown(void *ctx) {
     if (f->holders[i].lock) lk_lock_release(f->holders[i].lock);
   join_acquires(f, NULL);
   for (int i = 0; i < MAX_PERMITS; i++) lk_permit_end(&f->permits[i].permit);
-  for (int i = 0; i < f->n_holders; i++) lk_lock_free(f->holders[i].lock);
+  for (int i = 0; i < f->n_holders; i++) {
+    lk_acquisition_free(f->holders[i].acquisition);
+    lk_observer_free(f->holders[i].observer); /* no callback after it */
+    lk_election_free(f->holders[i].election);
+    lk_lock_free(f->holders[i].owned);
+  }
   for (int i = 0; i < f->n_sessions; i++) lk_session_free(f->sessions[i].session);
   for (int i = 0; i < f->n_clients; i++) lk_client_free(f->clients[i].client);
   lk_memory_free(f->service);
@@ -375,6 +477,22 @@ static void warm_up(void *ctx) {
     if (lk_session_lease(s, &lease) == LK_OK) lk_memory_revoke_lease(m, lease, &found);
   }
   lk_lock_free(l);
+  /* The election paths too: campaign, leader, proclaim, an observer, resign. */
+  struct lk_election *e = NULL;
+  struct lk_observer *obs = NULL;
+  struct lk_leader leader = LK_LEADER_INIT;
+  enum lk_observed what;
+  if (c && s && lk_session_election_new(s, "warm-up/e", &e) == LK_OK &&
+      lk_observer_new(c, "warm-up/e", &obs) == LK_OK &&
+      lk_election_campaign(e, (const uint8_t *)"v", 1, WAIT_LIMIT_MS, NULL) == LK_OK) {
+    lk_election_leader(e, &leader);
+    lk_election_proclaim(e, (const uint8_t *)"w", 1);
+    lk_observer_next(obs, WAIT_LIMIT_MS, &what, &leader);
+    lk_election_resign(e, 0);
+  }
+  lk_leader_clear(&leader);
+  lk_observer_free(obs);
+  lk_election_free(e);
   lk_session_free(s);
   lk_client_free(c);
   lk_memory_free(m);
@@ -386,11 +504,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   int n = lks_count_files(argv[1]);
-  if (n < 14) {
-    fprintf(stderr, "expected the fourteen scenarios in %s, found %d\n", argv[1], n);
+  if (n < 20) {
+    fprintf(stderr, "expected the twenty scenarios in %s, found %d\n", argv[1], n);
     return 1;
   }
   static struct face f;
   const struct lks_face face = {&f, warm_up, setup, perform, teardown};
-  return lks_play_dir(argv[1], &face) ? 1 : 0;
+  return lks_play_dir_with(argv[1], &face, LKS_PLAYS_ELECTIONS) ? 1 : 0;
 }

@@ -37,6 +37,8 @@ pub struct LksScenario {
     pub holder_client: *const *const c_char,
     pub holder_session: *const *const c_char,
     pub holder_lock: *const *const c_char,
+    // Added with elections; per holder: "lock", "election" or "observe".
+    pub holder_role: *const *const c_char,
 }
 
 // enum lks_do
@@ -52,6 +54,17 @@ pub const LKS_DO_FAULT: c_int = 8;
 pub const LKS_DO_STALL_DRIVER: c_int = 9;
 pub const LKS_DO_CLOSE: c_int = 10;
 pub const LKS_DO_EVENTS: c_int = 11;
+pub const LKS_DO_ACQUIRE_START: c_int = 12;
+pub const LKS_DO_CANCEL: c_int = 13;
+pub const LKS_DO_SHUTDOWN: c_int = 14;
+pub const LKS_DO_CAMPAIGN: c_int = 15;
+pub const LKS_DO_PROCLAIM: c_int = 16;
+pub const LKS_DO_RESIGN: c_int = 17;
+pub const LKS_DO_LEADER: c_int = 18;
+pub const LKS_DO_OBSERVE: c_int = 19;
+
+/// `lks_play_dir_with`'s `plays`: the face plays elections.
+pub const LKS_PLAYS_ELECTIONS: u32 = 1;
 
 /// `enum lks_fault`'s number of `f`.
 pub(crate) fn fault_code(f: Fault) -> c_int {
@@ -80,6 +93,8 @@ pub struct LksStep {
     pub fault: c_int,
     pub fault_name: *const c_char,
     pub ms: u64,
+    // Added with elections: campaign's and proclaim's value.
+    pub value: *const c_char,
 }
 
 // enum lks_saw
@@ -90,6 +105,7 @@ pub const LKS_SAW_TOKEN: c_int = 3;
 pub const LKS_SAW_PERMIT: c_int = 4;
 pub const LKS_SAW_EVENTS: c_int = 5;
 pub const LKS_SAW_UNSUPPORTED: c_int = 6;
+pub const LKS_SAW_LEADER: c_int = 7;
 
 #[repr(C)]
 pub struct LksObserved {
@@ -140,6 +156,8 @@ struct CFace<'a> {
     /// The sink handed to C in `setup`: one strong count, taken back after
     /// `teardown`.
     sink: Option<*const Inner>,
+    /// `LKS_PLAYS_*` bits.
+    plays: u32,
 }
 
 impl CFace<'_> {
@@ -151,6 +169,10 @@ impl CFace<'_> {
 }
 
 impl Face for CFace<'_> {
+    fn elections(&self) -> bool {
+        self.plays & LKS_PLAYS_ELECTIONS != 0
+    }
+
     fn warm_up(&mut self) {
         if let Some(f) = self.face.warm_up {
             // SAFETY: the vtable's contract.
@@ -175,8 +197,9 @@ impl Face for CFace<'_> {
             column(|p| &p.client),
             column(|p| &p.session),
             column(|p| &p.lock),
+            column(|p| p.role.as_str()),
         ];
-        let [holders, clients, sessions, locks] = columns
+        let [holders, clients, sessions, locks, roles] = columns
             .each_ref()
             .map(|v| v.iter().map(|c| c.as_ptr()).collect::<Vec<_>>());
         let s = &scenario.settings;
@@ -195,6 +218,7 @@ impl Face for CFace<'_> {
             holder_client: clients.as_ptr(),
             holder_session: sessions.as_ptr(),
             holder_lock: locks.as_ptr(),
+            holder_role: roles.as_ptr(),
         };
         let sink = Arc::into_raw(trace.0);
         self.sink = Some(sink);
@@ -226,12 +250,21 @@ impl Face for CFace<'_> {
             // `ms` carries the number of events the step expects, so a
             // face knows how many to read.
             Step::Events { expect, .. } => (LKS_DO_EVENTS, None, None, expect.len() as u64),
+            Step::AcquireStart { .. } => (LKS_DO_ACQUIRE_START, None, None, 0),
+            Step::Cancel { .. } => (LKS_DO_CANCEL, None, None, 0),
+            Step::Shutdown { .. } => (LKS_DO_SHUTDOWN, None, None, 0),
+            Step::Campaign { .. } => (LKS_DO_CAMPAIGN, None, None, 0),
+            Step::Proclaim { .. } => (LKS_DO_PROCLAIM, None, None, 0),
+            Step::Resign { grace_ms, .. } => (LKS_DO_RESIGN, None, None, *grace_ms),
+            Step::Leader { .. } => (LKS_DO_LEADER, None, None, 0),
+            Step::Observe { .. } => (LKS_DO_OBSERVE, None, None, 0),
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         };
         let do_name = cstring(step.name());
         let holder = step.holder().map(cstring);
         let label = label.map(cstring);
         let fault_name = fault.map(|f| cstring(f.as_str()));
+        let value = step.value().map(cstring);
         let opt = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         let c = LksStep {
             what,
@@ -241,6 +274,7 @@ impl Face for CFace<'_> {
             fault: fault.map_or(-1, fault_code),
             fault_name: opt(&fault_name),
             ms,
+            value: opt(&value),
         };
         let mut out = LksObserved {
             kind: LKS_SAW_DONE,
@@ -277,6 +311,10 @@ impl Face for CFace<'_> {
                     .collect(),
             ),
             LKS_SAW_UNSUPPORTED => Observed::Unsupported,
+            LKS_SAW_LEADER => Observed::Leader {
+                value: (!out.word.is_null()).then(word),
+                token,
+            },
             k => return Err(format!("the face answered kind {k}")),
         })
     }
@@ -326,11 +364,31 @@ pub unsafe extern "C" fn lks_trace(sink: *const lks_sink, line: *const c_char) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lks_play_dir(dir: *const c_char, face: *const LksFace) -> c_int {
     // SAFETY: the caller's promise.
+    unsafe { lks_play_dir_with(dir, face, 0) }
+}
+
+/// `lks_play_dir_with(dir, face, plays)`: [`lks_play_dir`] for a face that
+/// plays the optional parts named by `plays` (`LKS_PLAYS_ELECTIONS`); the
+/// files needing a part it does not play are reported SKIPPED.
+///
+/// # Safety
+/// As [`lks_play_dir`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lks_play_dir_with(
+    dir: *const c_char,
+    face: *const LksFace,
+    plays: u32,
+) -> c_int {
+    // SAFETY: the caller's promise.
     let (Some(dir), Some(face)) = (unsafe { text(dir) }, unsafe { face.as_ref() }) else {
         eprintln!("lks_play_dir: NULL argument");
         return 1;
     };
-    let mut c = CFace { face, sink: None };
+    let mut c = CFace {
+        face,
+        sink: None,
+        plays,
+    };
     let s = play_dir(Path::new(&dir), &mut c, &Config::from_env());
     s.failed.try_into().unwrap_or(c_int::MAX)
 }
@@ -352,6 +410,7 @@ pub unsafe extern "C" fn lks_count_files(dir: *const c_char) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static SEEN_MS: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -382,6 +441,7 @@ mod tests {
         let mut face = CFace {
             face: &vtable,
             sink: None,
+            plays: 0,
         };
         let step = Step::Events {
             holder: "a".into(),
@@ -389,5 +449,82 @@ mod tests {
         };
         assert_eq!(face.perform(&step).unwrap(), Observed::Unsupported);
         assert_eq!(SEEN_MS.load(Ordering::SeqCst), 2);
+    }
+
+    static SEEN_VALUE: Mutex<Option<String>> = Mutex::new(None);
+    static SEEN_GRACE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    unsafe extern "C" fn leader(
+        _ctx: *mut c_void,
+        step: *const LksStep,
+        out: *mut LksObserved,
+    ) -> c_int {
+        // SAFETY: the runner passes valid pointers for the call.
+        let (step, out) = unsafe { (&*step, &mut *out) };
+        // SAFETY: NULL or a string valid during the call.
+        *SEEN_VALUE.lock().unwrap() = unsafe { text(step.value) };
+        SEEN_GRACE.store(step.ms, Ordering::SeqCst);
+        out.kind = LKS_SAW_LEADER;
+        if step.what == LKS_DO_LEADER {
+            out.word = c"v1".as_ptr();
+            out.has_token = true;
+            out.token = 7;
+        }
+        0
+    }
+
+    /// A C face gets a campaign's value and a resign's grace, and answers
+    /// a leader (or none: NULL word) with LKS_SAW_LEADER.
+    #[test]
+    fn election_steps_cross_the_c_abi() {
+        let vtable = LksFace {
+            ctx: std::ptr::null_mut(),
+            warm_up: None,
+            setup: None,
+            perform: Some(leader),
+            teardown: None,
+        };
+        let mut face = CFace {
+            face: &vtable,
+            sink: None,
+            plays: LKS_PLAYS_ELECTIONS,
+        };
+        assert!(face.elections());
+        let h = String::from("a");
+        let got = face
+            .perform(&Step::Campaign {
+                holder: h.clone(),
+                value: "v1".into(),
+            })
+            .unwrap();
+        assert_eq!(SEEN_VALUE.lock().unwrap().as_deref(), Some("v1"));
+        assert_eq!(
+            got,
+            Observed::Leader {
+                value: None,
+                token: None
+            }
+        );
+        face.perform(&Step::Resign {
+            holder: h.clone(),
+            grace_ms: 250,
+        })
+        .unwrap();
+        assert_eq!(SEEN_GRACE.load(Ordering::SeqCst), 250);
+        assert_eq!(*SEEN_VALUE.lock().unwrap(), None);
+        let got = face
+            .perform(&Step::Leader {
+                holder: h,
+                expect: None,
+                token: None,
+            })
+            .unwrap();
+        assert_eq!(
+            got,
+            Observed::Leader {
+                value: Some("v1".into()),
+                token: Some(7)
+            }
+        );
     }
 }

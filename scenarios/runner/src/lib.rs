@@ -76,7 +76,46 @@ impl Scenario {
             client: self.holders.get(i).cloned().unwrap_or_default(),
             session: DEFAULT_SESSION.into(),
             lock: self.default_lock(),
+            role: Role::Lock,
         })
+    }
+
+    /// Whether a holder is an election candidate or an observer: a face
+    /// without elections yet skips the file (see [`Face::elections`]).
+    pub fn uses_elections(&self) -> bool {
+        (0..self.holders.len()).any(|i| self.placement_at(i).role != Role::Lock)
+    }
+
+    /// The holders that are observers: their trace lines are compared in
+    /// their own order, apart from the others' (see [`play`]).
+    pub fn observers(&self) -> Vec<String> {
+        (0..self.holders.len())
+            .filter(|&i| self.placement_at(i).role == Role::Observer)
+            .map(|i| self.holders[i].clone())
+            .collect()
+    }
+}
+
+/// What a holder's handle is: a lock (`"lock"` in the layout, the default),
+/// a candidate in an election (`"election"`: `session.election(name)`,
+/// every lock step works on it, its events are the lock's), or an observer
+/// of an election (`"observe"`: `client.observe(name)`, no session, no
+/// lock steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Lock,
+    Election,
+    Observer,
+}
+
+impl Role {
+    /// The word of the C ABI's `holder_role` (and of the layout field).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Lock => "lock",
+            Role::Election => "election",
+            Role::Observer => "observe",
+        }
     }
 }
 
@@ -100,8 +139,11 @@ pub struct Placement {
     /// one session made for it with the scenario's settings.
     pub session: String,
     /// The lock's full name; default: [`Scenario::default_lock`], the one
-    /// name every holder shares.
+    /// name every holder shares. For an election candidate or an observer:
+    /// the election's name (`"election"` / `"observe"` in the layout).
     pub lock: String,
+    /// Lock, election candidate or observer.
+    pub role: Role,
 }
 
 impl Placement {
@@ -121,6 +163,10 @@ struct RawPlacement {
     session: Option<String>,
     #[serde(default)]
     lock: Option<String>,
+    #[serde(default)]
+    election: Option<String>,
+    #[serde(default)]
+    observe: Option<String>,
 }
 
 /// The lock options of every holder (reacquire on), in milliseconds.
@@ -197,6 +243,44 @@ pub enum Step {
     /// prefix): observe [`Observed::Events`], or [`Observed::Unsupported`]
     /// while the face has no such stream.
     Events { holder: String, expect: Vec<String> },
+    /// Start a cancellable acquire (10 s timeout) the face's own way, and
+    /// keep its handle for `cancel` (Rust `Lock::acquire_then`, C
+    /// `lk_lock_acquire_start`, Node `acquire({ signal })`, Python an
+    /// `acquire_async` task); the outcome shows in the trace.
+    AcquireStart { holder: String },
+    /// Cancel the holder's acquisition of the last `acquire_start` the
+    /// face's own way (`Acquisition::cancel`, `lk_acquisition_cancel`, the
+    /// signal aborted, the task cancelled): nothing stays held by it.
+    Cancel { holder: String },
+    /// The face's exit path for the holder's client: every session of that
+    /// client ends at once (`Client::shutdown`, what each face runs for
+    /// every client at process exit); its locks behave as closed.
+    Shutdown { holder: String },
+    /// An election candidate campaigns with `value` (10 s timeout) in the
+    /// background, as `acquire`; the outcome shows in the trace.
+    Campaign { holder: String, value: String },
+    /// The candidate proclaims `value`: observe [`Observed::Word`], `"ok"`
+    /// or the error's code (`"fenced"`, `"not_held"`).
+    Proclaim {
+        holder: String,
+        value: String,
+        expect: String,
+    },
+    /// The candidate resigns in the background: no permit from now on, its
+    /// key deleted once the permits in flight end or `grace_ms` passes.
+    Resign { holder: String, grace_ms: u64 },
+    /// The candidate reads the current leader: observe [`Observed::Leader`];
+    /// `expect` is its value (`null`: nobody leads), `token` (if given) its
+    /// token.
+    Leader {
+        holder: String,
+        expect: Option<String>,
+        #[serde(default)]
+        token: Option<u64>,
+    },
+    /// Starts the observer holder's `client.observe(name)`; each event it
+    /// reports is a trace line (`observed leader value=v token=n`, ...).
+    Observe { holder: String },
 }
 
 /// A fault of a `fault` step.
@@ -258,6 +342,14 @@ impl Step {
             Step::StallDriver { .. } => "stall_driver",
             Step::Close { .. } => "close",
             Step::Events { .. } => "events",
+            Step::AcquireStart { .. } => "acquire_start",
+            Step::Cancel { .. } => "cancel",
+            Step::Shutdown { .. } => "shutdown",
+            Step::Campaign { .. } => "campaign",
+            Step::Proclaim { .. } => "proclaim",
+            Step::Resign { .. } => "resign",
+            Step::Leader { .. } => "leader",
+            Step::Observe { .. } => "observe",
         }
     }
 
@@ -272,7 +364,43 @@ impl Step {
             | Step::Release { holder }
             | Step::Fault { holder, .. }
             | Step::Close { holder }
-            | Step::Events { holder, .. } => Some(holder),
+            | Step::Events { holder, .. }
+            | Step::AcquireStart { holder }
+            | Step::Cancel { holder }
+            | Step::Shutdown { holder }
+            | Step::Campaign { holder, .. }
+            | Step::Proclaim { holder, .. }
+            | Step::Resign { holder, .. }
+            | Step::Leader { holder, .. }
+            | Step::Observe { holder } => Some(holder),
+            _ => None,
+        }
+    }
+
+    /// The role the step's holder must have (`None`: any).
+    fn needs(&self) -> Option<&'static [Role]> {
+        const LOCKS: &[Role] = &[Role::Lock, Role::Election];
+        match self {
+            Step::Campaign { .. }
+            | Step::Proclaim { .. }
+            | Step::Resign { .. }
+            | Step::Leader { .. } => Some(&[Role::Election]),
+            Step::Observe { .. } => Some(&[Role::Observer]),
+            Step::Fault {
+                fault: Fault::DeleteKey | Fault::RevokeLease,
+                ..
+            } => Some(LOCKS),
+            Step::Fault { .. } => None,
+            Step::Shutdown { .. } => None,
+            _ if self.holder().is_some() => Some(LOCKS),
+            _ => None,
+        }
+    }
+
+    /// The value a campaign or proclaim carries (C ABI: `value`).
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Step::Campaign { value, .. } | Step::Proclaim { value, .. } => Some(value),
             _ => None,
         }
     }
@@ -282,7 +410,8 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observed {
     /// The step was done; nothing to compare (acquire, end, release, fault,
-    /// stall_driver, close).
+    /// stall_driver, close, acquire_start, cancel, shutdown, campaign,
+    /// resign, observe).
     Done,
     /// A word: try_acquire's `"ok"` or error code, state's name.
     Word(String),
@@ -294,6 +423,12 @@ pub enum Observed {
     Permit { word: String, token: Option<u64> },
     /// events' lines, without the holder prefix.
     Events(Vec<String>),
+    /// leader's answer: the leader's value and token (`None`, `None`:
+    /// nobody leads).
+    Leader {
+        value: Option<String>,
+        token: Option<u64>,
+    },
     /// The face cannot perform this step yet; the runner notes it and goes on.
     Unsupported,
 }
@@ -309,11 +444,19 @@ pub trait Face {
     /// costs (thread start, valgrind's translation) fall outside the windows.
     fn warm_up(&mut self) {}
 
+    /// Whether the face plays elections (holders with an `election` or
+    /// `observe` role, their steps). A face that does not yet has every such
+    /// file reported as SKIPPED (not failed); every face is to play them.
+    fn elections(&self) -> bool {
+        false
+    }
+
     /// Creates one memory service and, in holder order, per
     /// [`Scenario::layout`]: a client per client word (its own link), a
     /// session per session word of it (the default one for
     /// [`DEFAULT_SESSION`]), and per holder a lock named by its
-    /// [`Placement::lock`], with callbacks that push `"<holder> <event>"`
+    /// [`Placement::lock`] (an election or an observer by its
+    /// [`Placement::role`]), with callbacks that push `"<holder> <event>"`
     /// lines to `trace` (see the README's events).
     fn setup(&mut self, scenario: &Scenario, trace: TraceSink) -> Result<(), String>;
 
@@ -369,10 +512,28 @@ fn layout(
                 Some(v) => Ok(v),
                 None => Ok(default),
             };
+            let (role, name) = match (p.lock, p.election, p.observe) {
+                (lock, None, None) => (Role::Lock, word(lock, "lock", default_lock(scenario))?),
+                (None, Some(e), None) => {
+                    (Role::Election, word(Some(e), "election", String::new())?)
+                }
+                (None, None, Some(o)) => (Role::Observer, word(Some(o), "observe", String::new())?),
+                _ => {
+                    return Err(format!(
+                        "layout: `{h}`: one of `lock`, `election`, `observe`"
+                    ));
+                }
+            };
+            if role == Role::Observer && p.session.is_some() {
+                return Err(format!(
+                    "layout: `{h}`: an observer has no session (it is the client's)"
+                ));
+            }
             Ok(Placement {
                 client: word(p.client, "client", h.clone())?,
                 session: word(p.session, "session", DEFAULT_SESSION.into())?,
-                lock: word(p.lock, "lock", default_lock(scenario))?,
+                lock: name,
+                role,
             })
         })
         .collect()
@@ -402,8 +563,20 @@ pub fn parse(text: &str) -> Result<Scenario, String> {
         let step: Step =
             serde_json::from_value(Value::Object(fields)).map_err(|e| fail(e.to_string()))?;
         if let Some(h) = step.holder() {
-            if !raw.holders.iter().any(|n| n == h) {
+            let Some(i) = raw.holders.iter().position(|n| n == h) else {
                 return Err(fail(format!("no holder `{h}`")));
+            };
+            let role = layout[i].role;
+            if let Some(roles) = step.needs() {
+                if !roles.contains(&role) {
+                    let want: Vec<_> = roles.iter().map(|r| r.as_str()).collect();
+                    return Err(fail(format!(
+                        "`{h}` is a {} holder; `{}` needs {}",
+                        role.as_str(),
+                        step.name(),
+                        want.join(" or ")
+                    )));
+                }
             }
         }
         match &step {

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::{
-    Event, Face, Observed, Scenario, Step, TraceSink, WAIT_LIMIT, check_trace, load,
+    Event, Expected, Face, Observed, Scenario, Step, TraceSink, WAIT_LIMIT, check_trace, load,
     scenario_files, show,
 };
 
@@ -55,14 +55,21 @@ pub struct Outcome {
     pub notes: Vec<String>,
     /// `Err`: what went wrong first.
     pub result: Result<(), String>,
+    /// Not played: the face does not play this part of the format yet
+    /// (`"elections"`, see [`Face::elections`]).
+    pub skipped: Option<String>,
 }
 
 impl Outcome {
-    /// The report: `ok` or the failure, then the notes, then the trace.
+    /// The report: `ok`, `SKIPPED` or the failure, then the notes, then the
+    /// trace.
     pub fn report(&self, name: &str) -> String {
-        let mut s = match &self.result {
-            Ok(()) => format!("{name}: ok\n"),
-            Err(e) => format!("FAILED {name}: {e}\n"),
+        let mut s = match (&self.result, &self.skipped) {
+            (Ok(()), Some(what)) => {
+                format!("{name}: SKIPPED, unsupported: this face does not play {what} yet\n")
+            }
+            (Ok(()), None) => format!("{name}: ok\n"),
+            (Err(e), _) => format!("FAILED {name}: {e}\n"),
         };
         for n in &self.notes {
             s.push_str(&format!("  note: {n}\n"));
@@ -82,7 +89,13 @@ fn judge(step: &Step, got: Observed) -> Result<(), String> {
             | Step::Release { .. }
             | Step::Fault { .. }
             | Step::StallDriver { .. }
-            | Step::Close { .. },
+            | Step::Close { .. }
+            | Step::AcquireStart { .. }
+            | Step::Cancel { .. }
+            | Step::Shutdown { .. }
+            | Step::Campaign { .. }
+            | Step::Resign { .. }
+            | Step::Observe { .. },
             Observed::Done,
         ) => Ok(()),
         (Step::TryAcquire { expect, .. }, Observed::Word(w)) => {
@@ -138,6 +151,22 @@ fn judge(step: &Step, got: Observed) -> Result<(), String> {
                 Err(format!("events were {lines:?}"))
             }
         }
+        (Step::Proclaim { expect, .. }, Observed::Word(w)) => {
+            if &w == expect {
+                Ok(())
+            } else {
+                Err(format!("proclaim gave {w}"))
+            }
+        }
+        (Step::Leader { expect, token, .. }, Observed::Leader { value, token: got }) => {
+            if &value != expect {
+                Err(format!("the leader's value was {value:?}"))
+            } else if token.is_some() && got != *token {
+                Err(format!("the leader's token was {got:?}"))
+            } else {
+                Ok(())
+            }
+        }
         (_, got) => mismatch(&got),
     }
 }
@@ -145,7 +174,19 @@ fn judge(step: &Step, got: Observed) -> Result<(), String> {
 /// Plays one scenario: setup, the steps (sleeping until each `at`, waiting
 /// on the trace for each `wait`, judging what the face observed), the trace
 /// comparison, and always the teardown.
+///
+/// An observer's lines are compared in their own order (and windows), apart
+/// from the other holders': an observer watches the service, so its event
+/// and a candidate's callback at one instant come in either order.
 pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcome {
+    if scenario.uses_elections() && !face.elections() {
+        return Outcome {
+            trace: Vec::new(),
+            notes: Vec::new(),
+            result: Ok(()),
+            skipped: Some("elections".into()),
+        };
+    }
     let trace = TraceSink::new();
     let mut notes = Vec::new();
     let mut result = face
@@ -157,7 +198,12 @@ pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcom
     }
     if result.is_ok() {
         let actual = trace.wait_len(scenario.trace.len(), config.wait_limit);
-        result = check_trace(&scenario.trace, &actual, config.slack_ms);
+        result = check_streams(
+            &scenario.trace,
+            &actual,
+            config.slack_ms,
+            &scenario.observers(),
+        );
         snapshot = Some(actual);
     }
     let snapshot = snapshot.unwrap_or_else(|| trace.events());
@@ -166,7 +212,45 @@ pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcom
         trace: snapshot,
         notes,
         result,
+        skipped: None,
     }
+}
+
+/// Which observer's line `line` is (`None`: another holder's).
+fn stream_of(observers: &[String], line: &str) -> Option<usize> {
+    observers.iter().position(|o| {
+        line.strip_prefix(o.as_str())
+            .is_some_and(|r| r.starts_with(' '))
+    })
+}
+
+/// [`check_trace`] with each observer's lines compared apart: first every
+/// other line, then each observer's.
+fn check_streams(
+    expected: &[Expected],
+    actual: &[Event],
+    slack_ms: u64,
+    observers: &[String],
+) -> Result<(), String> {
+    let of = |line: &str| stream_of(observers, line);
+    for stream in std::iter::once(None).chain((0..observers.len()).map(Some)) {
+        let want: Vec<_> = expected
+            .iter()
+            .filter(|e| of(&e.line) == stream)
+            .cloned()
+            .collect();
+        let got: Vec<_> = actual
+            .iter()
+            .filter(|e| of(&e.line) == stream)
+            .cloned()
+            .collect();
+        check_trace(&want, &got, slack_ms).map_err(|e| match stream {
+            None if observers.is_empty() => e,
+            None => format!("{e} (the lines of every holder but the observers)"),
+            Some(o) => format!("{e} (observer {}'s lines)", observers[o]),
+        })?;
+    }
+    Ok(())
 }
 
 fn steps(
@@ -176,7 +260,9 @@ fn steps(
     trace: &TraceSink,
     notes: &mut Vec<String>,
 ) -> Result<(), String> {
-    let mut cursor = 0;
+    // One cursor per stream (the observers' lines are ordered apart).
+    let observers = scenario.observers();
+    let mut cursors = vec![0; observers.len() + 1];
     for (i, timed) in scenario.steps.iter().enumerate() {
         let fail = |m: String| format!("step {i} {}: {m}", timed.text);
         if let Some(at) = timed.at {
@@ -186,8 +272,9 @@ fn steps(
             }
         }
         if let Step::Wait { event } = &timed.step {
-            cursor = trace
-                .wait_for(event, cursor, config.wait_limit)
+            let cursor = &mut cursors[stream_of(&observers, event).map_or(0, |o| o + 1)];
+            *cursor = trace
+                .wait_for(event, *cursor, config.wait_limit)
                 .ok_or_else(|| fail(format!("no `{event}` within {:?}", config.wait_limit)))?;
             continue;
         }
@@ -210,6 +297,7 @@ pub fn play_file(path: &Path, face: &mut dyn Face, config: &Config) -> Outcome {
             trace: Vec::new(),
             notes: Vec::new(),
             result: Err(e),
+            skipped: None,
         },
     }
 }
@@ -220,6 +308,9 @@ pub struct Summary {
     /// `*.json` files in the directory (before the filter).
     pub files: usize,
     pub played: usize,
+    /// Of those played, the files skipped as a part of the format the face
+    /// does not play yet (see [`Face::elections`]): reported, not failed.
+    pub skipped: usize,
     /// Failed scenarios, plus one when nothing could be played.
     pub failed: usize,
     /// One report per failure.
@@ -257,6 +348,7 @@ pub fn play_dir(dir: &Path, face: &mut dyn Face, config: &Config) -> Summary {
         let outcome = play_file(f, face, config);
         summary.played += 1;
         let report = outcome.report(&name);
+        summary.skipped += usize::from(outcome.skipped.is_some());
         if outcome.result.is_ok() {
             print!("{report}");
         } else {
@@ -265,8 +357,13 @@ pub fn play_dir(dir: &Path, face: &mut dyn Face, config: &Config) -> Summary {
             summary.failures.push(report);
         }
     }
+    let skipped = if summary.skipped > 0 {
+        format!(", {} SKIPPED (unsupported by this face)", summary.skipped)
+    } else {
+        String::new()
+    };
     println!(
-        "scenarios: {} played, {} failed",
+        "scenarios: {} played, {} failed{skipped}",
         summary.played, summary.failed
     );
     if summary.played == 0 {

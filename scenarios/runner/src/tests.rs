@@ -23,6 +23,14 @@ fn place(client: &str, session: &str, lock: &str) -> Placement {
         client: client.into(),
         session: session.into(),
         lock: lock.into(),
+        role: Role::Lock,
+    }
+}
+
+fn placed(role: Role, client: &str, session: &str, name: &str) -> Placement {
+    Placement {
+        role,
+        ..place(client, session, name)
     }
 }
 
@@ -57,7 +65,10 @@ fn parses_every_step() {
         {"do": "fault", "holder": "b", "fault": "revoke_lease"},
         {"do": "stall_driver", "ms": 2000},
         {"do": "close", "holder": "b"},
-        {"do": "events", "holder": "a", "expect": ["drained", "acquired token=1"]}
+        {"do": "events", "holder": "a", "expect": ["drained", "acquired token=1"]},
+        {"do": "acquire_start", "holder": "b"},
+        {"do": "cancel", "holder": "b"},
+        {"do": "shutdown", "holder": "a"}
     "#;
     let s = parse(&doc(
         r#"["a", "b"]"#,
@@ -139,6 +150,9 @@ fn parses_every_step() {
                 holder: h("a"),
                 expect: vec![h("drained"), h("acquired token=1")]
             },
+            Step::AcquireStart { holder: h("b") },
+            Step::Cancel { holder: h("b") },
+            Step::Shutdown { holder: h("a") },
         ]
     );
     assert_eq!(s.steps[2].at, Some(600));
@@ -514,4 +528,293 @@ fn judges_what_the_face_saw() {
             .unwrap_err()
             .contains("missing from event 1 `a released`")
     );
+}
+
+/// A file with an election: candidates `a`, `b` and observer `o`.
+fn election_doc(steps: &str, trace: &str) -> String {
+    format!(
+        r#"{{"name": "t", {SETTINGS}, "holders": ["a", "b", "o"],
+            "layout": {{"a": {{"election": "e"}}, "b": {{"election": "e", "client": "a", "session": "s2"}}, "o": {{"observe": "e"}}}},
+            "steps": [{steps}], "trace": [{trace}]}}"#
+    )
+}
+
+#[test]
+fn parses_election_layout_and_steps() {
+    let steps = r#"
+        {"do": "campaign", "holder": "a", "value": "v1"},
+        {"do": "proclaim", "holder": "a", "value": "v2", "expect": "ok"},
+        {"do": "proclaim", "holder": "b", "value": "v3", "expect": "not_held"},
+        {"do": "resign", "holder": "a", "grace_ms": 500},
+        {"do": "leader", "holder": "b", "expect": "v2", "token": 1},
+        {"do": "leader", "holder": "b", "expect": null},
+        {"do": "observe", "holder": "o"},
+        {"do": "permit", "holder": "a", "expect": "released"},
+        {"do": "fault", "holder": "o", "fault": "partition"},
+        {"do": "shutdown", "holder": "o"}
+    "#;
+    let s = parse(&election_doc(steps, r#""o observed no-leader""#)).unwrap();
+    assert_eq!(
+        s.layout,
+        [
+            placed(Role::Election, "a", "default", "e"),
+            placed(Role::Election, "a", "s2", "e"),
+            placed(Role::Observer, "o", "default", "e"),
+        ]
+    );
+    assert!(s.uses_elections());
+    assert_eq!(s.observers(), ["o"]);
+    let h = |n: &str| n.to_string();
+    let st: Vec<_> = s.steps.iter().map(|t| t.step.clone()).collect();
+    assert_eq!(
+        st[..7],
+        [
+            Step::Campaign {
+                holder: h("a"),
+                value: h("v1")
+            },
+            Step::Proclaim {
+                holder: h("a"),
+                value: h("v2"),
+                expect: h("ok")
+            },
+            Step::Proclaim {
+                holder: h("b"),
+                value: h("v3"),
+                expect: h("not_held")
+            },
+            Step::Resign {
+                holder: h("a"),
+                grace_ms: 500
+            },
+            Step::Leader {
+                holder: h("b"),
+                expect: Some(h("v2")),
+                token: Some(1)
+            },
+            Step::Leader {
+                holder: h("b"),
+                expect: None,
+                token: None
+            },
+            Step::Observe { holder: h("o") },
+        ]
+    );
+    let names: Vec<_> = st.iter().map(Step::name).collect();
+    assert_eq!(
+        names[..7],
+        [
+            "campaign", "proclaim", "proclaim", "resign", "leader", "leader", "observe"
+        ]
+    );
+    assert_eq!(st[0].value(), Some("v1"));
+    assert_eq!(st[1].value(), Some("v2"));
+    assert_eq!(st[3].value(), None);
+    assert_eq!(st[6].holder(), Some("o"));
+    // A file without elections says so.
+    let plain = parse(&doc(r#"["a"]"#, "", "")).unwrap();
+    assert!(!plain.uses_elections() && plain.observers().is_empty());
+    assert_eq!(Role::Observer.as_str(), "observe");
+}
+
+#[test]
+fn refuses_bad_election_files() {
+    let bad =
+        |holders: &str, layout: &str| laid_out(holders, layout).expect_err("should not parse");
+    let e = bad(r#"["a"]"#, r#"{"a": {"lock": "x", "election": "x"}}"#);
+    assert!(e.contains("one of `lock`, `election`, `observe`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"election": "x", "observe": "x"}}"#);
+    assert!(e.contains("one of"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"election": ""}}"#);
+    assert!(e.contains("an empty `election`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"observe": "x", "session": "s"}}"#);
+    assert!(e.contains("an observer has no session"), "{e}");
+    // Each step on the holder it needs.
+    let step = |s: &str| parse(&election_doc(s, "")).expect_err("should not parse");
+    let e = step(r#"{"do": "permit", "holder": "o", "expect": "granted"}"#);
+    assert!(
+        e.contains("`o` is a observe holder; `permit` needs lock or election"),
+        "{e}"
+    );
+    let e = step(r#"{"do": "observe", "holder": "a"}"#);
+    assert!(e.contains("`observe` needs observe"), "{e}");
+    let e = step(r#"{"do": "fault", "holder": "o", "fault": "delete_key"}"#);
+    assert!(e.contains("`fault` needs lock or election"), "{e}");
+    let e = parse(&doc(
+        r#"["a"]"#,
+        r#"{"do": "campaign", "holder": "a", "value": "v"}"#,
+        "",
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("`a` is a lock holder; `campaign` needs election"),
+        "{e}"
+    );
+    let e = step(r#"{"do": "proclaim", "holder": "a", "value": "v"}"#);
+    assert!(e.contains("expect"), "{e}");
+    let e = step(r#"{"do": "resign", "holder": "a"}"#);
+    assert!(e.contains("grace_ms"), "{e}");
+}
+
+/// A face over a toy election: a campaign elects at once, the observer's
+/// line comes before the candidate's (as it may, from another thread).
+#[derive(Default)]
+struct ElectionToy {
+    trace: Option<TraceSink>,
+    elections: bool,
+    set_up: usize,
+    torn_down: usize,
+}
+
+impl Face for ElectionToy {
+    fn elections(&self) -> bool {
+        self.elections
+    }
+
+    fn setup(&mut self, _: &Scenario, trace: TraceSink) -> Result<(), String> {
+        self.set_up += 1;
+        self.trace = Some(trace);
+        Ok(())
+    }
+
+    fn perform(&mut self, step: &Step) -> Result<Observed, String> {
+        let t = self.trace.as_ref().unwrap();
+        Ok(match step {
+            Step::Observe { holder } => {
+                t.push(format!("{holder} observed no-leader"));
+                Observed::Done
+            }
+            Step::Campaign { holder, value } => {
+                t.push(format!("o observed leader value={value} token=1"));
+                t.push(format!("{holder} acquired token=1"));
+                Observed::Done
+            }
+            Step::Proclaim { .. } => Observed::Word("not_held".into()),
+            Step::Leader { .. } => Observed::Leader {
+                value: Some("v1".into()),
+                token: Some(1),
+            },
+            _ => return Err("not in the toy".into()),
+        })
+    }
+
+    fn teardown(&mut self) {
+        self.torn_down += 1;
+    }
+}
+
+fn election_toy(steps: &str, trace: &str, elections: bool) -> (Outcome, ElectionToy) {
+    let s = parse(&election_doc(steps, trace)).unwrap();
+    let mut face = ElectionToy {
+        elections,
+        ..ElectionToy::default()
+    };
+    let cfg = Config {
+        wait_limit: Duration::from_millis(300),
+        ..Config::default()
+    };
+    (play(&s, &mut face, &cfg), face)
+}
+
+#[test]
+fn an_observers_lines_are_ordered_apart() {
+    let steps = r#"{"do": "observe", "holder": "o"},
+        {"do": "campaign", "holder": "a", "value": "v1"},
+        {"do": "wait", "event": "a acquired token=1"},
+        {"do": "wait", "event": "o observed leader value=v1 token=1"},
+        {"do": "leader", "holder": "b", "expect": "v1", "token": 1},
+        {"do": "proclaim", "holder": "b", "value": "v2", "expect": "not_held"}"#;
+    // The observer's lines interleave with the candidate's either way.
+    let (o, face) = election_toy(
+        steps,
+        r#""a acquired token=1", "o observed no-leader @0..300", "o observed leader value=v1 token=1""#,
+        true,
+    );
+    assert_eq!(o.result, Ok(()), "{}", o.report("toy"));
+    assert_eq!((face.set_up, face.torn_down), (1, 1));
+    // Within the observer's own lines the order is exact.
+    let (o, _) = election_toy(
+        steps,
+        r#""a acquired token=1", "o observed leader value=v1 token=1", "o observed no-leader""#,
+        true,
+    );
+    let e = o.result.unwrap_err();
+    assert!(e.contains("(observer o's lines)"), "{e}");
+    // A candidate's missing line is named as such.
+    let (o, _) = election_toy(
+        steps,
+        r#""a acquired token=1", "b acquired token=2", "o observed no-leader", "o observed leader value=v1 token=1""#,
+        true,
+    );
+    let e = o.result.unwrap_err();
+    assert!(
+        e.contains("missing from event 1 `b acquired token=2`"),
+        "{e}"
+    );
+    assert!(e.contains("every holder but the observers"), "{e}");
+}
+
+#[test]
+fn judges_leader_and_proclaim() {
+    let campaign = r#"{"do": "campaign", "holder": "a", "value": "v1"}"#;
+    let fails = |step: &str| {
+        let (o, _) = election_toy(&format!("{campaign}, {step}"), "", true);
+        o.result.unwrap_err()
+    };
+    let e = fails(r#"{"do": "leader", "holder": "a", "expect": "v9"}"#);
+    assert!(e.ends_with(r#"the leader's value was Some("v1")"#), "{e}");
+    let e = fails(r#"{"do": "leader", "holder": "a", "expect": null}"#);
+    assert!(e.contains("value was Some"), "{e}");
+    let e = fails(r#"{"do": "leader", "holder": "a", "expect": "v1", "token": 2}"#);
+    assert!(e.ends_with("the leader's token was Some(1)"), "{e}");
+    let e = fails(r#"{"do": "proclaim", "holder": "a", "value": "v", "expect": "ok"}"#);
+    assert!(e.ends_with("proclaim gave not_held"), "{e}");
+}
+
+#[test]
+fn a_face_without_elections_skips_their_files_visibly() {
+    let (o, face) = election_toy(r#"{"do": "observe", "holder": "o"}"#, "", false);
+    assert_eq!(o.result, Ok(()));
+    assert_eq!(o.skipped.as_deref(), Some("elections"));
+    assert_eq!((face.set_up, face.torn_down), (0, 0), "not set up at all");
+    let report = o.report("q.json");
+    assert!(
+        report.starts_with("q.json: SKIPPED, unsupported: this face does not play elections yet"),
+        "{report}"
+    );
+    // The default of a face: no elections.
+    assert!(!Toy::default().elections());
+    // play_dir counts it apart.
+    let dir = std::env::temp_dir().join(format!("dlock-scenarios-skip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("q.json"),
+        election_doc(r#"{"do": "observe", "holder": "o"}"#, ""),
+    )
+    .unwrap();
+    let summary = play_dir(&dir, &mut Toy::default(), &Config::default());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((summary.played, summary.skipped, summary.failed), (1, 1, 0));
+}
+
+/// The C header's numbers of the election steps and the leader answer.
+#[test]
+fn header_election_numbers() {
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ffi-c/tests/c/scenario_runner.h"),
+    )
+    .unwrap();
+    for (name, n) in [
+        ("LKS_DO_CAMPAIGN", ffi::LKS_DO_CAMPAIGN),
+        ("LKS_DO_PROCLAIM", ffi::LKS_DO_PROCLAIM),
+        ("LKS_DO_RESIGN", ffi::LKS_DO_RESIGN),
+        ("LKS_DO_LEADER", ffi::LKS_DO_LEADER),
+        ("LKS_DO_OBSERVE", ffi::LKS_DO_OBSERVE),
+        ("LKS_SAW_LEADER", ffi::LKS_SAW_LEADER),
+    ] {
+        let line = format!("{name} = {n}");
+        assert!(header.contains(&line), "the header lacks `{line}`");
+    }
+    let plays = format!("LKS_PLAYS_ELECTIONS {}u", ffi::LKS_PLAYS_ELECTIONS);
+    assert!(header.contains(&plays), "the header lacks `{plays}`");
 }

@@ -11,6 +11,13 @@ everything about leases, deadlines and tokens::
         with lock.permit() as p:             # refused once draining/fenced
             write(p.token)                   # every write carries the token
 
+    election = client.election("leaders")    # leader election (etcd's keys)
+    with election.campaign(b"host-a", timeout=30) as lead:   # or raises
+        with lead.permit() as p:
+            lead_work(p.token)
+    for leader in client.observe("leaders"): # a Leader, or None: nobody leads
+        ...
+
 Durations are seconds as floats. The guide is docs/python.md.
 """
 
@@ -19,23 +26,24 @@ from __future__ import annotations
 import asyncio
 import atexit
 import enum
-import threading
-import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, Optional, Type, TypeVar, Union
 
 from . import _dlock
 from ._dlock import (
     MAX_NAME_LEN,
     Event,
     FenceGate,
+    Leader,
     Link,
     LockStats,
     MemoryService,
+    Observed,
     Permit,
     SessionStats,
     forked,
     now,
+    shutdown,
     stall_driver,
 )
 from ._errors import (
@@ -65,6 +73,7 @@ __all__ = [
     "BackendError",
     "Client",
     "Draining",
+    "Election",
     "Error",
     "Event",
     "Events",
@@ -73,14 +82,19 @@ __all__ = [
     "Forked",
     "InvalidArgument",
     "InvalidOption",
+    "Leader",
+    "Leadership",
     "Link",
     "Lock",
     "LockStats",
     "MemoryService",
     "NotHeld",
+    "Observed",
+    "Observer",
     "Panic",
     "Permit",
     "PermitRefused",
+    "RESIGN_GRACE",
     "Released",
     "Session",
     "SessionStats",
@@ -91,27 +105,33 @@ __all__ = [
     "WouldBlock",
     "forked",
     "now",
+    "shutdown",
     "stall_driver",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Seconds leaving a ``with election.campaign(...)`` block gives the permits
+#: still in flight (ones handed to other threads) before the leader's key is
+#: deleted, unless ``campaign(..., grace=...)`` says otherwise.
+RESIGN_GRACE = 5.0
+
+
+# The core's state names by their upper-case spelling: a name the core
+# renames fails here, at import, instead of drifting.
+_STATE_WORDS = {w.upper(): w for w in _dlock.states()}
+
 
 class State(enum.Enum):
     """A lock's state (docs/design.md §2); the value is the core's name."""
 
-    IDLE = "Idle"
-    ACQUIRING = "Acquiring"
-    HOLDING = "Holding"
-    DRAINING = "Draining"
-    FENCED = "Fenced"
-    REACQUIRING = "Reacquiring"
-    RELEASED = "Released"
-
-
-# Every live lock, so that an exiting interpreter releases what it holds.
-_live: "weakref.WeakSet[Lock]" = weakref.WeakSet()
-_live_guard = threading.Lock()
+    IDLE = _STATE_WORDS["IDLE"]
+    ACQUIRING = _STATE_WORDS["ACQUIRING"]
+    HOLDING = _STATE_WORDS["HOLDING"]
+    DRAINING = _STATE_WORDS["DRAINING"]
+    FENCED = _STATE_WORDS["FENCED"]
+    REACQUIRING = _STATE_WORDS["REACQUIRING"]
+    RELEASED = _STATE_WORDS["RELEASED"]
 
 
 class Client(_dlock.Client):
@@ -132,6 +152,23 @@ class Client(_dlock.Client):
         """A handle on the lock ``name`` on the default session, not
         acquired yet: register callbacks, then acquire."""
         return Lock(self, name)
+
+    def election(self, name: str) -> "Election":
+        """A candidate in the election ``name`` on the default session, not
+        campaigning yet (see ``Election``)."""
+        return Election(self, name)
+
+    def observe(self, name: str) -> "Observer":
+        """Observes the election ``name`` (no lease, no key of its own):
+        ``for leader in client.observe(name):`` yields the current
+        ``Leader`` (or None: nobody leads), then one per change. Raises
+        ``Shutdown`` on a shut-down client."""
+        return Observer(self, name)
+
+    def metrics_text(self) -> str:
+        """Every session and lock of the client in the Prometheus text
+        format (docs/metrics.md)."""
+        return _dlock.metrics_text(self)
 
     def session(
         self,
@@ -174,6 +211,11 @@ class Session:
     def lock(self, name: str) -> "Lock":
         """A handle on the lock ``name`` on this session."""
         return Lock(self._native, name)
+
+    def election(self, name: str) -> "Election":
+        """A candidate in the election ``name`` on this session (its lease
+        holds the candidate key)."""
+        return Election(self._native, name)
 
     @property
     def lease(self) -> Optional[int]:
@@ -253,17 +295,6 @@ class Events:
             # joined a read that another (cancelled) step began: read again
 
 
-async def _settle(lock: "Lock", loop: asyncio.AbstractEventLoop) -> None:
-    """Releases ``lock`` after a cancelled acquire; the release goes on even
-    if this is cancelled too."""
-    fut: "asyncio.Future[None]" = loop.create_future()
-    lock._release_start(loop, fut)
-    try:
-        await asyncio.shield(fut)
-    except (asyncio.CancelledError, Error):
-        pass
-
-
 class Lock(_dlock.Lock):
     """One named lock; made by ``client.lock(name)`` or
     ``session.lock(name)``.
@@ -274,9 +305,11 @@ class Lock(_dlock.Lock):
     with the GIL taken; an exception in one goes to the logger ``dlock``.
     """
 
-    def __init__(self, owner: Union[_dlock.Client, _dlock.Session], name: str) -> None:
-        with _live_guard:
-            _live.add(self)
+    def healthy(self, max_overdue: float) -> bool:
+        """For a health endpoint: False once the lock is still holding or
+        draining more than ``max_overdue`` seconds past its deadline (the
+        fence that was due did not happen); a lock not held is healthy."""
+        return _dlock.lock_healthy(self, max_overdue)
 
     @property
     def state(self) -> State:
@@ -304,15 +337,14 @@ class Lock(_dlock.Lock):
 
     async def acquire_async(self, timeout: Optional[float] = None) -> int:
         """Acquires without blocking the loop; returns the token. Cancelling
-        the awaiting task cancels the acquire and leaves no lock behind."""
+        the awaiting task cancels the acquisition in the core, which leaves
+        nothing held (even if the lock was won just then); the cancellation
+        ends once the core has answered it (a queued wait: the state is
+        ``RELEASED`` by then)."""
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[int]" = loop.create_future()
-        self._acquire_start(timeout, loop, fut)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            await _settle(self, loop)
-            raise
+        acquisition = self._acquire_start(timeout, loop, fut)
+        return await _won(self, acquisition, fut)
 
     async def release_async(self) -> None:
         """Releases without blocking the loop."""
@@ -353,19 +385,272 @@ class Lock(_dlock.Lock):
         await self.release_async()
 
 
-def _release_all_at_exit() -> None:
-    """Closes every live lock (releasing what is held) so the next holder
-    does not wait a whole TTL; a forked child leaves the parent's alone."""
-    if forked():
-        return
-    with _live_guard:
-        locks = list(_live)
-    for lock in locks:
-        try:
-            lock.close()
-        except Error:
-            pass
+async def _won(lock: _dlock.Lock, acquisition: _dlock.Acquisition, fut: "asyncio.Future[int]") -> int:
+    """The token ``fut`` gets; a cancelled wait cancels ``acquisition`` in
+    the core (nothing stays held) and ends once the core answered it."""
+    try:
+        # shielded: a cancelled task leaves `fut` for the core's answer
+        return await asyncio.shield(fut)
+    except Error:
+        raise
+    except BaseException:  # cancelled (or the loop interrupted): nothing stays held
+        acquisition.cancel()
+        # The core answers a cancel through the same completion (Released,
+        # or the token it won and now releases), decided on its driver:
+        # wait for that, at most one keepalive timeout.
+        bound = float(lock._session.options()["keepalive_timeout"])
+        await asyncio.wait({fut}, timeout=bound)
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: the answer to a cancel is no news
+        raise
 
 
-atexit.register(_release_all_at_exit)
+_Value = Union[bytes, bytearray, str]
 
+
+class Election(_dlock.Election, Lock):
+    """A candidate in a leader election (docs/elections.md); made by
+    ``client.election(name)`` or ``session.election(name)``.
+
+    An election is a lock that carries a value, on etcd's election keys
+    (``etcdctl elect`` and Go's ``concurrency.Election`` take part in the
+    same election). The whole ``Lock`` API works on it: ``permit()``,
+    ``on_fence``, ``events()``, ``state``, ``stats()``, ``close()``.
+    Values are ``bytes`` (or ``str``, put as UTF-8). With the session's
+    ``reacquire`` (the default) a fenced leader campaigns again with its
+    last value and leads again with a higher token.
+
+    ``with election.campaign(value, timeout=30) as lead:`` runs the block
+    only as the leader (``Timeout`` otherwise) and resigns on leaving it.
+    """
+
+    def campaign(self, value: _Value, timeout: Optional[float] = None, *, grace: float = RESIGN_GRACE) -> "Leadership":
+        """Campaigns with ``value``, waiting up to ``timeout`` seconds (None:
+        as long as it takes; 0: one try), and returns the ``Leadership``
+        (``lead.token``); raises ``Timeout`` (nothing held), ``Released`` on
+        a closed session. The wait re-reads the candidate's own key, so a
+        candidate whose key went meanwhile is never told it leads. Leaving
+        ``with ... as lead:`` resigns with ``grace``. Ctrl-C cancels it."""
+        return Leadership(self, self._campaign(value, timeout), grace)
+
+    def campaign_async(
+        self, value: _Value, timeout: Optional[float] = None, *, grace: float = RESIGN_GRACE
+    ) -> "Campaign":
+        """``campaign`` without blocking the loop: ``lead = await
+        election.campaign_async(v)``, or ``async with
+        election.campaign_async(v) as lead:`` (resigns on leaving).
+        Cancelling the awaiting task cancels the campaign in the core, as
+        ``Lock.acquire_async``: nothing stays held."""
+        return Campaign(self, value, timeout, grace)
+
+    async def _campaign_wait(self, value: _Value, timeout: Optional[float], grace: float) -> "Leadership":
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[int]" = loop.create_future()
+        acquisition = self._campaign_start(value, timeout, loop, fut)
+        return Leadership(self, await _won(self, acquisition, fut), grace)
+
+    def resign(self, grace: float = RESIGN_GRACE) -> None:
+        """Steps down: no permit from now on; the key is deleted once the
+        permits in flight end, or after ``grace`` seconds with some still
+        running, so the next leader starts only after this one's work.
+        Campaigning again is allowed."""
+        super().resign(grace)
+
+    async def proclaim_async(self, value: _Value) -> None:
+        """``proclaim`` without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[None]" = loop.create_future()
+        self._proclaim_start(value, loop, fut)
+        await fut
+
+    async def resign_async(self, grace: float = RESIGN_GRACE) -> None:
+        """``resign`` without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[None]" = loop.create_future()
+        self._resign_start(grace, loop, fut)
+        await fut
+
+    def __enter__(self) -> "Lock":
+        raise TypeError("an election is entered through its campaign: with election.campaign(value) as lead:")
+
+    async def __aenter__(self) -> "Lock":
+        raise TypeError(
+            "an election is entered through its campaign: async with election.campaign_async(value) as lead:"
+        )
+
+
+class Leadership:
+    """A won campaign: ``lead.token`` (the leader key's create revision,
+    the fencing token of this term), ``lead.permit()``,
+    ``lead.proclaim(v)``, ``lead.resign()``. A context manager (sync and
+    async) that resigns with its ``grace`` on leaving."""
+
+    __slots__ = ("election", "token", "grace")
+
+    def __init__(self, election: Election, token: int, grace: float) -> None:
+        self.election = election
+        self.token = token
+        self.grace = grace
+
+    def permit(self) -> Permit:
+        """Permission for one unit of leader work (refused once draining,
+        fenced or resigned); its token is the election's current one,
+        higher than ``lead.token`` after a recampaign."""
+        return self.election.permit()
+
+    def proclaim(self, value: _Value) -> None:
+        """Puts a new value in the leader's key (same token); ``Fenced`` once
+        the leadership was lost, ``NotHeld`` after a resign."""
+        self.election.proclaim(value)
+
+    async def proclaim_async(self, value: _Value) -> None:
+        """``proclaim`` without blocking the loop."""
+        await self.election.proclaim_async(value)
+
+    def resign(self, grace: Optional[float] = None) -> None:
+        """``Election.resign`` with ``grace`` (default: this leadership's)."""
+        self.election.resign(self.grace if grace is None else grace)
+
+    async def resign_async(self, grace: Optional[float] = None) -> None:
+        """``resign`` without blocking the loop."""
+        await self.election.resign_async(self.grace if grace is None else grace)
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.resign()
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.resign_async()
+
+    def __repr__(self) -> str:
+        return f"Leadership(election={self.election.name!r}, token={self.token}, grace={self.grace})"
+
+
+class Campaign:
+    """``election.campaign_async(...)``: await it for the ``Leadership``, or
+    ``async with`` it (resigns on leaving). Starts when awaited."""
+
+    __slots__ = ("_election", "_value", "_timeout", "_grace", "_lead")
+
+    def __init__(self, election: Election, value: _Value, timeout: Optional[float], grace: float) -> None:
+        self._election = election
+        self._value = value
+        self._timeout = timeout
+        self._grace = grace
+        self._lead: Optional[Leadership] = None
+
+    def __await__(self) -> Generator[Any, None, Leadership]:
+        return self._election._campaign_wait(self._value, self._timeout, self._grace).__await__()
+
+    async def __aenter__(self) -> Leadership:
+        self._lead = await self
+        return self._lead
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._lead is not None:
+            await self._lead.resign_async()
+
+
+class Observer(_dlock.Observer):
+    """An election's leaders as they change; made by
+    ``client.observe(name)``. Needs no lease and puts no key.
+
+    ``for leader in observer:`` and ``async for leader in observer:`` yield
+    the current state first, then one item per change: a ``Leader`` (a new
+    leader, or the same one with a proclaimed value) or None (nobody leads:
+    the leader's key is gone and no candidate holds). A leader whose key is
+    already gone is never yielded. A reconnect of the watch is not yielded
+    (the state after it is, even if unchanged); ``next_event()`` gives every
+    event with its kind, reconnects included. ``close()`` (or leaving
+    ``with``) ends the watch and the iteration.
+    """
+
+    def __iter__(self) -> "Observer":
+        return self
+
+    def __next__(self) -> Optional[Leader]:
+        while True:
+            e = self.next_event(None)
+            if e is None:
+                raise StopIteration
+            if e.kind != "reconnecting":
+                return e.leader
+
+    def __aiter__(self) -> "Observer":
+        return self
+
+    async def next_event_async(self) -> Optional[Observed]:
+        """``next_event()`` without blocking the loop (None once ended)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            fut: "asyncio.Future[None]" = loop.create_future()
+            self._next_start(loop, fut)
+            await fut
+            e = self._take_ready()
+            if e is not None:
+                return e
+            if self._ended:
+                return None
+            # joined a read that another (cancelled) step began: read again
+
+    async def __anext__(self) -> Optional[Leader]:
+        while True:
+            e = await self.next_event_async()
+            if e is None:
+                raise StopAsyncIteration
+            if e.kind != "reconnecting":
+                return e.leader
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Observer":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+# The core's one exit path: every held lock of the process is released at
+# once, bounded by one keepalive timeout (nothing in a forked child).
+atexit.register(shutdown)
+
+# The core's log goes to `logging`, logger "dlock" (docs/python.md). Not
+# when another tracing subscriber is the process's (then it has the log).
+try:
+    _dlock.route_logs(True)
+except Error:
+    pass

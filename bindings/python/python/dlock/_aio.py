@@ -1,4 +1,5 @@
-"""The asyncio end of the native bridge: outcomes arrive through
+"""The asyncio end of the core's completions: the core calls back once on
+its callback thread, which hands the outcome to the loop with
 ``loop.call_soon_threadsafe(complete, fut, value, exc)``."""
 
 from __future__ import annotations

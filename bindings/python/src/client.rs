@@ -1,0 +1,181 @@
+//! `dlock._dlock.Client`: a connection to a lock service (etcd, or an
+//! embedded service), built from keywords.
+
+use dlock::Code;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use crate::convert::seconds;
+use crate::error::{OrRaise, invalid_argument, not_forked};
+use crate::link::Link;
+use crate::memory::MemoryService;
+use crate::options::{Timing, options_dict};
+use crate::session::Session;
+
+/// A connection to a lock service (see `dlock.Client`).
+#[pyclass(module = "dlock._dlock", subclass, frozen)]
+pub(crate) struct Client {
+    pub(crate) inner: dlock::Client,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (endpoints=None, *, ttl=None, keepalive_interval=None,
+        keepalive_timeout=None, retry_interval=None, margin=None, reacquire=None,
+        memory=None, ca_file=None, cert_file=None, key_file=None, user=None,
+        password=None, allow_plaintext_password=None, connect_timeout=None,
+        request_timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        endpoints: Option<&Bound<'_, PyAny>>,
+        ttl: Option<f64>,
+        keepalive_interval: Option<f64>,
+        keepalive_timeout: Option<f64>,
+        retry_interval: Option<f64>,
+        margin: Option<f64>,
+        reacquire: Option<bool>,
+        memory: Option<PyRef<'_, MemoryService>>,
+        ca_file: Option<std::path::PathBuf>,
+        cert_file: Option<std::path::PathBuf>,
+        key_file: Option<std::path::PathBuf>,
+        user: Option<String>,
+        password: Option<String>,
+        allow_plaintext_password: Option<bool>,
+        connect_timeout: Option<f64>,
+        request_timeout: Option<f64>,
+    ) -> PyResult<Client> {
+        not_forked(py)?;
+        let timing = Timing {
+            ttl,
+            keepalive_interval,
+            keepalive_timeout,
+            retry_interval,
+            margin,
+            reacquire,
+        };
+        let options = timing.options(py, &dlock::Options::default())?;
+        let etcd_only = ca_file.is_some()
+            || cert_file.is_some()
+            || key_file.is_some()
+            || user.is_some()
+            || password.is_some()
+            || allow_plaintext_password.is_some()
+            || connect_timeout.is_some()
+            || request_timeout.is_some();
+        let invalid = |m: &str| invalid_argument(py, m);
+        let config = match (endpoints, memory) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "give endpoints (etcd) or memory (embedded), not both",
+                ));
+            }
+            (None, memory) => {
+                if etcd_only {
+                    return Err(invalid(
+                        "TLS, user and timeout settings are etcd settings: give endpoints too \
+                         (or set DLOCK_ENDPOINTS and the DLOCK_* variables)",
+                    ));
+                }
+                match memory {
+                    Some(m) => dlock::ClientConfig::embedded_in(m.inner.clone()),
+                    None => dlock::ClientConfig::from_env(),
+                }
+            }
+            (Some(e), None) => {
+                let list: String = if let Ok(s) = e.cast::<PyString>() {
+                    s.to_cow()?.to_string()
+                } else {
+                    let items: Vec<String> = e.extract().map_err(|_| {
+                        PyTypeError::new_err("endpoints must be a str or a sequence of str")
+                    })?;
+                    items.join(",")
+                };
+                let mut c = dlock::EtcdConfig::parse(&list).or_raise(py)?;
+                c.ca_file = ca_file;
+                c.cert_file = cert_file;
+                c.key_file = key_file;
+                c.user = user;
+                c.password = password;
+                if let Some(a) = allow_plaintext_password {
+                    c.allow_plaintext_password = a;
+                }
+                if let Some(t) = connect_timeout {
+                    c.connect_timeout = seconds(py, "connect_timeout", Code::InvalidArgument, t)?;
+                }
+                if let Some(t) = request_timeout {
+                    c.request_timeout = seconds(py, "request_timeout", Code::InvalidArgument, t)?;
+                }
+                dlock::ClientConfig::etcd(c)
+            }
+        };
+        let config = config.with_options(options);
+        let inner = py.detach(|| dlock::Client::connect(config)).or_raise(py)?;
+        Ok(Client { inner })
+    }
+
+    /// The timing settings of the default session, in seconds.
+    fn options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        options_dict(py, self.inner.options())
+    }
+
+    /// Ends this client's sessions at once, as `dlock.shutdown()` does for
+    /// the whole process (bounded by one keepalive timeout); its handles
+    /// then behave as closed. Idempotent.
+    fn shutdown(&self, py: Python<'_>) {
+        let c = &self.inner;
+        py.detach(|| c.shutdown());
+    }
+
+    /// The embedded backend's fault switches of this client; None on etcd.
+    #[getter]
+    fn link(&self) -> Option<Link> {
+        self.inner.link().map(|l| Link { inner: l.clone() })
+    }
+
+    /// The embedded service of this client; None on etcd.
+    #[getter]
+    fn memory(&self) -> Option<MemoryService> {
+        self.inner.link().map(|l| MemoryService {
+            inner: l.service().clone(),
+        })
+    }
+
+    /// The default session, shared by `client.lock(name)`'s locks.
+    #[getter]
+    fn _default_session(&self) -> Session {
+        Session {
+            inner: self.inner.default_session().clone(),
+        }
+    }
+
+    /// A new session (its own lease); settings default to the client's.
+    #[pyo3(signature = (*, ttl=None, keepalive_interval=None, keepalive_timeout=None,
+        retry_interval=None, margin=None, reacquire=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _session(
+        &self,
+        py: Python<'_>,
+        ttl: Option<f64>,
+        keepalive_interval: Option<f64>,
+        keepalive_timeout: Option<f64>,
+        retry_interval: Option<f64>,
+        margin: Option<f64>,
+        reacquire: Option<bool>,
+    ) -> PyResult<Session> {
+        not_forked(py)?;
+        let timing = Timing {
+            ttl,
+            keepalive_interval,
+            keepalive_timeout,
+            retry_interval,
+            margin,
+            reacquire,
+        };
+        let options = timing.options(py, self.inner.options())?;
+        let inner = self.inner.session(options).or_raise(py)?;
+        Ok(Session { inner })
+    }
+}

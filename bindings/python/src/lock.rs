@@ -1,0 +1,346 @@
+//! `dlock._dlock.Lock`: one named lock; blocking calls without the GIL,
+//! async calls completed by the core (`acquire_then`, `spawn_then`).
+
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use crate::acquisition::Acquisition;
+use crate::callback::call_back;
+use crate::client::Client;
+use crate::complete::{Outcome, Pending, spawn};
+use crate::convert::{bytes_arg, instant_secs, py_opt, secs_f64, timeout_arg, type_name};
+use crate::error::{OrRaise, not_forked, refused};
+use crate::events::{Event, EventStream};
+use crate::permit::Permit;
+use crate::session::Session;
+use crate::wait::wait_interruptible;
+
+/// What `Lock.stats()` reports; durations in seconds.
+#[pyclass(module = "dlock._dlock", frozen, get_all)]
+pub(crate) struct LockStats {
+    acquisitions: u64,
+    drains: u64,
+    resumes: u64,
+    fences_deadline: u64,
+    fences_lease_lost: u64,
+    fences_lock_lost: u64,
+    last_keepalive_rtt: Option<f64>,
+    slack: Option<f64>,
+    in_flight: u64,
+}
+
+#[pymethods]
+impl LockStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "LockStats(acquisitions={}, drains={}, resumes={}, fences_deadline={}, \
+             fences_lease_lost={}, fences_lock_lost={}, last_keepalive_rtt={}, slack={}, \
+             in_flight={})",
+            self.acquisitions,
+            self.drains,
+            self.resumes,
+            self.fences_deadline,
+            self.fences_lease_lost,
+            self.fences_lock_lost,
+            py_opt(self.last_keepalive_rtt),
+            py_opt(self.slack),
+            self.in_flight
+        )
+    }
+}
+
+// ------------------------------------------------------------------ lock
+
+/// What a `Lock` wraps: a core lock, or an election (`dlock::Election`
+/// derefs to its lock), so `Election` has the whole lock API by extending
+/// `Lock`.
+pub(crate) type LockHandle = Arc<dyn Deref<Target = dlock::Lock> + Send + Sync>;
+
+/// One named lock (see `dlock.Lock`).
+#[pyclass(module = "dlock._dlock", subclass, frozen, weakref)]
+pub(crate) struct Lock {
+    /// Dropped without the GIL (the core's drop waits for a callback that
+    /// may be waiting for the GIL). Cloned with `Arc::clone(&self.inner)`:
+    /// `self.inner.clone()` is a `ManuallyDrop` that never drops, and the
+    /// lock would outlive its Python object (found by the soak).
+    pub(crate) inner: ManuallyDrop<LockHandle>,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        Python::attach(|py| py.detach(move || drop(inner)));
+    }
+}
+
+#[pymethods]
+impl Lock {
+    /// A lock called `name` on `owner`, a Client (its default session) or a
+    /// Session; not acquired yet.
+    #[new]
+    fn new(py: Python<'_>, owner: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<Lock> {
+        let name = name.cast::<PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "a lock name must be a str, not {}",
+                type_name(name)
+            ))
+        })?;
+        let name = name.to_cow()?;
+        let lock = if let Ok(c) = owner.cast::<Client>() {
+            c.get().inner.lock(&name)
+        } else if let Ok(s) = owner.cast::<Session>() {
+            s.get().inner.lock(&name)
+        } else {
+            return Err(PyTypeError::new_err(
+                "a lock's owner must be a dlock.Client or a dlock.Session",
+            ));
+        };
+        Ok(Lock {
+            inner: ManuallyDrop::new(Arc::new(Box::new(lock.or_raise(py)?))),
+        })
+    }
+
+    /// The lock's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// The session the lock is held under.
+    #[getter]
+    fn _session(&self) -> Session {
+        Session {
+            inner: self.inner.session().clone(),
+        }
+    }
+
+    /// Acquires, waiting up to `timeout` seconds (None: as long as it
+    /// takes; 0: one try); returns the token. Releases the GIL; Ctrl-C
+    /// interrupts it and cancels the acquire.
+    #[pyo3(signature = (timeout=None))]
+    fn acquire(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u64> {
+        let timeout = timeout_arg(py, timeout)?;
+        not_forked(py)?;
+        let got = wait_interruptible(py, self.inner.acquire_async(timeout))?;
+        got.map(|t| t.get()).or_raise(py)
+    }
+
+    /// Acquires if nobody holds the lock, else raises `WouldBlock`.
+    fn try_acquire(&self, py: Python<'_>) -> PyResult<u64> {
+        not_forked(py)?;
+        let got = wait_interruptible(py, self.inner.try_acquire_async())?;
+        got.map(|t| t.get()).or_raise(py)
+    }
+
+    /// Releases the lock (deletes its key); no permit is valid from now on.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        not_forked(py)?;
+        let lock = Arc::clone(&self.inner);
+        py.detach(move || lock.release()).or_raise(py)
+    }
+
+    /// Releases and ends the lock's callbacks and event streams.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        not_forked(py)?;
+        let lock = Arc::clone(&self.inner);
+        py.detach(move || lock.close()).or_raise(py)
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// The state's name (`"Holding"`, ...).
+    #[getter]
+    fn state_name(&self, py: Python<'_>) -> PyResult<&'static str> {
+        not_forked(py)?;
+        Ok(self.inner.state().as_str())
+    }
+
+    /// The token held, while Holding or Draining; else None.
+    #[getter]
+    fn token(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        not_forked(py)?;
+        Ok(self.inner.token().map(|t| t.get()))
+    }
+
+    /// The local deadline, seconds on `time.CLOCK_BOOTTIME`, while Holding or
+    /// Draining; else None.
+    #[getter]
+    fn deadline(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        not_forked(py)?;
+        Ok(self.inner.deadline().map(instant_secs))
+    }
+
+    /// Seconds left before the deadline (0 once passed), while Holding or
+    /// Draining; else None.
+    #[getter]
+    fn time_left(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        not_forked(py)?;
+        Ok(self.inner.time_left().map(secs_f64))
+    }
+
+    /// Permits in flight.
+    #[getter]
+    fn in_flight(&self) -> u64 {
+        self.inner.in_flight()
+    }
+
+    /// Counters, the last keepalive's round trip, the slack, the permits in
+    /// flight.
+    fn stats(&self, py: Python<'_>) -> PyResult<LockStats> {
+        not_forked(py)?;
+        let s = self.inner.stats();
+        Ok(LockStats {
+            acquisitions: s.acquisitions,
+            drains: s.drains,
+            resumes: s.resumes,
+            fences_deadline: s.fences_deadline,
+            fences_lease_lost: s.fences_lease_lost,
+            fences_lock_lost: s.fences_lock_lost,
+            last_keepalive_rtt: s.last_keepalive_rtt.map(secs_f64),
+            slack: s.slack.map(secs_f64),
+            in_flight: s.in_flight,
+        })
+    }
+
+    /// Permission for one unit of work, or the refusal (`Draining`,
+    /// `Fenced`, `Released`, `NotHeld`) raised.
+    fn permit(&self, py: Python<'_>) -> PyResult<Permit> {
+        match self.inner.permit_owned() {
+            Ok(p) => Ok(Permit::new(p)),
+            Err(r) => Err(refused(py, r)),
+        }
+    }
+
+    /// `fn(token, in_flight)` once per fenced token.
+    fn on_fence(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
+        let g = f.clone_ref(py);
+        self.inner.on_fence(move |token, in_flight| {
+            call_back(&g, "on_fence", |py| {
+                (token.get(), in_flight).into_pyobject(py)
+            });
+        });
+        f
+    }
+
+    /// `fn(from_state, to_state, reason)` (words) on every state change.
+    fn _on_state_change_words(&self, f: Py<PyAny>) {
+        self.inner.on_state_change(move |c| {
+            call_back(&f, "on_state_change", |py| {
+                (c.from.as_str(), c.to.as_str(), c.reason.as_str()).into_pyobject(py)
+            });
+        });
+    }
+
+    /// `fn(token)` on every acquisition.
+    fn on_acquired(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
+        let g = f.clone_ref(py);
+        self.inner.on_acquired(move |token| {
+            call_back(&g, "on_acquired", |py| (token.get(),).into_pyobject(py));
+        });
+        f
+    }
+
+    /// `fn()` once the lock left Holding and no permit is in flight.
+    fn on_drained(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
+        let g = f.clone_ref(py);
+        self.inner.on_drained(move || {
+            call_back(&g, "on_drained", |py| Ok(PyTuple::empty(py)));
+        });
+        f
+    }
+
+    /// `fn(event)` with every event (an `Event`).
+    fn on_event(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
+        let g = f.clone_ref(py);
+        self.inner.on_event(move |e| {
+            let e = Event::from(e);
+            call_back(&g, "on_event", |py| (e,).into_pyobject(py));
+        });
+        f
+    }
+
+    /// The lock's events from now on (ends with the close).
+    fn _events(&self) -> EventStream {
+        EventStream::new(self.inner.events())
+    }
+
+    /// Puts `key` = `value` only while `token` holds the lock (decided by
+    /// the service); `Fenced` otherwise.
+    fn guarded_put(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let token = crate::convert::u64_arg(py, "token", token)?;
+        let key = bytes_arg("key", key)?;
+        let value = bytes_arg("value", value)?;
+        not_forked(py)?;
+        let lock = Arc::clone(&self.inner);
+        py.detach(move || lock.guarded_put(dlock::Token(token), &key, &value))
+            .or_raise(py)
+    }
+
+    /// Deletes `key` under the rules of `guarded_put`.
+    fn guarded_delete(
+        &self,
+        py: Python<'_>,
+        token: &Bound<'_, PyAny>,
+        key: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let token = crate::convert::u64_arg(py, "token", token)?;
+        let key = bytes_arg("key", key)?;
+        not_forked(py)?;
+        let lock = Arc::clone(&self.inner);
+        py.detach(move || lock.guarded_delete(dlock::Token(token), &key))
+            .or_raise(py)
+    }
+
+    /// Starts an acquire whose token (or error) completes `fut` on `loop`;
+    /// the `Acquisition` cancels it.
+    fn _acquire_start(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        r#loop: Py<PyAny>,
+        fut: Py<PyAny>,
+    ) -> PyResult<Acquisition> {
+        let timeout = timeout_arg(py, timeout)?;
+        let pending = Pending::new(py, r#loop, fut)?;
+        let inner = self.inner.acquire_then(true, timeout, move |got| {
+            pending.complete(Outcome::Token(got.map(|t| t.get())));
+        });
+        Ok(Acquisition { inner })
+    }
+
+    /// Starts a release that completes `fut` on `loop`.
+    fn _release_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
+        let lock = Arc::clone(&self.inner);
+        spawn(py, r#loop, fut, async move {
+            Outcome::Unit(lock.release_async().await)
+        })
+    }
+
+    /// Starts a close that completes `fut` on `loop`.
+    fn _close_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
+        let lock = Arc::clone(&self.inner);
+        spawn(py, r#loop, fut, async move {
+            Outcome::Unit(lock.close_async().await)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", ***self.inner)
+    }
+}

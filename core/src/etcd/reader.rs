@@ -1,0 +1,119 @@
+//! Read-only looks at the lock keys (`dlock show`, `dlock list`), through
+//! the same connections as a client: TLS, user auth with token refresh,
+//! require-leader, deadlines and fail-over (see [`super::conn`]).
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+
+use super::{EtcdBackend, EtcdConfig};
+use crate::backend::BackendError;
+use crate::machine::LeaseId;
+use crate::{Error, Options, lock_key};
+
+/// A read-only connection to an etcd cluster, for looking at lock queues
+/// ([`EtcdConfig::connect_reader`]). Holds no lease and writes nothing.
+#[derive(Clone)]
+pub struct EtcdReader {
+    backend: EtcdBackend,
+}
+
+/// One lock key: `{name}/{lease:x}` under its lease (see [`lock_key`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockKey {
+    /// The lock's name (the key without its `/<lease hex>`).
+    pub name: String,
+    /// The whole key.
+    pub key: String,
+    /// The key's create revision: its holder's fencing token.
+    pub create_revision: i64,
+    /// The lease the key lives under.
+    pub lease: LeaseId,
+}
+
+/// A lease's time to live, as etcd reports it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseTtl {
+    /// Seconds left, -1 if the lease is gone.
+    pub left_s: i64,
+    /// The TTL granted, in seconds.
+    pub granted_s: i64,
+}
+
+impl EtcdConfig {
+    /// A read-only connection: blocks while it connects (and
+    /// authenticates) to the first endpoint that answers, as
+    /// [`crate::Client::etcd`] does.
+    pub fn connect_reader(&self) -> Result<EtcdReader, Error> {
+        self.validate()?;
+        let backend = EtcdBackend::new(self, &Options::default())?;
+        let b = backend.clone();
+        crate::driver::block_on(async move { b.connect_first().await })??;
+        Ok(EtcdReader { backend })
+    }
+}
+
+fn failed(what: &str, e: BackendError) -> Error {
+    Error::Backend(format!("{what}: {e}"))
+}
+
+impl EtcdReader {
+    /// The lock keys whose key starts with `prefix`, oldest (lowest create
+    /// revision) first: so the first key of each name holds it, the others
+    /// wait in that order. Keys that are not lock keys (no lease, or a last
+    /// segment that is not their lease in hex) are left out.
+    pub fn lock_keys(&self, prefix: &str) -> Result<Vec<LockKey>, Error> {
+        let b = self.backend.clone();
+        let prefix = prefix.to_owned();
+        let got = crate::driver::block_on(async move {
+            b.unary(b.0.request_timeout, |mut c| {
+                let p = prefix.clone();
+                async move {
+                    let opts = GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend);
+                    c.get(p, Some(opts)).await
+                }
+            })
+            .await
+        })?
+        .map_err(|e| failed("get", e))?;
+        Ok(got
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let key = String::from_utf8_lossy(kv.key()).into_owned();
+                let (name, _) = key.rsplit_once('/')?;
+                (kv.lease() != 0 && lock_key(name, kv.lease()) == key).then(|| LockKey {
+                    name: name.to_owned(),
+                    key: key.clone(),
+                    create_revision: kv.create_revision(),
+                    lease: kv.lease(),
+                })
+            })
+            .collect())
+    }
+
+    /// The time to live of `lease`.
+    pub fn lease_ttl(&self, lease: LeaseId) -> Result<LeaseTtl, Error> {
+        let b = self.backend.clone();
+        let r = crate::driver::block_on(async move {
+            b.unary(b.0.request_timeout, |mut c| async move {
+                c.lease_time_to_live(lease, None).await
+            })
+            .await
+        })?;
+        match r {
+            Ok(r) => Ok(LeaseTtl {
+                left_s: r.ttl(),
+                granted_s: r.granted_ttl(),
+            }),
+            // Gone between the read of its key and this.
+            Err(BackendError::LeaseNotFound) => Ok(LeaseTtl {
+                left_s: -1,
+                granted_s: 0,
+            }),
+            Err(e) => Err(failed("lease time-to-live", e)),
+        }
+    }
+}

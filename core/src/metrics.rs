@@ -1,0 +1,388 @@
+//! Metrics (issue 22): counters, gauges and small fixed-bucket histograms
+//! kept with atomics on paths that already exist (the driver's transitions,
+//! keepalive replies, acquire answers, fence dispatch; a refused permit),
+//! and [`Snapshot`], read at scrape time by [`crate::Client::snapshot`].
+//! A granted permit touches nothing here. Every face renders the same
+//! [`Family`] list: the text format through [`Snapshot::to_text`], the
+//! Prometheus libraries from [`Snapshot::families`].
+
+#[cfg(feature = "prometheus")]
+mod collector;
+pub mod prometheus;
+
+#[cfg(feature = "prometheus")]
+pub use collector::Collector;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::driver::Shared;
+use crate::gate::Gate;
+use crate::machine::{Refused, State, Token};
+
+/// Per-lock series kept by default; the locks past it (in name order) are
+/// folded into one series labelled [`OTHER`].
+pub const DEFAULT_LOCK_SERIES: usize = 100;
+/// The `lock` label of the folded series.
+pub const OTHER: &str = "_other";
+
+/// Bounds (seconds) of the round-trip, acquire-wait and lateness
+/// histograms.
+pub const LATENCY_BOUNDS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Bounds (seconds) of the hold-duration histogram.
+pub const HOLD_BOUNDS: &[f64] = &[1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0];
+const MAX_BUCKETS: usize = 16;
+
+/// A fixed-bucket histogram: one `fetch_add` per bucket hit, the count and
+/// the sum in nanoseconds.
+pub(crate) struct Histogram {
+    bounds: &'static [f64],
+    buckets: [AtomicU64; MAX_BUCKETS],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    pub(crate) const fn new(bounds: &'static [f64]) -> Histogram {
+        assert!(bounds.len() < MAX_BUCKETS);
+        Histogram {
+            bounds,
+            buckets: [const { AtomicU64::new(0) }; MAX_BUCKETS],
+            count: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(self.bounds.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_ns
+            .fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    fn read(&self) -> HistogramSnapshot {
+        let mut cumulative = Vec::with_capacity(self.bounds.len() + 1);
+        let mut total = 0;
+        for b in &self.buckets[..=self.bounds.len()] {
+            total += b.load(Relaxed);
+            cumulative.push(total);
+        }
+        HistogramSnapshot {
+            bounds: self.bounds,
+            cumulative,
+            count: total,
+            sum: self.sum_ns.load(Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// A histogram as read: `cumulative[i]` counts the observations
+/// `<= bounds[i]`, the last entry (`+Inf`) all of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Upper bounds, seconds.
+    pub bounds: &'static [f64],
+    /// Cumulative counts, one per bound and one for `+Inf`.
+    pub cumulative: Vec<u64>,
+    /// Observations.
+    pub count: u64,
+    /// Sum of the observations, seconds.
+    pub sum: f64,
+}
+
+impl HistogramSnapshot {
+    fn add(&mut self, o: &HistogramSnapshot) {
+        for (a, b) in self.cumulative.iter_mut().zip(&o.cumulative) {
+            *a += b;
+        }
+        self.count += o.count;
+        self.sum += o.sum;
+    }
+}
+
+/// How an acquire call ended, the `outcome` label of
+/// `dlock_acquire_wait_seconds`.
+pub const OUTCOMES: [&str; 4] = ["acquired", "timeout", "cancelled", "error"];
+
+/// Refusal reasons, the `reason` label of `dlock_permits_refused_total`
+/// (in [`Refused`]'s order).
+pub const REFUSALS: [&str; 4] = ["draining", "fenced", "released", "not_held"];
+
+pub(crate) fn refusal_index(r: Refused) -> usize {
+    match r {
+        Refused::Draining => 0,
+        Refused::Fenced => 1,
+        Refused::Released => 2,
+        Refused::NotHeld => 3,
+    }
+}
+
+/// Per-lock figures beside [`crate::gate::Counters`], written by the driver
+/// (and a refused permit).
+#[derive(Default)]
+pub(crate) struct LockMetrics {
+    pub(crate) refused: [AtomicU64; 4],
+    /// When the current hold began (clock ns), 0: not holding.
+    pub(crate) held_since: AtomicU64,
+    /// The last deadline published (clock ns), for the fence lateness.
+    pub(crate) deadline: AtomicU64,
+    /// The handle is an election's candidate (`dlock_election_leader`).
+    pub(crate) election: AtomicBool,
+}
+
+/// Per-session histograms and keepalive results, in the driver's `Shared`.
+pub(crate) struct SessionMetrics {
+    pub(crate) keepalive_rtt: Histogram,
+    pub(crate) keepalives_ok: AtomicU64,
+    pub(crate) keepalives_failed: AtomicU64,
+    pub(crate) keepalives_lease_lost: AtomicU64,
+    pub(crate) acquire_wait: [Histogram; 4],
+    pub(crate) fence_lateness: Histogram,
+    pub(crate) hold: Histogram,
+    /// The session's locks, for the snapshot (a lock is added once, when
+    /// its handle is made; dead ones are dropped at scrape time).
+    pub(crate) locks: Mutex<Vec<(Arc<str>, Weak<Gate>)>>,
+}
+
+impl Default for SessionMetrics {
+    fn default() -> SessionMetrics {
+        SessionMetrics {
+            keepalive_rtt: Histogram::new(LATENCY_BOUNDS),
+            keepalives_ok: AtomicU64::new(0),
+            keepalives_failed: AtomicU64::new(0),
+            keepalives_lease_lost: AtomicU64::new(0),
+            acquire_wait: [const { Histogram::new(LATENCY_BOUNDS) }; 4],
+            fence_lateness: Histogram::new(LATENCY_BOUNDS),
+            hold: Histogram::new(HOLD_BOUNDS),
+            locks: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl SessionMetrics {
+    /// An acquire call answered `r` after `waited`.
+    pub(crate) fn acquire_answered(&self, r: &Result<Token, crate::Error>, waited: Duration) {
+        let i = match r {
+            Ok(_) => 0,
+            Err(crate::Error::Timeout | crate::Error::WouldBlock) => 1,
+            Err(crate::Error::Released) => 2,
+            Err(_) => 3,
+        };
+        self.acquire_wait[i].observe(waited);
+    }
+}
+
+/// The sessions of every client, by client id, for
+/// [`crate::Client::snapshot`]; weak, so nothing here keeps one alive.
+static SESSIONS: Mutex<Vec<(u64, Weak<Shared>)>> = Mutex::new(Vec::new());
+
+pub(crate) fn register(client: u64, shared: &Arc<Shared>) {
+    let mut all = crate::sync::lock(&SESSIONS);
+    all.retain(|(_, s)| s.strong_count() > 0);
+    all.push((client, Arc::downgrade(shared)));
+}
+
+/// One lock as read at scrape time.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LockSnapshot {
+    /// The lock's name.
+    pub name: String,
+    /// Its state.
+    pub state: State,
+    /// The token held, while holding or draining.
+    pub token: Option<Token>,
+    /// Deadline − now, while holding or draining.
+    pub slack: Option<Duration>,
+    /// Permits in flight.
+    pub in_flight: u64,
+    /// Acquisitions, first and after fences.
+    pub acquisitions: u64,
+    /// Drains begun.
+    pub drains: u64,
+    /// Drains ended by a confirmed keepalive.
+    pub resumes: u64,
+    /// Fences by reason: deadline, lease_lost, lock_lost.
+    pub fences: [u64; 3],
+    /// Permits refused, by [`REFUSALS`].
+    pub refused: [u64; 4],
+    /// The handle is an election's candidate: holding or draining is
+    /// leading.
+    pub election: bool,
+}
+
+/// One session as read at scrape time.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SessionSnapshot {
+    /// Its locks, in name order.
+    pub locks: Vec<LockSnapshot>,
+    /// Keepalives confirmed, failed, answered "lease not found".
+    pub keepalives: [u64; 3],
+    /// Keepalive round trips.
+    pub keepalive_rtt: HistogramSnapshot,
+    /// Acquire waits by [`OUTCOMES`].
+    pub acquire_wait: Vec<HistogramSnapshot>,
+    /// `on_fence` start − deadline (0 for a fence before the deadline).
+    pub fence_lateness: HistogramSnapshot,
+    /// Hold durations (acquired until fenced or released).
+    pub hold: HistogramSnapshot,
+}
+
+/// Every session and lock of a client, from [`crate::Client::snapshot`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The client's sessions.
+    pub sessions: Vec<SessionSnapshot>,
+}
+
+pub(crate) fn snapshot(client: u64) -> Snapshot {
+    let shared: Vec<Arc<Shared>> = crate::sync::lock(&SESSIONS)
+        .iter()
+        .filter(|(c, _)| *c == client)
+        .filter_map(|(_, s)| s.upgrade())
+        .collect();
+    Snapshot {
+        sessions: shared.iter().map(|s| read_session(&s.metrics)).collect(),
+    }
+}
+
+/// Adds a lock of the session for the snapshot. Dead entries are dropped
+/// whenever the list has doubled since the last sweep, so a session that
+/// makes and drops locks without ever being scraped keeps a list (and the
+/// freed gates a `Weak` pins) proportional to its live locks.
+pub(crate) fn add_lock(m: &SessionMetrics, name: Arc<str>, gate: &Arc<Gate>) {
+    let mut locks = crate::sync::lock(&m.locks);
+    if locks.len() >= 64 && locks.len().is_power_of_two() {
+        locks.retain(|(_, g)| g.strong_count() > 0);
+    }
+    locks.push((name, Arc::downgrade(gate)));
+}
+
+fn read_session(m: &SessionMetrics) -> SessionSnapshot {
+    let gates: Vec<(Arc<str>, Arc<Gate>)> = {
+        let mut locks = crate::sync::lock(&m.locks);
+        locks.retain(|(_, g)| g.strong_count() > 0);
+        locks
+            .iter()
+            .filter_map(|(n, g)| Some((n.clone(), g.upgrade()?)))
+            .collect()
+    };
+    let mut locks: Vec<LockSnapshot> = gates.iter().map(|(n, g)| read_lock(n, g)).collect();
+    locks.sort_by(|a, b| a.name.cmp(&b.name));
+    SessionSnapshot {
+        locks,
+        keepalives: [
+            m.keepalives_ok.load(Relaxed),
+            m.keepalives_failed.load(Relaxed),
+            m.keepalives_lease_lost.load(Relaxed),
+        ],
+        keepalive_rtt: m.keepalive_rtt.read(),
+        acquire_wait: m.acquire_wait.iter().map(Histogram::read).collect(),
+        fence_lateness: m.fence_lateness.read(),
+        hold: m.hold.read(),
+    }
+}
+
+fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
+    let s = g.read();
+    let c = &g.counters;
+    let holding = matches!(s.state, State::Holding | State::Draining);
+    LockSnapshot {
+        name: name.to_owned(),
+        state: s.state,
+        token: holding.then_some(s.token),
+        slack: g.time_left(),
+        in_flight: g.in_flight(),
+        acquisitions: c.acquisitions.load(Relaxed),
+        drains: c.drains.load(Relaxed),
+        resumes: c.resumes.load(Relaxed),
+        fences: [
+            c.fences_deadline.load(Relaxed),
+            c.fences_lease_lost.load(Relaxed),
+            c.fences_lock_lost.load(Relaxed),
+        ],
+        refused: std::array::from_fn(|i| g.metrics.refused[i].load(Relaxed)),
+        election: g.metrics.election.load(Relaxed),
+    }
+}
+
+/// The `reason` labels of `dlock_fences_total`, in [`LockSnapshot::fences`]'s
+/// order.
+pub const FENCE_REASONS: [&str; 3] = ["deadline", "lease_lost", "lock_lost"];
+
+/// The `state` labels of `dlock_lock_state`.
+pub const STATES: [(State, &str); 7] = [
+    (State::Idle, "idle"),
+    (State::Acquiring, "acquiring"),
+    (State::Holding, "holding"),
+    (State::Draining, "draining"),
+    (State::Fenced, "fenced"),
+    (State::Reacquiring, "reacquiring"),
+    (State::Released, "released"),
+];
+
+/// A metric's type.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up (name ends in `_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Fixed buckets (`_bucket`, `_sum`, `_count`).
+    Histogram,
+}
+
+/// One series of a family.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A counter's or gauge's value.
+    Number(f64),
+    /// A histogram.
+    Histogram(HistogramSnapshot),
+}
+
+/// One metric family: the unit every face renders (names, help, types and
+/// labels come from here alone).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Family {
+    /// Full name (counters with `_total`).
+    pub name: &'static str,
+    /// One line of help.
+    pub help: &'static str,
+    /// Its type.
+    pub kind: Kind,
+    /// Label names, in order.
+    pub labels: &'static [&'static str],
+    /// Label values (in `labels`' order) and the value.
+    pub series: Vec<(Vec<String>, Value)>,
+}
+
+impl Snapshot {
+    /// The families, per-lock series capped at [`DEFAULT_LOCK_SERIES`].
+    pub fn families(&self) -> Vec<Family> {
+        self.families_capped(DEFAULT_LOCK_SERIES)
+    }
+
+    /// The families with at most `max_locks` per-lock series (the rest
+    /// folded into `lock="_other"`).
+    pub fn families_capped(&self, max_locks: usize) -> Vec<Family> {
+        prometheus::families(self, max_locks)
+    }
+
+    /// The Prometheus text exposition format (0.0.4), per-lock series
+    /// capped at [`DEFAULT_LOCK_SERIES`].
+    pub fn to_text(&self) -> String {
+        prometheus::render(&self.families())
+    }
+}

@@ -1,0 +1,123 @@
+//! [`PostgresBackend`]: the [`Backend`] trait on the parts of this module.
+//! Three connections: one for keepalives alone (a keepalive never queues
+//! behind another statement), one for every other statement (so they run
+//! in the order sent), and the listener's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::PostgresConfig;
+use super::conn::{Connector, Slot};
+use super::watch::Listener;
+use super::{guarded, lease, mutex, schema};
+use crate::Error;
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch};
+use crate::machine::{LeaseId, Token};
+
+/// A PostgreSQL server as a lock service.
+#[derive(Clone)]
+pub(crate) struct PostgresBackend(Arc<Shared>);
+
+struct Shared {
+    ops: Arc<Slot>,
+    keepalives: Slot,
+    listener: Listener,
+    timeout: Duration,
+}
+
+impl PostgresBackend {
+    /// Opens every connection and checks the server and the schema: a
+    /// clear error before anything is held.
+    pub async fn connect(config: PostgresConfig) -> Result<PostgresBackend, Error> {
+        let connector = Arc::new(Connector::new(&config)?);
+        let first = connector.open(None).await?;
+        schema::ensure(&first, &connector.target).await?;
+        connector.check_timeline(&first).await?;
+        connector
+            .schema_ready
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let ops = Arc::new(Slot::new(connector.clone(), false));
+        ops.set(first);
+        let keepalives = Slot::new(connector.clone(), true);
+        keepalives.set(connector.open(None).await?);
+        let timeout = config.request_timeout;
+        let listener = Listener::start(connector, ops.clone(), timeout).await?;
+        Ok(PostgresBackend(Arc::new(Shared {
+            ops,
+            keepalives,
+            listener,
+            timeout,
+        })))
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
+    }
+
+    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        Box::pin(lease::keepalive(&self.0.keepalives, lease, self.0.timeout))
+    }
+
+    fn lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        let s = &self.0;
+        Box::pin(mutex::lock(
+            &s.ops,
+            s.listener.wake(),
+            name,
+            lease,
+            wait,
+            s.timeout,
+        ))
+    }
+
+    fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(lease::revoke(&self.0.ops, lease, self.0.timeout))
+    }
+
+    fn unlock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Option<Token>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(mutex::unlock(
+            &self.0.ops,
+            name,
+            lease,
+            token,
+            self.0.timeout,
+        ))
+    }
+
+    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
+        self.0.listener.watch(lease, gone)
+    }
+
+    fn guarded_write<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        key: &'a [u8],
+        value: Option<&'a [u8]>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(guarded::write(
+            &self.0.ops,
+            name,
+            lease,
+            token,
+            key,
+            value,
+            self.0.timeout,
+        ))
+    }
+}

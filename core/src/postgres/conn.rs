@@ -1,0 +1,370 @@
+//! Connections: opening one (TLS or not), checking the server may be used
+//! (a primary with synchronous replication, or a declared single node),
+//! driving it (notices and notifications), and a slot that reopens a
+//! connection that failed or timed out.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, Notification};
+
+use super::PostgresConfig;
+use crate::Error;
+use crate::backend::BackendError;
+use crate::sync::lock;
+
+/// SQLSTATE of `dlock.acquire` when the lease is not alive.
+const LEASE_NOT_FOUND: &str = "DL002";
+
+/// One open connection.
+pub(crate) struct Conn {
+    pub client: tokio_postgres::Client,
+    /// WARNINGs of a cancelled wait for synchronous replication seen on
+    /// this connection: a reply after one is not confirmed on the standby.
+    pub sync_cancels: Arc<AtomicU64>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How to open a connection (the parsed URL, TLS, the replication rule).
+pub(crate) struct Connector {
+    config: tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    single_node: bool,
+    /// `host:port` for messages.
+    pub target: String,
+    /// Set once the schema is known to be there: from then on every
+    /// connection opened checks the timeline (see [`Connector::open`]).
+    pub schema_ready: AtomicBool,
+}
+
+/// A driver error as one line: the server's message and SQLSTATE when it
+/// sent one, else the error with its cause.
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut m = format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        );
+        if let Some(h) = db.hint() {
+            m.push_str("; hint: ");
+            m.push_str(h);
+        }
+        return m;
+    }
+    let mut m = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        m.push_str(": ");
+        m.push_str(&s.to_string());
+        src = s.source();
+    }
+    m
+}
+
+/// Maps a failed statement: the lease's SQLSTATE is `LeaseNotFound`,
+/// anything else `Unavailable`.
+pub(crate) fn backend_error(e: &tokio_postgres::Error) -> BackendError {
+    match e.code() {
+        Some(c) if c.code() == LEASE_NOT_FOUND => BackendError::LeaseNotFound,
+        _ => BackendError::Unavailable(describe(e)),
+    }
+}
+
+fn tls_config(ca_file: &std::path::Path) -> Result<rustls::ClientConfig, Error> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let bad = |why: String| Error::InvalidArgument(format!("CA file {}: {why}", ca_file.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| bad(e.to_string()))? {
+        roots
+            .add(cert.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no certificate in it".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+impl Connector {
+    /// Reads the CA file (when TLS is on); connects nothing yet.
+    pub fn new(c: &PostgresConfig) -> Result<Connector, Error> {
+        let config = c.driver_config();
+        let tls = match (&c.tls, &c.ca_file) {
+            (true, Some(ca)) => Some(tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
+                ca,
+            )?)),
+            _ => None,
+        };
+        let port = config.get_ports().first().copied().unwrap_or(5432);
+        let target = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => format!("{h}:{port}"),
+            Some(tokio_postgres::config::Host::Unix(p)) => format!("{}:{port}", p.display()),
+            None => format!("localhost:{port}"),
+        };
+        Ok(Connector {
+            config,
+            tls,
+            single_node: c.single_node,
+            target,
+            schema_ready: AtomicBool::new(false),
+        })
+    }
+
+    /// Opens and checks a connection; `notes` gets its notifications. An
+    /// `Err` is a clear [`Error`]: `Backend` for the server (unreachable,
+    /// refused authentication, no synchronous standby).
+    pub async fn open(&self, notes: Option<UnboundedSender<Notification>>) -> Result<Conn, Error> {
+        let fail = |e: tokio_postgres::Error| {
+            Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
+        };
+        let cancels = Arc::new(AtomicU64::new(0));
+        let (client, task) = match &self.tls {
+            Some(tls) => {
+                let (client, conn) = self.config.connect(tls.clone()).await.map_err(fail)?;
+                (client, drive(conn, cancels.clone(), notes))
+            }
+            None => {
+                let (client, conn) = self
+                    .config
+                    .connect(tokio_postgres::NoTls)
+                    .await
+                    .map_err(fail)?;
+                (client, drive(conn, cancels.clone(), notes))
+            }
+        };
+        let conn = Conn {
+            client,
+            sync_cancels: cancels,
+            task,
+        };
+        self.check_replication(&conn).await?;
+        if self.schema_ready.load(Ordering::SeqCst) {
+            self.check_timeline(&conn).await?;
+        }
+        Ok(conn)
+    }
+
+    /// After a promotion (a new timeline) extends every lease to at least
+    /// now + its TTL on the new primary's clock (`dlock.check_timeline`).
+    pub async fn check_timeline(&self, conn: &Conn) -> Result<(), Error> {
+        let row = conn
+            .client
+            .query_one("SELECT dlock.check_timeline()", &[])
+            .await
+            .map_err(|e| {
+                Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
+            })?;
+        if row.get::<_, bool>(0) {
+            tracing::warn!(
+                "PostgreSQL at {}: a new timeline (a promotion): every lease extended by its TTL",
+                self.target
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses a standby, and a primary without synchronous replication
+    /// unless the configuration declares a single node.
+    async fn check_replication(&self, conn: &Conn) -> Result<(), Error> {
+        let row = conn
+            .client
+            .query_one(
+                "SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), \
+                 current_setting('synchronous_standby_names')",
+                &[],
+            )
+            .await
+            .map_err(|e| {
+                Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
+            })?;
+        let (standby, commit, names): (bool, String, String) = (row.get(0), row.get(1), row.get(2));
+        if standby {
+            return Err(Error::Backend(format!(
+                "PostgreSQL at {} is a standby (in recovery): connect to the primary",
+                self.target
+            )));
+        }
+        let sync = matches!(commit.as_str(), "on" | "remote_apply") && !names.trim().is_empty();
+        if !sync && !self.single_node {
+            return Err(Error::Backend(format!(
+                "PostgreSQL at {} has no synchronous replication (synchronous_commit = '{commit}', \
+                 synchronous_standby_names = '{names}'): after a failover an asynchronous standby \
+                 can lose a confirmed keepalive or reissue a token. Configure a synchronous standby \
+                 (synchronous_commit on or remote_apply), or declare a single node with \
+                 dlock_single_node=true in the URL",
+                self.target
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Drives a connection on a task of its own: counts the WARNINGs of a
+/// cancelled synchronous-replication wait and forwards notifications. The
+/// task (and with it `notes`) ends when the connection does.
+fn drive<S, T>(
+    mut conn: tokio_postgres::Connection<S, T>,
+    cancels: Arc<AtomicU64>,
+    notes: Option<UnboundedSender<Notification>>,
+) -> tokio::task::AbortHandle
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notice(n))) => {
+                    if *n.code() == SqlState::WARNING
+                        && n.message().contains("synchronous replication")
+                    {
+                        cancels.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if let Some(tx) = &notes {
+                        let _ = tx.send(n);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::debug!("dlock postgres connection ended: {}", describe(&e));
+                    break;
+                }
+                None => break,
+            }
+        }
+    })
+    .abort_handle()
+}
+
+/// A connection that is reopened on the next use after it failed, timed
+/// out, or (`drop_abandoned`) a request on it was abandoned.
+pub(crate) struct Slot {
+    connector: Arc<Connector>,
+    current: Mutex<Option<Arc<Conn>>>,
+    opening: tokio::sync::Mutex<()>,
+    /// Whether a request dropped before its reply (the core timed it out)
+    /// closes the connection: a keepalive must not queue behind a request
+    /// stuck on a dead link.
+    drop_abandoned: bool,
+}
+
+impl Slot {
+    pub fn new(connector: Arc<Connector>, drop_abandoned: bool) -> Slot {
+        Slot {
+            connector,
+            current: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            drop_abandoned,
+        }
+    }
+
+    /// Puts an already open connection in the slot.
+    pub fn set(&self, conn: Conn) {
+        *lock(&self.current) = Some(Arc::new(conn));
+    }
+
+    /// The open connection, opening one if needed.
+    pub async fn get(&self) -> Result<Arc<Conn>, BackendError> {
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(c) = self.live() {
+            return Ok(c);
+        }
+        let conn = Arc::new(
+            self.connector
+                .open(None)
+                .await
+                .map_err(|e| BackendError::Unavailable(e.to_string()))?,
+        );
+        *lock(&self.current) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn live(&self) -> Option<Arc<Conn>> {
+        let cur = lock(&self.current);
+        cur.as_ref().filter(|c| !c.client.is_closed()).cloned()
+    }
+
+    /// Closes `conn` if it is still the slot's.
+    pub fn close(&self, conn: &Arc<Conn>) {
+        let mut cur = lock(&self.current);
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            *cur = None;
+            conn.task.abort();
+        }
+    }
+
+    /// Runs `f` on the connection within `timeout`: a timeout or a broken
+    /// connection closes it (the next call reopens); errors are mapped by
+    /// [`backend_error`].
+    pub async fn run<T, F, Fut>(&self, timeout: Duration, f: F) -> Result<T, BackendError>
+    where
+        F: FnOnce(Arc<Conn>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let conn = self.get().await?;
+        let mut guard = Abandoned {
+            slot: self,
+            conn: Some(conn.clone()),
+        };
+        let out = tokio::time::timeout(timeout, f(conn.clone())).await;
+        guard.conn = None;
+        match out {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_closed() || e.as_db_error().is_none() {
+                    self.close(&conn);
+                }
+                Err(backend_error(&e))
+            }
+            Err(_) => {
+                self.close(&conn);
+                Err(BackendError::Unavailable(format!(
+                    "PostgreSQL at {}: no reply within {} ms",
+                    self.connector.target,
+                    timeout.as_millis()
+                )))
+            }
+        }
+    }
+}
+
+/// Closes the connection of a request dropped before its reply (only for
+/// a slot with `drop_abandoned`).
+struct Abandoned<'a> {
+    slot: &'a Slot,
+    conn: Option<Arc<Conn>>,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            if self.slot.drop_abandoned {
+                self.slot.close(&c);
+            }
+        }
+    }
+}

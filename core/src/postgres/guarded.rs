@@ -1,0 +1,50 @@
+//! Guarded writes to the dlock.kv table: `dlock.guarded_write` commits only
+//! while the lock row holds the token on a live lease (and holds the
+//! name's row meanwhile, so a takeover waits for it).
+
+use std::time::Duration;
+
+use tokio_postgres::types::Type;
+
+use super::conn::Slot;
+use super::mutex::lock_key;
+use crate::backend::BackendError;
+use crate::machine::{LeaseId, Token};
+
+/// Writes `key` = `value` (`None`: deletes) under `token` (see
+/// [`crate::Backend::guarded_write`]).
+pub(crate) async fn write(
+    ops: &Slot,
+    name: &str,
+    lease: LeaseId,
+    token: Token,
+    key: &[u8],
+    value: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<(), BackendError> {
+    let lock = lock_key(name, lease);
+    let token = token.0 as i64;
+    let done: bool = ops
+        .run(timeout, |c| async move {
+            let rows = c
+                .client
+                .query_typed(
+                    "SELECT dlock.guarded_write($1, $2, $3, $4, $5)",
+                    &[
+                        (&name, Type::TEXT),
+                        (&lock, Type::TEXT),
+                        (&token, Type::INT8),
+                        (&key, Type::BYTEA),
+                        (&value, Type::BYTEA),
+                    ],
+                )
+                .await?;
+            Ok(rows[0].get(0))
+        })
+        .await?;
+    if done {
+        Ok(())
+    } else {
+        Err(BackendError::Fenced)
+    }
+}

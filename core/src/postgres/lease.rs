@@ -1,0 +1,90 @@
+//! Leases: rows whose expiry the server's clock decides at each statement.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_postgres::types::Type;
+
+use super::conn::Slot;
+use crate::backend::{BackendError, Grant};
+use crate::machine::LeaseId;
+
+/// Inserts a lease expiring `ttl` from now on the server's clock.
+pub(crate) async fn grant(
+    slot: &Slot,
+    ttl: Duration,
+    timeout: Duration,
+) -> Result<Grant, BackendError> {
+    let secs = ttl.as_secs_f64();
+    let lease: i64 = slot
+        .run(timeout, |c| async move {
+            let row = c
+                .client
+                .query_typed(
+                    "INSERT INTO dlock.leases (ttl, expires_at) \
+                     VALUES (make_interval(secs => $1), clock_timestamp() + make_interval(secs => $1)) \
+                     RETURNING id",
+                    &[(&secs, Type::FLOAT8)],
+                )
+                .await?;
+            Ok(row[0].get(0))
+        })
+        .await?;
+    Ok(Grant { lease, ttl })
+}
+
+/// Extends `lease` by its TTL only while it has not expired: a late
+/// keepalive never revives a lease (no row: [`BackendError::LeaseNotFound`]).
+/// A reply that came with a WARNING of a cancelled wait for synchronous
+/// replication is not confirmed on the standby: `Unavailable`.
+pub(crate) async fn keepalive(
+    slot: &Slot,
+    lease: LeaseId,
+    timeout: Duration,
+) -> Result<Duration, BackendError> {
+    slot.run(timeout, |c| async move {
+        let before = c.sync_cancels.load(Ordering::SeqCst);
+        let rows = c
+            .client
+            .query_typed(
+                "UPDATE dlock.leases SET expires_at = clock_timestamp() + ttl \
+                 WHERE id = $1 AND expires_at > clock_timestamp() \
+                 RETURNING extract(epoch FROM ttl)::float8",
+                &[(&lease, Type::INT8)],
+            )
+            .await?;
+        let cancelled = c.sync_cancels.load(Ordering::SeqCst) != before;
+        Ok((rows.first().map(|r| r.get::<_, f64>(0)), cancelled))
+    })
+    .await
+    .and_then(|(ttl, cancelled)| match (ttl, cancelled) {
+        (_, true) => Err(BackendError::Unavailable(
+            "the keepalive's wait for synchronous replication was cancelled: not confirmed".into(),
+        )),
+        (None, false) => Err(BackendError::LeaseNotFound),
+        (Some(secs), false) => Ok(Duration::from_secs_f64(secs.max(0.0))),
+    })
+}
+
+/// Deletes `lease` and, by cascade, its locks (their watchers hear it).
+pub(crate) async fn revoke(
+    slot: &Slot,
+    lease: LeaseId,
+    timeout: Duration,
+) -> Result<(), BackendError> {
+    let rows = slot
+        .run(timeout, |c| async move {
+            c.client
+                .query_typed(
+                    "DELETE FROM dlock.leases WHERE id = $1 RETURNING id",
+                    &[(&lease, Type::INT8)],
+                )
+                .await
+        })
+        .await?;
+    if rows.is_empty() {
+        Err(BackendError::LeaseNotFound)
+    } else {
+        Ok(())
+    }
+}

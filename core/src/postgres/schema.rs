@@ -1,0 +1,73 @@
+//! The versioned `dlock` schema: checked at connect, created or upgraded
+//! when this role may, else a clear error naming the missing privilege.
+
+use tokio_postgres::error::SqlState;
+
+use super::SCHEMA_SQL;
+use super::conn::{Conn, describe};
+use crate::Error;
+
+/// The schema version this library speaks.
+pub(crate) const VERSION: i32 = 1;
+
+/// Makes sure the schema is at [`VERSION`], running the schema file when it
+/// is missing or older.
+pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
+    let fail = |what: &str, e: &tokio_postgres::Error| {
+        Error::Backend(format!("PostgreSQL at {target}: {what}: {}", describe(e)))
+    };
+    let found = match conn
+        .client
+        .query_one("SELECT max(version) FROM dlock.schema_version", &[])
+        .await
+    {
+        Ok(row) => row.get::<_, Option<i32>>(0),
+        Err(e)
+            if matches!(
+                e.code(),
+                Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME
+            ) =>
+        {
+            None
+        }
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            return Err(privilege(
+                target,
+                &e,
+                "USAGE on schema dlock and SELECT, INSERT, UPDATE, DELETE on its tables",
+            ));
+        }
+        Err(e) => return Err(fail("reading the dlock schema version", &e)),
+    };
+    match found {
+        Some(v) if v == VERSION => return Ok(()),
+        Some(v) if v > VERSION => {
+            return Err(Error::Backend(format!(
+                "PostgreSQL at {target}: the dlock schema is version {v}, newer than this library's {VERSION}: upgrade dlock"
+            )));
+        }
+        _ => {}
+    }
+    match conn.client.batch_execute(SCHEMA_SQL).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            let _ = conn.client.batch_execute("ROLLBACK").await;
+            Err(privilege(
+                target,
+                &e,
+                "CREATE on the database (to create schema dlock), or a DBA runs core/sql/dlock-v1.sql once",
+            ))
+        }
+        Err(e) => {
+            let _ = conn.client.batch_execute("ROLLBACK").await;
+            Err(fail("creating the dlock schema", &e))
+        }
+    }
+}
+
+fn privilege(target: &str, e: &tokio_postgres::Error, needs: &str) -> Error {
+    Error::Backend(format!(
+        "PostgreSQL at {target}: permission denied for the dlock schema ({}); this role needs {needs}",
+        describe(e)
+    ))
+}

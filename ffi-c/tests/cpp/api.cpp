@@ -1,0 +1,310 @@
+// include/dlock.hpp on the embedded backend: the error category, RAII and
+// moves, permits (no throw, ended by destructors), callbacks, sessions,
+// the fence gate, acquire_start and cancel, metrics, health and shutdown.
+// Built by scripts/test-cpp.sh with -std=c++17 and c++20,
+// -Wall -Wextra -Werror -pedantic, under ASan/UBSan. Prints
+// `cpp api: N passed, N failed`; exits non-zero on a failure.
+#include <dlock.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+using namespace std::chrono_literals;
+
+static int passed, failed;
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (cond) {                                                       \
+      ++passed;                                                       \
+    } else {                                                          \
+      ++failed;                                                       \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
+    }                                                                 \
+  } while (0)
+
+// The handles are move-only; the permit is a value of C storage.
+static_assert(!std::is_copy_constructible_v<dlock::client>);
+static_assert(!std::is_copy_constructible_v<dlock::session>);
+static_assert(!std::is_copy_constructible_v<dlock::lock>);
+static_assert(!std::is_copy_constructible_v<dlock::fence_gate>);
+static_assert(!std::is_copy_constructible_v<dlock::permit>);
+static_assert(std::is_nothrow_move_constructible_v<dlock::client>);
+static_assert(std::is_nothrow_move_constructible_v<dlock::lock>);
+static_assert(std::is_nothrow_move_assignable_v<dlock::lock>);
+static_assert(std::is_nothrow_move_constructible_v<dlock::permit>);
+static_assert(sizeof(dlock::permit) <= sizeof(struct lk_permit) + sizeof(void *),
+              "a permit is the C struct and a status, nothing on the heap");
+static_assert(noexcept(std::declval<const dlock::lock &>().permit()));
+
+// Short timings (the rules: ttl >= 2000 and > keepalive_interval + margin).
+static dlock::options quick() {
+  dlock::options o;
+  o.ttl = 2s;
+  o.keepalive_interval = 500ms;
+  o.keepalive_timeout = 200ms;
+  o.retry_interval = 100ms;
+  o.margin = 500ms;
+  o.reacquire = false;
+  return o;
+}
+
+// Waits up to 10 s for a flag a callback sets.
+struct signal {
+  std::mutex m;
+  std::condition_variable cv;
+  bool set = false;
+  std::uint64_t value = 0;
+  void raise(std::uint64_t v) {
+    std::lock_guard<std::mutex> g(m);
+    set = true;
+    value = v;
+    cv.notify_all();
+  }
+  bool wait() {
+    std::unique_lock<std::mutex> g(m);
+    return cv.wait_for(g, 10s, [this] { return set; });
+  }
+};
+
+static void codes() {
+  std::error_code ec = dlock::errc::timeout;
+  CHECK(ec.category() == dlock::category());
+  CHECK(std::string(dlock::category().name()) == "dlock");
+  CHECK(ec.message() == "timeout");
+  CHECK(dlock::make_error_code(dlock::errc::fenced).value() == LK_FENCED);
+  CHECK(ec != std::make_error_code(std::errc::timed_out));  // its own category
+  CHECK(dlock::version() == lk_version());
+}
+
+static void acquire_permit_release() {
+  dlock::client a = dlock::client::memory();
+  dlock::client b = dlock::client::memory();  // the same process-wide service
+  dlock::lock la = a.lock("cpp/api");
+  dlock::lock lb = b.lock("cpp/api");
+  CHECK(la.name() == "cpp/api");
+  CHECK(!la.token());
+  {
+    dlock::permit p = la.permit();  // not held yet: a refusal, no throw
+    CHECK(!p);
+    CHECK(p.status() == dlock::errc::not_held);
+    CHECK(p.token() == 0);
+  }
+  const std::uint64_t token = la.acquire(5s);
+  CHECK(token >= 1);
+  CHECK(la.token() == token);
+  CHECK(la.state() == LK_STATE_HOLDING);
+  CHECK(la.time_left().value_or(0ms) > 0ms);
+  CHECK(!lb.try_acquire());  // held by la: nullopt, no throw
+  try {
+    lb.acquire(100ms);
+    CHECK(!"acquire of a held lock returned");
+  } catch (const dlock::error &e) {
+    CHECK(e.status() == dlock::errc::timeout);
+    CHECK(e.code() == dlock::errc::timeout);
+    CHECK(std::string(e.what()).find("lk_lock_acquire") != std::string::npos);
+  }
+  {
+    dlock::permit p = la.permit();
+    CHECK(static_cast<bool>(p));
+    CHECK(p.token() == token);
+    CHECK(p.valid());
+    CHECK(la.in_flight() == 1);
+    dlock::permit q = std::move(p);  // moved: q ends it, p is empty
+    CHECK(!p);
+    CHECK(static_cast<bool>(q));
+    CHECK(q.token() == token);
+    CHECK(la.in_flight() == 1);
+    p.end();  // an empty permit: nothing
+    CHECK(la.in_flight() == 1);
+    dlock::permit r = la.permit();
+    CHECK(la.in_flight() == 2);
+    r = std::move(q);  // r's own permit ends, q's moves in
+    CHECK(la.in_flight() == 1);
+    r.end();
+    r.end();  // again: nothing
+    CHECK(la.in_flight() == 0);
+    CHECK(!r && r.status() == dlock::errc::not_held);
+    dlock::permit s = la.permit();
+    CHECK(la.in_flight() == 1);
+  }  // s ends in its destructor
+  CHECK(la.in_flight() == 0);
+  la.release();
+  {
+    dlock::permit p = la.permit();
+    CHECK(!p && p.status() == dlock::errc::released);
+  }
+  CHECK(lb.try_acquire().value_or(0) > token);  // free now, a higher token
+  dlock::lock moved = std::move(lb);             // still holds; lb is empty
+  CHECK(!lb && static_cast<bool>(moved));
+  CHECK(moved.token().has_value());
+}  // moved is freed here: released
+
+static void callbacks_and_fence() {
+  dlock::client c = dlock::client::memory(quick());
+  dlock::lock lock = c.lock("cpp/fence");
+  signal acquired, fenced, drained;
+  std::atomic<int> changes{0};
+  lock.on_acquired([&](std::uint64_t t) { acquired.raise(t); });
+  lock.on_state_change([&](lk_state, lk_state, lk_reason) { ++changes; });
+  lock.on_fence([&](std::uint64_t t, std::uint64_t in_flight) { fenced.raise(t + 1000 * in_flight); });
+  lock.on_drained([&] { drained.raise(1); });
+  dlock::lock held = std::move(lock);  // the callbacks move with the lock
+  const std::uint64_t token = held.acquire(5s);
+  CHECK(acquired.wait() && acquired.value == token);
+  c.partition();
+  CHECK(fenced.wait());
+  CHECK(fenced.value == token);  // token, 0 in flight
+  CHECK(drained.wait());
+  CHECK(changes >= 3);  // acquiring, holding, draining, fenced
+  dlock::permit p = held.permit();
+  CHECK(!p && p.status() == dlock::errc::fenced);
+  c.heal();
+  held.on_fence(nullptr);  // removing a callback
+  held.close();
+}
+
+static void options_and_sessions() {
+  dlock::options bad = quick();
+  bad.ttl = 1s;  // below 2 s
+  try {
+    dlock::client c(bad);
+    CHECK(!"a bad ttl was accepted");
+  } catch (const dlock::error &e) {
+    CHECK(e.status() == dlock::errc::invalid_option);
+  }
+  dlock::client c = dlock::client::memory();
+  dlock::session s = c.session(quick());
+  CHECK(!s.lease());  // granted on the first acquisition
+  dlock::lock l = s.lock("cpp/session");
+  l.acquire(5s);
+  CHECK(s.lease().has_value());
+  dlock::session d = c.default_session();
+  CHECK(s.lease() != d.lease());
+  s.close();
+  try {
+    l.acquire(1s);
+    CHECK(!"acquire on a closed session");
+  } catch (const dlock::error &e) {
+    CHECK(e.status() == dlock::errc::released);
+  }
+}
+
+static void fence_gate() {
+  dlock::fence_gate g;
+  CHECK(g.highest("r") == 0);
+  CHECK(g.admit("r", 5));
+  CHECK(g.admit("r", 5));
+  CHECK(!g.admit("r", 4));  // stale: false, no throw
+  CHECK(g.highest("r") == 5);
+  dlock::fence_gate h = std::move(g);
+  CHECK(h.highest("r") == 5);
+}
+
+// The outcome of one acquire_start, handed to the test thread.
+struct outcome {
+  std::mutex m;
+  std::condition_variable cv;
+  int calls = 0;
+  dlock::errc status = dlock::errc::ok;
+  std::uint64_t token = 0;
+  dlock::lock::acquire_done_fn fn() {
+    return [this](dlock::errc s, std::uint64_t t) {
+      std::lock_guard<std::mutex> g(m);
+      ++calls;
+      status = s;
+      token = t;
+      cv.notify_all();
+    };
+  }
+  bool wait() {
+    std::unique_lock<std::mutex> g(m);
+    return cv.wait_for(g, 10s, [this] { return calls > 0; });
+  }
+};
+
+// acquire_start: done runs once with the outcome; cancel() ends a wait in
+// the queue with errc::released; the handle frees without cancelling.
+static void acquire_start_and_cancel() {
+  dlock::client c = dlock::client::memory();
+  dlock::lock holder = c.lock("cpp/start");
+  dlock::lock waiter = c.lock("cpp/start");
+  const std::uint64_t first = holder.acquire(5s);
+  outcome cancelled;
+  dlock::acquisition a = waiter.acquire_start(10s, cancelled.fn());
+  CHECK(static_cast<bool>(a));
+  dlock::acquisition moved = std::move(a);  // a is empty now
+  CHECK(!a && static_cast<bool>(moved));
+  moved.cancel();
+  moved.cancel();  // again: nothing
+  CHECK(cancelled.wait());
+  CHECK(cancelled.status == dlock::errc::released && cancelled.token == 0);
+  CHECK(holder.token() == first);  // the holder is untouched
+  holder.release();
+  outcome won;
+  {
+    dlock::acquisition b = waiter.acquire_start(5s, won.fn());
+  }  // freed, not cancelled: the acquisition goes on
+  CHECK(won.wait());
+  CHECK(won.status == dlock::errc::ok && won.token > first);
+  CHECK(waiter.token() == won.token);
+  outcome busy;
+  dlock::acquisition d = holder.acquire_start(0ms, busy.fn());  // 0: try once
+  CHECK(busy.wait() && busy.status == dlock::errc::would_block);
+  {
+    std::lock_guard<std::mutex> g(cancelled.m);
+    CHECK(cancelled.calls == 1);  // exactly once
+  }
+}
+
+// metrics_text (the Prometheus text of the client's locks), healthy(), and
+// shutdown(): this client's sessions end, another client is untouched.
+static void metrics_health_shutdown() {
+  dlock::client c = dlock::client::memory();
+  dlock::client other = dlock::client::memory();
+  dlock::lock l = c.lock("cpp/metrics");
+  dlock::lock o = other.lock("cpp/other");
+  CHECK(l.healthy(0ms));  // not held: healthy
+  const std::uint64_t token = l.acquire(5s);
+  o.acquire(5s);
+  CHECK(l.healthy(0ms));
+  const std::string text = c.metrics_text();
+  CHECK(text.find("dlock_lock_token{") != std::string::npos);
+  CHECK(text.find("lock=\"cpp/metrics\"") != std::string::npos);
+  CHECK(text.find(std::to_string(token)) != std::string::npos);
+  CHECK(text.find("cpp/other") == std::string::npos);  // another client's lock
+  c.shutdown();
+  {
+    dlock::permit p = l.permit();
+    CHECK(!p && p.status() == dlock::errc::released);
+  }
+  try {
+    l.acquire(1s);
+    CHECK(!"acquire after shutdown");
+  } catch (const dlock::error &e) {
+    CHECK(e.status() == dlock::errc::shutdown);
+  }
+  CHECK(static_cast<bool>(o.permit()));  // the other client still holds
+  dlock::shutdown();                     // every client of the process
+  CHECK(o.permit().status() == dlock::errc::released);
+  dlock::shutdown();  // idempotent
+  dlock::client after = dlock::client::memory();  // made afterwards: works
+  dlock::lock a = after.lock("cpp/after");
+  CHECK(a.acquire(5s) >= 1);
+}
+
+int main() {
+  codes();
+  acquire_permit_release();
+  callbacks_and_fence();
+  options_and_sessions();
+  fence_gate();
+  acquire_start_and_cancel();
+  metrics_health_shutdown();  // last: it shuts down every client
+  std::printf("cpp api (C++%ld): %d passed, %d failed\n", __cplusplus / 100 % 100, passed, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,569 @@
+// dlock.hpp: the C++17 face of dlock, header-only, over the C ABI of
+// dlock.h (link libdlock as for C: pkg-config --cflags --libs dlock, or
+// CMake's find_package(dlock) and the target dlock::dlock).
+//
+// It converts types and decides nothing: the Rust core behind libdlock
+// keeps the leases, deadlines and tokens (docs/design.md §19).
+//
+// - Handles (client, session, lock, fence_gate) are move-only and free
+//   their C handle in the destructor; a moved-from handle is empty.
+// - Setup and acquire failures throw dlock::error, a std::system_error
+//   whose code is in dlock::category() (the lk_ status words).
+// - lock::permit() never throws: a refusal (draining, fenced, released,
+//   not_held) is the normal way work stops. The permit holds struct
+//   lk_permit by value (no allocation) and ends in its destructor.
+// - Durations are std::chrono; callbacks are std::function, run on
+//   dlock's callback thread (see "Callbacks" in dlock.h). A callback must
+//   not throw: the trampolines are noexcept, so a throw ends the process.
+//
+// Guide: docs/cpp.md; example: examples/cpp/worker.cpp.
+
+#ifndef DLOCK_HPP
+#define DLOCK_HPP
+
+#include "dlock.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace dlock {
+
+/// The lk_ status codes as a std::error_code enum (values equal enum lk_status).
+enum class errc : int {
+  ok = LK_OK,
+  draining = LK_DRAINING,
+  fenced = LK_FENCED,
+  released = LK_RELEASED,
+  not_held = LK_NOT_HELD,
+  timeout = LK_TIMEOUT,
+  would_block = LK_WOULD_BLOCK,
+  already_held = LK_ALREADY_HELD,
+  invalid_option = LK_INVALID_OPTION,
+  invalid_argument = LK_INVALID_ARGUMENT,
+  null_parameter = LK_NULL_PARAMETER,
+  backend = LK_BACKEND,
+  shutdown = LK_SHUTDOWN,
+  forked = LK_FORKED,
+  stale = LK_STALE,
+  panic = LK_PANIC,
+};
+
+namespace detail {
+class category_impl final : public std::error_category {
+ public:
+  const char *name() const noexcept override { return "dlock"; }
+  std::string message(int code) const override { return lk_status_name(code); }
+};
+}  // namespace detail
+
+/// The one category of dlock's codes. An inline function's static is one
+/// object in the whole program, so codes compare equal across translation
+/// units and shared objects built from this header.
+inline const std::error_category &category() noexcept {
+  static const detail::category_impl instance;
+  return instance;
+}
+
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), category()};
+}
+
+/// A failed setup or acquire: code() is the status, what() adds the call
+/// and the library's message (lk_last_error).
+class error : public std::system_error {
+ public:
+  error(enum lk_status status, const char *call)
+      : std::system_error(static_cast<int>(status), category(), message_of(call)) {}
+  errc status() const noexcept { return static_cast<errc>(code().value()); }
+
+ private:
+  static std::string message_of(const char *call) {
+    std::string m = call;
+    const char *last = lk_last_error();
+    if (last && *last) m.append(": ").append(last);
+    return m;
+  }
+};
+
+namespace detail {
+inline void check(enum lk_status s, const char *call) {
+  if (s != LK_OK) throw error(s, call);
+}
+inline std::uint64_t to_ms(std::chrono::milliseconds d) {
+  return d.count() < 0 ? 0 : static_cast<std::uint64_t>(d.count());
+}
+}  // namespace detail
+
+/// Settings of a client or a session (defaults: the core's). Empty
+/// strings mean "not set"; empty endpoints: the embedded backend.
+struct options {
+  std::chrono::milliseconds ttl{LK_DEFAULT_TTL_MS};
+  std::chrono::milliseconds keepalive_interval{LK_DEFAULT_KEEPALIVE_INTERVAL_MS};
+  std::chrono::milliseconds keepalive_timeout{LK_DEFAULT_KEEPALIVE_TIMEOUT_MS};
+  std::chrono::milliseconds retry_interval{LK_DEFAULT_RETRY_INTERVAL_MS};
+  std::chrono::milliseconds margin{LK_DEFAULT_MARGIN_MS};
+  bool reacquire = true;
+  std::string endpoints, ca_file, cert_file, key_file, user, password;
+  bool allow_plaintext_password = false;
+  std::chrono::milliseconds connect_timeout{LK_DEFAULT_CONNECT_TIMEOUT_MS};
+  std::chrono::milliseconds request_timeout{LK_DEFAULT_REQUEST_TIMEOUT_MS};
+
+  /// The C struct; its strings point into this object, so keep it alive
+  /// for the call that reads them.
+  lk_client_options c_options() const {
+    lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+    o.ttl_ms = detail::to_ms(ttl);
+    o.keepalive_interval_ms = detail::to_ms(keepalive_interval);
+    o.keepalive_timeout_ms = detail::to_ms(keepalive_timeout);
+    o.retry_interval_ms = detail::to_ms(retry_interval);
+    o.margin_ms = detail::to_ms(margin);
+    o.reacquire = reacquire;
+    auto str = [](const std::string &s) { return s.empty() ? nullptr : s.c_str(); };
+    o.endpoints = str(endpoints);
+    o.ca_file = str(ca_file);
+    o.cert_file = str(cert_file);
+    o.key_file = str(key_file);
+    o.user = str(user);
+    o.password = str(password);
+    o.allow_plaintext_password = allow_plaintext_password;
+    o.connect_timeout_ms = detail::to_ms(connect_timeout);
+    o.request_timeout_ms = detail::to_ms(request_timeout);
+    return o;
+  }
+};
+
+/// Permission for one unit of work, or the reason it was refused.
+/// Holds struct lk_permit by value: no allocation. Ends (counted out of
+/// flight) in its destructor or at end(). Move-only.
+class permit {
+ public:
+  permit() noexcept = default;
+  permit(const permit &) = delete;
+  permit &operator=(const permit &) = delete;
+  permit(permit &&o) noexcept : raw_(o.raw_), status_(o.status_) { o.reset(); }
+  permit &operator=(permit &&o) noexcept {
+    if (this != &o) {
+      end();
+      raw_ = o.raw_;
+      status_ = o.status_;
+      o.reset();
+    }
+    return *this;
+  }
+  ~permit() { end(); }
+
+  /// Granted and not yet ended.
+  explicit operator bool() const noexcept { return status_ == LK_OK; }
+  /// errc::ok while granted; the refusal (draining, fenced, released,
+  /// not_held) otherwise; errc::not_held once ended.
+  errc status() const noexcept { return static_cast<errc>(status_); }
+  /// The token every write of this unit of work carries; 0 if not granted.
+  std::uint64_t token() const noexcept {
+    std::uint64_t t = 0;
+    return lk_permit_token(&raw_, &t) == LK_OK ? t : 0;
+  }
+  /// Whether the work may still commit (re-reads the clock).
+  bool valid() const noexcept { return lk_permit_valid(&raw_); }
+  /// Ends the unit of work; again: nothing.
+  void end() noexcept {
+    lk_permit_end(&raw_);
+    if (status_ == LK_OK) status_ = LK_NOT_HELD;
+  }
+  const struct lk_permit &native() const noexcept { return raw_; }
+
+ private:
+  friend class lock;
+  void reset() noexcept {
+    raw_ = LK_PERMIT_INIT;
+    status_ = LK_NOT_HELD;
+  }
+  struct lk_permit raw_ = LK_PERMIT_INIT;
+  enum lk_status status_ = LK_NOT_HELD;
+};
+
+/// A pending acquisition (lock::acquire_start): cancel() leaves nothing
+/// held by it, whenever it is called. Move-only; the destructor frees the
+/// handle without cancelling (as lk_acquisition_free: `done` still runs).
+class acquisition {
+ public:
+  acquisition() noexcept = default;
+  explicit acquisition(struct lk_acquisition *raw) noexcept : raw_(raw) {}
+  acquisition(const acquisition &) = delete;
+  acquisition &operator=(const acquisition &) = delete;
+  acquisition(acquisition &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  acquisition &operator=(acquisition &&o) noexcept {
+    if (this != &o) {
+      lk_acquisition_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  ~acquisition() { lk_acquisition_free(raw_); }
+
+  /// Ends a wait in the queue (`done` gets errc::released if it has not
+  /// run), deletes a key its request put, releases the lock if it already
+  /// won it (while it still holds that token). Never blocks; again: nothing.
+  void cancel() { detail::check(lk_acquisition_cancel(raw_), "lk_acquisition_cancel"); }
+  struct lk_acquisition *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_acquisition *raw_ = nullptr;
+};
+
+/// One named lock; the destructor releases it (lk_lock_free).
+class lock {
+ public:
+  using fence_fn = std::function<void(std::uint64_t token, std::uint64_t in_flight)>;
+  using state_change_fn = std::function<void(lk_state from, lk_state to, lk_reason why)>;
+  using acquired_fn = std::function<void(std::uint64_t token)>;
+  using drained_fn = std::function<void()>;
+  /// The outcome of acquire_start: errc::ok with the token, or the status
+  /// acquire() would have thrown (errc::released after cancel()).
+  using acquire_done_fn = std::function<void(errc status, std::uint64_t token)>;
+
+  lock() noexcept = default;
+  /// Takes ownership of a C handle.
+  explicit lock(struct lk_lock *raw) : raw_(raw), kept_(std::make_unique<kept>()) {}
+  lock(const lock &) = delete;
+  lock &operator=(const lock &) = delete;
+  lock(lock &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)), kept_(std::move(o.kept_)) {}
+  lock &operator=(lock &&o) noexcept {
+    if (this != &o) {
+      free();
+      raw_ = std::exchange(o.raw_, nullptr);
+      kept_ = std::move(o.kept_);
+    }
+    return *this;
+  }
+  /// Releases without waiting for the delete, and waits for its callbacks.
+  ~lock() { free(); }
+
+  /// Waits up to `timeout` for the lock; returns the fencing token.
+  /// Throws dlock::error (timeout, already_held, released, backend, ...).
+  std::uint64_t acquire(std::chrono::milliseconds timeout) {
+    std::uint64_t token = 0;
+    detail::check(lk_lock_acquire(raw_, detail::to_ms(timeout), &token), "lk_lock_acquire");
+    return token;
+  }
+  /// The token if nobody held the lock; std::nullopt if someone does.
+  std::optional<std::uint64_t> try_acquire() {
+    std::uint64_t token = 0;
+    enum lk_status s = lk_lock_try_acquire(raw_, &token);
+    if (s == LK_WOULD_BLOCK) return std::nullopt;
+    detail::check(s, "lk_lock_try_acquire");
+    return token;
+  }
+  /// Starts acquiring and returns at once; `done` runs exactly once on
+  /// dlock's callback thread, in order with the lock's callbacks, with
+  /// the outcome (every failure of the acquisition comes through it).
+  /// Throws only when nothing started (then `done` never runs).
+  acquisition acquire_start(std::chrono::milliseconds timeout, acquire_done_fn done) {
+    auto held = std::make_unique<acquire_done_fn>(std::move(done));
+    struct lk_acquisition *a = nullptr;
+    detail::check(lk_lock_acquire_start(raw_, detail::to_ms(timeout), &done_call, held.get(), &a),
+                  "lk_lock_acquire_start");
+    held.release();  // done_call owns it now: it runs exactly once
+    return acquisition(a);
+  }
+  void release() { detail::check(lk_lock_release(raw_), "lk_lock_release"); }
+  /// Releases and ends the callbacks; the handle stays (and frees later).
+  void close() { detail::check(lk_lock_close(raw_), "lk_lock_close"); }
+
+  /// Never throws: a refusal is the answer, not an error.
+  class permit permit() const noexcept {
+    class permit p;
+    p.status_ = lk_permit(raw_, &p.raw_);
+    return p;
+  }
+
+  lk_state state() const {
+    enum lk_state s = LK_STATE_IDLE;
+    detail::check(lk_lock_state(raw_, &s), "lk_lock_state");
+    return s;
+  }
+  /// The token held (Holding or Draining), else std::nullopt.
+  std::optional<std::uint64_t> token() const noexcept {
+    std::uint64_t t = 0;
+    if (lk_lock_token(raw_, &t) != LK_OK) return std::nullopt;
+    return t;
+  }
+  /// Time left before the deadline (Holding or Draining), else std::nullopt.
+  std::optional<std::chrono::milliseconds> time_left() const noexcept {
+    std::uint64_t ms = 0;
+    if (lk_lock_time_left(raw_, &ms) != LK_OK) return std::nullopt;
+    return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(ms));
+  }
+  std::uint64_t in_flight() const {
+    std::uint64_t n = 0;
+    detail::check(lk_lock_in_flight(raw_, &n), "lk_lock_in_flight");
+    return n;
+  }
+  /// For a health endpoint: false once the lock is still holding or
+  /// draining more than `max_overdue` past its deadline (a fence that was
+  /// due did not happen); a lock not held is healthy.
+  bool healthy(std::chrono::milliseconds max_overdue) const {
+    bool h = true;
+    detail::check(lk_lock_healthy(raw_, detail::to_ms(max_overdue), &h), "lk_lock_healthy");
+    return h;
+  }
+  std::string_view name() const noexcept {
+    const char *n = lk_lock_name(raw_);
+    return n ? std::string_view(n) : std::string_view();
+  }
+
+  /// Writes `key` = `value` only while `token` holds the lock; false when
+  /// it no longer does (fenced). Throws for other failures.
+  bool guarded_put(std::uint64_t token, std::string_view key, std::string_view value) {
+    enum lk_status s = lk_lock_guarded_put(raw_, token, bytes(key), key.size(), bytes(value), value.size());
+    if (s == LK_FENCED) return false;
+    detail::check(s, "lk_lock_guarded_put");
+    return true;
+  }
+  bool guarded_delete(std::uint64_t token, std::string_view key) {
+    enum lk_status s = lk_lock_guarded_delete(raw_, token, bytes(key), key.size());
+    if (s == LK_FENCED) return false;
+    detail::check(s, "lk_lock_guarded_delete");
+    return true;
+  }
+
+  /// Callbacks (an empty function removes one). Each function is kept
+  /// until the lock is freed, as a call of a replaced one may be queued.
+  void on_fence(fence_fn f) { set(std::move(f), lk_set_on_fence, &fence_call, "lk_set_on_fence"); }
+  void on_state_change(state_change_fn f) {
+    set(std::move(f), lk_set_on_state_change, &state_call, "lk_set_on_state_change");
+  }
+  void on_acquired(acquired_fn f) { set(std::move(f), lk_set_on_acquired, &acquired_call, "lk_set_on_acquired"); }
+  void on_drained(drained_fn f) { set(std::move(f), lk_set_on_drained, &drained_call, "lk_set_on_drained"); }
+
+  struct lk_lock *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  // The callbacks' storage, on the heap so a moved lock keeps the
+  // addresses the C side holds.
+  struct kept {
+    std::vector<std::shared_ptr<void>> functions;
+  };
+
+  static const std::uint8_t *bytes(std::string_view s) noexcept {
+    return reinterpret_cast<const std::uint8_t *>(s.data());
+  }
+  static void fence_call(void *f, std::uint64_t token, std::uint64_t in_flight) noexcept {
+    (*static_cast<fence_fn *>(f))(token, in_flight);
+  }
+  static void state_call(void *f, enum lk_state from, enum lk_state to, enum lk_reason why) noexcept {
+    (*static_cast<state_change_fn *>(f))(from, to, why);
+  }
+  static void acquired_call(void *f, std::uint64_t token) noexcept { (*static_cast<acquired_fn *>(f))(token); }
+  static void drained_call(void *f) noexcept { (*static_cast<drained_fn *>(f))(); }
+  static void done_call(void *f, enum lk_status status, std::uint64_t token) noexcept {
+    std::unique_ptr<acquire_done_fn> done(static_cast<acquire_done_fn *>(f));
+    if (*done) (*done)(static_cast<errc>(status), token);
+  }
+
+  template <class F, class Setter, class Tramp>
+  void set(F f, Setter setter, Tramp tramp, const char *call) {
+    if (!f) {
+      detail::check(setter(raw_, nullptr, nullptr), call);
+      return;
+    }
+    auto held = std::make_shared<F>(std::move(f));
+    detail::check(setter(raw_, tramp, held.get()), call);
+    kept_->functions.push_back(std::move(held));
+  }
+  void free() noexcept {
+    lk_lock_free(raw_);  // waits for a running callback; none runs after
+    raw_ = nullptr;
+    kept_.reset();
+  }
+
+  struct lk_lock *raw_ = nullptr;
+  std::unique_ptr<kept> kept_;
+};
+
+/// One lease shared by many locks.
+class session {
+ public:
+  session() noexcept = default;
+  explicit session(struct lk_session *raw) noexcept : raw_(raw) {}
+  session(const session &) = delete;
+  session &operator=(const session &) = delete;
+  session(session &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  session &operator=(session &&o) noexcept {
+    if (this != &o) {
+      lk_session_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  ~session() { lk_session_free(raw_); }
+
+  class lock lock(const std::string &name) const {
+    struct lk_lock *l = nullptr;
+    detail::check(lk_session_lock_new(raw_, name.c_str(), &l), "lk_session_lock_new");
+    return dlock::lock(l);
+  }
+  /// Releases every lock of the session and revokes its lease.
+  void close() { detail::check(lk_session_close(raw_), "lk_session_close"); }
+  /// The lease id, or std::nullopt while none is granted.
+  std::optional<std::int64_t> lease() const noexcept {
+    std::int64_t l = 0;
+    if (lk_session_lease(raw_, &l) != LK_OK) return std::nullopt;
+    return l;
+  }
+  struct lk_session *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_session *raw_ = nullptr;
+};
+
+/// A connection to a lock service; its locks outlive it.
+class client {
+ public:
+  client() noexcept = default;
+  explicit client(struct lk_client *raw) noexcept : raw_(raw) {}
+  /// etcd when `o.endpoints` is set, else the embedded service.
+  explicit client(const options &o) {
+    lk_client_options c = o.c_options();
+    detail::check(lk_client_new(&c, &raw_), "lk_client_new");
+  }
+  /// The embedded in-process service (quick starts and tests).
+  static client memory(options o = {}) {
+    o.endpoints.clear();
+    return client(o);
+  }
+  /// etcd when DLOCK_ENDPOINTS is set (TLS and auth from DLOCK_*), else
+  /// embedded; only the timing fields of `o` are used.
+  static client from_env(const options &o = {}) {
+    lk_client_options c = o.c_options();
+    struct lk_client *raw = nullptr;
+    detail::check(lk_client_from_env(&c, &raw), "lk_client_from_env");
+    return client(raw);
+  }
+  client(const client &) = delete;
+  client &operator=(const client &) = delete;
+  client(client &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  client &operator=(client &&o) noexcept {
+    if (this != &o) {
+      lk_client_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  ~client() { lk_client_free(raw_); }
+
+  /// A lock on the client's default session (not acquired yet).
+  class lock lock(const std::string &name) const {
+    struct lk_lock *l = nullptr;
+    detail::check(lk_lock_new(raw_, name.c_str(), &l), "lk_lock_new");
+    return dlock::lock(l);
+  }
+  /// A session with its own lease; timing and reacquire from `o`.
+  class session session(const options &o) const {
+    lk_client_options c = o.c_options();
+    struct lk_session *s = nullptr;
+    detail::check(lk_session_new(raw_, &c, &s), "lk_session_new");
+    return dlock::session(s);
+  }
+  /// The default session, the one lock() uses.
+  class session default_session() const {
+    struct lk_session *s = nullptr;
+    detail::check(lk_client_session(raw_, &s), "lk_client_session");
+    return dlock::session(s);
+  }
+
+  /// Embedded backend's fault switches (examples and tests): cut this
+  /// client's link (requests wait), then heal it (they arrive late).
+  void partition() { detail::check(lk_link_partition(raw_), "lk_link_partition"); }
+  void heal() { detail::check(lk_link_heal(raw_), "lk_link_heal"); }
+
+  /// Every session and lock of this client in the Prometheus text format
+  /// (docs/metrics.md).
+  std::string metrics_text() const {
+    std::string text;
+    std::size_t len = 0;
+    detail::check(lk_client_metrics_text(raw_, nullptr, 0, &len), "lk_client_metrics_text");
+    while (len > text.size()) {  // a lock made meanwhile can lengthen it
+      text.resize(len + len / 4 + 64);
+      detail::check(lk_client_metrics_text(raw_, reinterpret_cast<std::uint8_t *>(text.data()), text.size(), &len),
+                    "lk_client_metrics_text");
+    }
+    text.resize(len);
+    return text;
+  }
+
+  /// lk_client_shutdown: ends this client's sessions now (every held
+  /// lock's key deleted, leases revoked), within one keepalive timeout.
+  /// The handles stay valid and behave as closed. Other clients untouched.
+  void shutdown() { detail::check(lk_client_shutdown(raw_), "lk_client_shutdown"); }
+
+  struct lk_client *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_client *raw_ = nullptr;
+};
+
+/// Accepts a write only if its token is at least the highest seen for its
+/// lock name. Thread-safe: share one gate.
+class fence_gate {
+ public:
+  fence_gate() { detail::check(lk_fence_gate_new(&raw_), "lk_fence_gate_new"); }
+  fence_gate(const fence_gate &) = delete;
+  fence_gate &operator=(const fence_gate &) = delete;
+  fence_gate(fence_gate &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  fence_gate &operator=(fence_gate &&o) noexcept {
+    if (this != &o) {
+      lk_fence_gate_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  ~fence_gate() { lk_fence_gate_free(raw_); }
+
+  /// true: admitted (and remembered); false: stale, a higher token was seen.
+  bool admit(const std::string &name, std::uint64_t token) {
+    enum lk_status s = lk_fence_gate_admit(raw_, name.c_str(), token);
+    if (s == LK_STALE) return false;
+    detail::check(s, "lk_fence_gate_admit");
+    return true;
+  }
+  /// The highest token seen for `name`; 0 if none.
+  std::uint64_t highest(const std::string &name) const {
+    std::uint64_t t = 0;
+    detail::check(lk_fence_gate_highest(raw_, name.c_str(), &t), "lk_fence_gate_highest");
+    return t;
+  }
+  struct lk_fence_gate *native() const noexcept { return raw_; }
+
+ private:
+  struct lk_fence_gate *raw_ = nullptr;
+};
+
+/// lk_shutdown: ends every session of every client of this process at once
+/// (dlock does this by itself at exit()); idempotent, any thread.
+inline void shutdown() { detail::check(lk_shutdown(), "lk_shutdown"); }
+
+/// The library's version ("0.1.0").
+inline std::string_view version() noexcept { return lk_version(); }
+
+}  // namespace dlock
+
+namespace std {
+template <>
+struct is_error_code_enum<dlock::errc> : true_type {};
+}  // namespace std
+
+#endif  // DLOCK_HPP

@@ -1,0 +1,219 @@
+// The Node holder of the nemesis (docs/nemesis.md, "A holder of another
+// face"), on the public API of the dlock package only (`require` of the
+// built bindings/node, or DLOCK_NODE_PACKAGE): contends for one lock on
+// etcd through the endpoints given, works under permits as fast as it can
+// (an awaited guarded put of KEY = ID:SEQ:TOKEN, then one line
+// "ID TOKEN SEQ" to the gate), and appends the holder protocol's records
+// to FILE, stamped with CLOCK_BOOTTIME in nanoseconds. EOF on stdin:
+// records "final" and exits.
+//
+// Node reads no CLOCK_BOOTTIME and the face's events carry no instant:
+// the clock is process.hrtime (CLOCK_MONOTONIC) plus BOOTTIME - MONOTONIC
+// read once at start (constant while the machine does not suspend), and
+// an event's `at` is when its listener ran (after the core's decision and
+// the trip through the event loop: G1 leads come out smaller, never
+// larger), as in the C holder.
+//
+// usage: node holder.js --id ID --endpoints URLS --lock NAME --key KEY
+//          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
+//          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
+//          --writes 0|1]
+'use strict';
+const fs = require('node:fs');
+const net = require('node:net');
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
+
+const dlock = require(process.env.DLOCK_NODE_PACKAGE || path.join(__dirname, '..', '..', 'bindings', 'node'));
+
+const NUMBERS = {
+  'ttl-ms': 4000, 'interval-ms': 1000, 'timeout-ms': 500, 'retry-ms': 250,
+  'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1,
+};
+const WORDS = ['id', 'endpoints', 'lock', 'key', 'gate', 'history'];
+
+function die(msg) {
+  process.stderr.write(`holder: ${msg}\n`);
+  process.exit(2);
+}
+
+function flags(argv) {
+  const f = { ...NUMBERS };
+  if (argv.length % 2) die(`flags are --key value, got ${argv.join(' ')}`);
+  for (let i = 0; i < argv.length; i += 2) {
+    const k = argv[i].replace(/^--/, '');
+    if (!argv[i].startsWith('--') || !(k in NUMBERS || WORDS.includes(k))) die(`unknown flag ${argv[i]}`);
+    if (k in NUMBERS) {
+      if (!/^\d+$/.test(argv[i + 1])) die(`--${k} must be a whole number`);
+      f[k] = Number(argv[i + 1]);
+    } else {
+      f[k] = argv[i + 1];
+    }
+  }
+  const missing = WORDS.filter((w) => !(w in f));
+  if (missing.length) die(`--${missing.join(', --')} required`);
+  return f;
+}
+
+// BOOTTIME - MONOTONIC, read in one process that has both clocks.
+const offset = BigInt(
+  execFileSync('python3', ['-c',
+    'import time; m = time.clock_gettime_ns(time.CLOCK_MONOTONIC); '
+    + 'b = time.clock_gettime_ns(time.CLOCK_BOOTTIME); print(b - m)']).toString().trim(),
+);
+const now = () => process.hrtime.bigint() + offset;
+
+const f = flags(process.argv.slice(2));
+const who = f.id;
+const fd = fs.openSync(f.history, 'a');
+function record(ev, fields = {}) {
+  const line = JSON.stringify({ t: now(), p: who, ev, ...fields }, (_, v) => (typeof v === 'bigint' ? `@${v}@` : v))
+    .replace(/"@(\d+)@"/g, '$1');
+  fs.writeSync(fd, `${line}\n`);
+}
+
+// The gate: one line each way; "ok", "refused", "unknown" or "error".
+class Gate {
+  constructor(addr) {
+    const i = addr.lastIndexOf(':');
+    this.host = addr.slice(0, i);
+    this.port = Number(addr.slice(i + 1));
+    this.sock = null;
+    this.buf = '';
+    this.waiter = null;
+  }
+
+  connect() {
+    return new Promise((resolve) => {
+      const s = net.createConnection({ host: this.host, port: this.port, noDelay: true });
+      s.once('connect', () => { this.sock = s; resolve(true); });
+      s.on('data', (d) => {
+        this.buf += d.toString();
+        const i = this.buf.indexOf('\n');
+        if (i >= 0 && this.waiter) {
+          const line = this.buf.slice(0, i);
+          this.buf = this.buf.slice(i + 1);
+          const w = this.waiter;
+          this.waiter = null;
+          w(line);
+        }
+      });
+      const lost = () => {
+        if (this.sock === s) this.sock = null;
+        if (this.waiter) { const w = this.waiter; this.waiter = null; w(null); }
+        resolve(false);
+      };
+      s.on('error', lost);
+      s.on('close', lost);
+    });
+  }
+
+  async write(token, seq) {
+    if (!this.sock && !(await this.connect())) return 'error';
+    const line = await new Promise((resolve) => {
+      this.waiter = resolve;
+      this.sock.write(`${who} ${token} ${seq}\n`);
+    });
+    if (line === null) return 'unknown';
+    if (line.startsWith('ok')) return 'ok';
+    if (line.startsWith('stale')) return 'refused';
+    this.sock.destroy();
+    this.sock = null;
+    return 'unknown';
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function main() {
+  record('start', {
+    face: 'node', pid: process.pid, lock: f.lock, wall: Math.floor(Date.now() / 1000),
+    ttl_ms: f['ttl-ms'], margin_ms: f['margin-ms'], interval_ms: f['interval-ms'],
+  });
+  const client = new dlock.Client({
+    endpoints: f.endpoints, ttl: f['ttl-ms'], keepaliveInterval: f['interval-ms'],
+    keepaliveTimeout: f['timeout-ms'], retryInterval: f['retry-ms'], margin: f['margin-ms'], reacquire: true,
+  });
+  const lock = client.lock(f.lock);
+  lock.on('stateChange', ({ from, to, reason }) => record('state', {
+    at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
+  }));
+  lock.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
+  lock.on('acquired', (token) => record('acquired', { at: now(), token }));
+  lock.on('drained', () => record('drained', { at: now() }));
+  process.stdin.on('data', () => {});
+  process.stdin.on('end', () => {
+    record('final', { state: lock.state.toLowerCase(), token: lock.token });
+    fs.closeSync(fd);
+    process.exit(0);
+  });
+  process.stdin.resume();
+
+  const gate = new Gate(f.gate);
+  const unit = f['unit-ms'];
+  let seq = 0;
+  let refusedN = 0;
+  let lastRefusal = null;
+  for (;;) {
+    if (lock.state === 'Idle' || lock.state === 'Released') {
+      record('acquire');
+      try {
+        record('acquire_ok', { token: await lock.acquire({ timeout: 30000 }) });
+      } catch (e) {
+        record('acquire_err', { code: e.code ?? String(e), msg: String(e.message ?? e) });
+        await sleep(f['retry-ms']);
+      }
+      continue;
+    }
+    const t0 = now();
+    let p;
+    try {
+      p = lock.permit();
+    } catch (e) {
+      if (!(e instanceof dlock.DlockError)) throw e;
+      refusedN += 1;
+      if (e.code !== lastRefusal) {
+        record('refused', { reason: e.code, state: lock.state.toLowerCase() });
+        lastRefusal = e.code;
+      }
+      await sleep(f['idle-ms']);
+      continue;
+    }
+    if (lastRefusal !== null) {
+      record('refusals', { n: refusedN });
+      refusedN = 0;
+      lastRefusal = null;
+    }
+    const token = p.token;
+    // The clock before `remaining`, plus `remaining`: at most the permit's
+    // own deadline (stricter for G4).
+    const t1 = now();
+    record('permit', { t0, token, deadline: t1 + BigInt(Math.floor(p.remaining * 1e6)) });
+    await sleep(unit / 2);
+    if (f.writes) {
+      seq += 1;
+      let sent = now();
+      let out = 'ok';
+      let code = '';
+      let msg = '';
+      try {
+        await lock.guardedPut(token, f.key, `${who}:${seq}:${token}`);
+      } catch (e) {
+        if (e instanceof dlock.FencedError) [out, code] = ['fenced', 'fenced'];
+        else if (e instanceof dlock.BackendError) [out, code, msg] = ['unknown', e.code, e.message];
+        else [out, code, msg] = ['error', e.code ?? 'other', String(e.message ?? e)];
+      }
+      record('write', { res: 'etcd', token, seq, sent, out, code, msg });
+      await sleep(unit / 2);
+      sent = now();
+      out = await gate.write(token, seq);
+      record('write', { res: 'gate', token, seq, sent, out });
+    }
+    p.end();
+  }
+}
+
+main().catch((e) => {
+  process.stderr.write(`holder: ${e.stack ?? e}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,189 @@
+"""The Python holder of the nemesis (docs/nemesis.md, "A holder of another
+face"), on the public API of `import dlock` only: contends for one lock on
+etcd through the endpoints given, works under permits as fast as it can (a
+guarded put of KEY = ID:SEQ:TOKEN, then one line "ID TOKEN SEQ" to the
+gate), and appends the holder protocol's records to FILE, stamped with
+CLOCK_BOOTTIME in nanoseconds (the clock of dlock's deadlines). Event
+instants `at` are the events' own (`Event.at`, seconds on dlock's clock).
+EOF on stdin: records "final" and exits.
+
+usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
+         --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
+         --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
+         --writes 0|1]
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import dlock
+
+NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
+           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1}
+WORDS = ("id", "endpoints", "lock", "key", "gate", "history")
+
+
+def now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
+def flags(argv):
+    f = dict(NUMBERS)
+    if len(argv) % 2:
+        sys.exit(f"holder: flags are --key value, got {argv!r}")
+    for k, v in zip(argv[::2], argv[1::2]):
+        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS):
+            sys.exit(f"holder: unknown flag {k}")
+        k = k[2:]
+        if k in NUMBERS:
+            if not v.isdigit():
+                sys.exit(f"holder: --{k} must be a whole number, got {v!r}")
+            v = int(v)
+        f[k] = v
+    missing = [w for w in WORDS if w not in f]
+    if missing:
+        sys.exit(f"holder: --{', --'.join(missing)} required")
+    return f
+
+
+class History:
+    """One write(2) per record on a file opened for append: a killed
+    process loses nothing it recorded."""
+
+    def __init__(self, path, who):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.who = who
+        self.mu = threading.Lock()
+
+    def record(self, ev, **fields):
+        line = json.dumps({"t": now(), "p": self.who, "ev": ev, **fields}, separators=(",", ":"))
+        with self.mu:
+            os.write(self.fd, (line + "\n").encode())
+
+
+class Gate:
+    """The gate: one line each way; "ok", "refused", "unknown", "error"."""
+
+    def __init__(self, addr):
+        host, port = addr.rsplit(":", 1)
+        self.addr = (host, int(port))
+        self.conn = None
+
+    def write(self, who, token, seq):
+        if self.conn is None:
+            try:
+                s = socket.create_connection(self.addr, timeout=5)
+            except OSError:
+                return "error"
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conn = (s, s.makefile("rb"))
+        s, r = self.conn
+        try:
+            s.sendall(f"{who} {token} {seq}\n".encode())
+            line = r.readline()
+        except OSError:
+            line = b""
+        if line.startswith(b"ok"):
+            return "ok"
+        if line.startswith(b"stale"):
+            return "refused"
+        self.conn = None
+        s.close()
+        return "unknown"
+
+
+def main():
+    f = flags(sys.argv[1:])
+    who = f["id"]
+    h = History(f["history"], who)
+    h.record("start", face="python", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
+             ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
+    client = dlock.Client(
+        f["endpoints"], ttl=f["ttl-ms"] / 1e3, keepalive_interval=f["interval-ms"] / 1e3,
+        keepalive_timeout=f["timeout-ms"] / 1e3, retry_interval=f["retry-ms"] / 1e3,
+        margin=f["margin-ms"] / 1e3, reacquire=True)
+    lock = client.lock(f["lock"])
+
+    @lock.on_event
+    def event(e: dlock.Event) -> None:
+        at = ns(e.at)
+        if e.kind == "state":
+            h.record("state", at=at, wall=int(time.time()), **{"from": e.from_state.lower()},
+                     to=e.to_state.lower(), reason=e.reason)
+        elif e.kind == "fence":
+            h.record("fence", at=at, token=e.token, in_flight=e.in_flight)
+        elif e.kind == "acquired":
+            h.record("acquired", at=at, token=e.token)
+        elif e.kind == "drained":
+            h.record("drained", at=at)
+
+    def watch_stdin():
+        while sys.stdin.buffer.read(4096):
+            pass
+        h.record("final", state=lock.state.value.lower(), token=lock.token)
+        os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+
+    gate = Gate(f["gate"])
+    unit, idle = f["unit-ms"] / 1e3, f["idle-ms"] / 1e3
+    seq, refused_n, last_refusal = 0, 0, None
+    key = f["key"]
+    while True:
+        if lock.state in (dlock.State.IDLE, dlock.State.RELEASED):
+            h.record("acquire")
+            try:
+                h.record("acquire_ok", token=lock.acquire(30))
+            except dlock.Error as e:
+                h.record("acquire_err", code=e.code, msg=str(e))
+                time.sleep(f["retry-ms"] / 1e3)
+            continue
+        t0 = now()
+        try:
+            p = lock.permit()
+        except dlock.PermitRefused as e:
+            refused_n += 1
+            if e.code != last_refusal:
+                h.record("refused", reason=e.code, state=lock.state.value.lower())
+                last_refusal = e.code
+            time.sleep(idle)
+            continue
+        if last_refusal is not None:
+            h.record("refusals", n=refused_n)
+            refused_n, last_refusal = 0, None
+        token = p.token
+        # The permit's deadline: the clock read before `remaining` plus
+        # `remaining` (a bound below the permit's own deadline: stricter).
+        t1 = now()
+        h.record("permit", t0=t0, token=token, deadline=t1 + ns(p.remaining))
+        time.sleep(unit / 2)
+        if f["writes"]:
+            seq += 1
+            sent = now()
+            out, code, msg = "ok", "", ""
+            try:
+                lock.guarded_put(token, key, f"{who}:{seq}:{token}")
+            except dlock.Fenced:
+                out, code = "fenced", "fenced"
+            except dlock.BackendError as e:
+                out, code, msg = "unknown", e.code, str(e)
+            except dlock.Error as e:
+                out, code, msg = "error", e.code, str(e)
+            h.record("write", res="etcd", token=token, seq=seq, sent=sent, out=out, code=code, msg=msg)
+            time.sleep(unit / 2)
+            sent = now()
+            out = gate.write(who, token, seq)
+            h.record("write", res="gate", token=token, seq=seq, sent=sent, out=out)
+        p.end()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The command under `dlock run` in the nemesis (run_holder.py starts it):
+knows nothing of dlock. It reads the lock's token from its environment
+(DLOCK_TOKEN; ETCD_LOCK_KEY and ETCD_LOCK_REV, as `etcdctl lock` sets them)
+and loops as fast as it can: a guarded put of KEY = ID:SEQ:TOKEN to etcd,
+then one line "ID TOKEN SEQ" to the gate, recording each write to FILE.
+
+The guarded put is the transaction of examples/cli/guarded-put.sh (commit
+only while ETCD_LOCK_KEY still has ETCD_LOCK_REV as its create revision:
+etcd decides, not the script), sent to etcd's JSON gateway (`POST
+/v3/kv/txn`) over one kept-alive HTTP connection rather than an `etcdctl`
+process per write, through the same endpoints (the fault proxies) as
+dlock. No lease is needed: the compare on the lock key fails once the key
+is gone (lease expired or revoked, key deleted) or belongs to a new holder.
+
+SEQ is TOKEN * 1,000,000 + n, unique across restarts (a new token each).
+
+usage: python3 run_child.py --id ID --key KEY --gate HOST:PORT --history FILE
+         [--unit-ms 10] [--writes 1]
+"""
+
+import base64
+import http.client
+import json
+import os
+import socket
+import sys
+import time
+
+
+def now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def b64(s: str) -> str:
+    return base64.b64encode(s.encode()).decode()
+
+
+class Etcd:
+    """A guarded put through etcd's JSON gateway: "ok", "fenced" (the
+    compare failed), "unknown" (no answer after the request went out),
+    "error" (not sent)."""
+
+    def __init__(self, endpoints):
+        self.urls = [u.split("://")[-1] for u in endpoints.split(",") if u]
+        self.i = 0
+        self.conn = None
+
+    def next(self):
+        if self.conn is not None:
+            self.conn.close()
+        self.conn = None
+        self.i = (self.i + 1) % len(self.urls)
+
+    def put(self, lock_key, rev, key, value):
+        body = json.dumps({
+            "compare": [{"key": b64(lock_key), "target": "CREATE", "result": "EQUAL",
+                         "create_revision": str(rev)}],
+            "success": [{"request_put": {"key": b64(key), "value": b64(value)}}],
+        })
+        if self.conn is None:
+            host, port = self.urls[self.i].rsplit(":", 1)
+            self.conn = http.client.HTTPConnection(host, int(port), timeout=2)
+            try:
+                self.conn.connect()
+            except OSError:
+                self.next()
+                return "error", "connect failed"
+        try:
+            self.conn.request("POST", "/v3/kv/txn", body, {"Content-Type": "application/json"})
+        except OSError as e:
+            self.next()
+            return "unknown", f"send: {e}"
+        try:
+            resp = self.conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            self.next()
+            return "unknown", f"no answer: {e}"
+        if resp.status != 200:
+            self.next()
+            return "unknown", f"HTTP {resp.status}: {data[:200]!r}"
+        return ("ok", "") if json.loads(data).get("succeeded") else ("fenced", "")
+
+
+class Gate:
+    def __init__(self, addr):
+        host, port = addr.rsplit(":", 1)
+        self.addr = (host, int(port))
+        self.conn = None
+
+    def write(self, who, token, seq):
+        if self.conn is None:
+            try:
+                s = socket.create_connection(self.addr, timeout=5)
+            except OSError:
+                return "error"
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.conn = (s, s.makefile("rb"))
+        s, r = self.conn
+        try:
+            s.sendall(f"{who} {token} {seq}\n".encode())
+            line = r.readline()
+        except OSError:
+            line = b""
+        if line.startswith(b"ok"):
+            return "ok"
+        if line.startswith(b"stale"):
+            return "refused"
+        self.conn = None
+        s.close()
+        return "unknown"
+
+
+def main():
+    a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    who, key, path = a["--id"], a["--key"], a["--history"]
+    unit = int(a.get("--unit-ms", "10")) / 1e3
+    writes = a.get("--writes", "1") == "1"
+    token = int(os.environ["DLOCK_TOKEN"])
+    lock_key, rev = os.environ["ETCD_LOCK_KEY"], os.environ["ETCD_LOCK_REV"]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+
+    def record(ev, **fields):
+        line = json.dumps({"t": now(), "p": who, "ev": ev, **fields}, separators=(",", ":"))
+        os.write(fd, (line + "\n").encode())
+
+    sys.stderr.write(f"nemesis-child: holding {token} {now()}\n")
+    sys.stderr.flush()
+    etcd, gate = Etcd(os.environ["DLOCK_ENDPOINTS"]), Gate(a["--gate"])
+    n = 0
+    while True:
+        time.sleep(unit / 2)
+        if not writes:
+            continue
+        n += 1
+        seq = token * 1_000_000 + n
+        sent = now()
+        out, msg = etcd.put(lock_key, rev, key, f"{who}:{seq}:{token}")
+        record("write", res="etcd", token=token, seq=seq, sent=sent, out=out,
+               code="" if out in ("ok", "fenced") else "backend", msg=msg)
+        time.sleep(unit / 2)
+        sent = now()
+        out = gate.write(who, token, seq)
+        record("write", res="gate", token=token, seq=seq, sent=sent, out=out)
+
+
+if __name__ == "__main__":
+    main()

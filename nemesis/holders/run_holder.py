@@ -1,0 +1,201 @@
+"""The `dlock run` holder of the nemesis (docs/nemesis.md, "A holder of
+another face"): the holder protocol's flags in, `dlock run --restart NAME --
+run_child.py ...` out, in the same process (exec), so the nemesis's
+SIGSTOP and SIGKILL hit dlock itself. The command under the lock
+(run_child.py) knows nothing of dlock: it reads DLOCK_TOKEN, ETCD_LOCK_KEY
+and ETCD_LOCK_REV from its environment and does the writes.
+
+Before the exec a recorder process is forked: it reads dlock's stderr (the
+child's too) and turns it into the protocol's records, stamped with
+CLOCK_BOOTTIME when the line is read (dlock prints no instant: `at` is
+later than the core's decision, so G1 leads come out smaller, never
+larger):
+
+- the child's first line ("nemesis-child: holding TOKEN NS") ->
+  `child_started` (`at` NS), and for the first token `acquired` and
+  `state` -> holding (dlock prints nothing at its first acquisition);
+- "acquired again, token T" (after a restart) -> `acquired` and `state`
+  -> holding: the lock is held again, the command starts next;
+- "draining (REASON): the command goes on" / "resumed" -> `state`;
+- "fenced (token T): ... SIGTERM to process group" -> `fence` (and state
+  -> fenced): when dlock acts on the fence;
+- "process group N is gone" -> `group_gone` (`at`, `token`): when nothing
+  of the command is left (the promise of `dlock run`);
+- "waiting for the lock again" -> `state` -> reacquiring;
+- "...: not starting the command" -> `refused`;
+- every other line -> `log`.
+
+On EOF of stdin the recorder records `final` (the state it followed; none
+once dlock was killed) and sends SIGTERM to dlock, which stops the group
+and releases.
+
+usage: python3 run_holder.py [--dlock PATH] --id ID --endpoints URLS
+         --lock NAME --key KEY --gate HOST:PORT --history FILE [--ttl-ms N
+         --interval-ms N --timeout-ms N --retry-ms N --margin-ms N
+         --unit-ms N --idle-ms N --writes 0|1 --election 0|1]
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+
+NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
+           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0}
+WORDS = ("id", "endpoints", "lock", "key", "gate", "history", "dlock")
+
+
+def now() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+def flags(argv):
+    f = dict(NUMBERS, dlock="dlock")
+    if len(argv) % 2:
+        sys.exit(f"run_holder: flags are --key value, got {argv!r}")
+    for k, v in zip(argv[::2], argv[1::2]):
+        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS):
+            sys.exit(f"run_holder: unknown flag {k}")
+        k = k[2:]
+        if k in NUMBERS:
+            if not v.isdigit():
+                sys.exit(f"run_holder: --{k} must be a whole number, got {v!r}")
+            v = int(v)
+        f[k] = v
+    missing = [w for w in WORDS if w not in f]
+    if missing:
+        sys.exit(f"run_holder: --{', --'.join(missing)} required")
+    return f
+
+
+class History:
+    def __init__(self, path, who):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.who = who
+        self.mu = threading.Lock()
+
+    def record(self, ev, **fields):
+        line = json.dumps({"t": now(), "p": self.who, "ev": ev, **fields}, separators=(",", ":"))
+        with self.mu:
+            os.write(self.fd, (line + "\n").encode())
+
+
+HOLDING = re.compile(r"nemesis-child: holding (\d+) (\d+)$")
+FENCED = re.compile(r"fenced \(token (\d+)\): .*SIGTERM to process group")
+AGAIN = re.compile(r"acquired again, token (\d+)$")
+DRAINING = re.compile(r"draining \(([^)]*)\): ")
+
+
+def recorder(h, lines, dlock_pid):
+    """Follows dlock's stderr; records; on EOF of stdin: final, SIGTERM."""
+    mu = threading.Lock()
+    st = {"state": "acquiring", "token": None}
+
+    def state(to, reason, at=None):
+        at = at if at is not None else now()
+        h.record("state", at=at, wall=int(time.time()), **{"from": st["state"]}, to=to, reason=reason)
+        st["state"] = to
+
+    def watch_stdin():
+        while os.read(0, 4096):
+            pass
+        with mu:
+            # dlock is this process's parent: once it is gone (killed), the
+            # recorder was handed to another parent, and the state it
+            # followed is not dlock's any more (a killed holder records no
+            # `final`, as the other faces' holders, killed with their
+            # process, record none). The command's stderr outlives dlock.
+            if os.getppid() == dlock_pid:
+                s = st["state"]
+                h.record("final", state=s, token=st["token"] if s in ("holding", "draining") else None)
+        try:
+            os.kill(dlock_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    for raw in lines:
+        line = raw.decode(errors="replace").rstrip("\n")
+        at = now()
+        with mu:
+            m = HOLDING.search(line)
+            if m:
+                token, t = int(m.group(1)), int(m.group(2))
+                h.record("child_started", at=t, token=token)
+                if token != st["token"]:
+                    h.record("acquired", at=t, token=token)
+                    st["token"] = token
+                    state("holding", "acquired", t)
+                continue
+            m = AGAIN.search(line)
+            if m:
+                # dlock's lock holds again (the core's Holding): the command
+                # starts next (its `child_started`).
+                token = int(m.group(1))
+                h.record("acquired", at=at, token=token)
+                st["token"] = token
+                state("holding", "reacquired", at)
+                continue
+            m = FENCED.search(line)
+            if m:
+                token = int(m.group(1))
+                h.record("fence", at=at, token=token, in_flight=1)
+                state("fenced", "fenced", at)
+                continue
+            if "process group" in line and "is gone" in line:
+                h.record("group_gone", at=at, token=st["token"])
+                continue
+            m = DRAINING.search(line)
+            if m and st["state"] == "holding":
+                state("draining", m.group(1), at)
+                continue
+            if line.endswith(": resumed") and st["state"] == "draining":
+                state("holding", "resumed", at)
+                continue
+            if "waiting for the lock again" in line:
+                state("reacquiring", "restart", at)
+                continue
+            if line.endswith("not starting the command"):
+                h.record("refused", reason=line.rsplit(": ", 2)[-2], state=st["state"])
+                continue
+            h.record("log", line=line)
+    # dlock is gone (killed, or exited): nothing more to follow.
+    h.record("log", line="dlock's stderr closed")
+    os._exit(0)
+
+
+def main():
+    f = flags(sys.argv[1:])
+    h = History(f["history"], f["id"])
+    h.record("start", face="run", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
+             election=f["election"] == 1,
+             ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
+    ms = lambda k: f"{f[k]}ms"  # noqa: E731
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_child.py")
+    # --election 1: `dlock elect NAME ID` (a candidate; the same run code
+    # and the same lines on stderr) instead of `dlock run NAME`.
+    verb, name = (["elect"], [f["lock"], f["id"]]) if f["election"] == 1 else (["run"], [f["lock"]])
+    argv = [f["dlock"], *verb, "--restart", "--endpoints", f["endpoints"],
+            "--ttl", ms("ttl-ms"), "--keepalive-interval", ms("interval-ms"),
+            "--keepalive-timeout", ms("timeout-ms"), "--retry-interval", ms("retry-ms"),
+            "--margin", ms("margin-ms"), *name, "--",
+            sys.executable, child, "--id", f["id"], "--key", f["key"], "--gate", f["gate"],
+            "--history", f["history"], "--unit-ms", str(f["unit-ms"]), "--writes", str(f["writes"])]
+    r, w = os.pipe()
+    pid = os.getpid()
+    if os.fork() == 0:
+        os.close(w)
+        recorder(h, os.fdopen(r, "rb", buffering=0), pid)
+    os.close(r)
+    os.dup2(w, 2)
+    os.close(w)
+    env = dict(os.environ, DLOCK_ENDPOINTS=f["endpoints"])
+    os.execvpe(f["dlock"], argv, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL for dlock's tests, on loopback (Debian's
+# PostgreSQL 15, run as the `postgres` user since initdb refuses root):
+#   - a primary (port base) with a synchronous standby (port base+1, made
+#     by `pg_basebackup -R`; `synchronous_standby_names = 'standby1'`,
+#     `synchronous_commit = on`);
+#   - a lone server (port base+2) without any standby, which dlock must
+#     refuse unless told it is a single node;
+#   - SCRAM password authentication for the test user `dlock` on all of
+#     them; a role `dlock_nocreate` that may connect but not create the
+#     dlock schema;
+#   - TLS on the lone server (a test CA in target/pg/certs), where the role
+#     `dlock_tls` may only connect over TLS.
+# Data, logs and the sourceable env file live in target/pg/.
+#
+# usage: scripts/pg-cluster.sh start|stop|status|promote|psql [ARGS]
+#   start    install what is missing (Debian), init, start, wait until the
+#            standby streams synchronously, write target/pg/env
+#   stop     stop every server (also paused ones), remove target/pg/
+#   status   each server's state
+#   promote  kill the primary, promote the standby (its URL is in the env
+#            file as DLOCK_TEST_PG_STANDBY_URL)
+#   psql     psql as the superuser on the primary, with ARGS
+#
+# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+root=$PWD
+. scripts/lib.sh
+dir=$root/target/pg
+env_file=$dir/env
+base=${DLOCK_TEST_PG_PORT_BASE:-25430}
+ver=15
+bin=/usr/lib/postgresql/$ver/bin
+names=(primary standby lone)
+
+die() { echo "pg-cluster: $*" >&2; exit 1; }
+log() { echo "pg-cluster: $*" >&2; }
+
+[[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + 2 <= 65535)) ||
+  die "DLOCK_TEST_PG_PORT_BASE must be a port number from 1024 to 65533, got '$base'"
+
+port_of() {
+  case $1 in primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; esac
+}
+
+# Runs as the postgres user when we are root (initdb refuses root).
+as_pg() {
+  if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ensure_tools() {
+  need_debs "$bin/initdb=postgresql-$ver" ss=iproute2 openssl=openssl || die "cannot install PostgreSQL $ver"
+  if ((EUID == 0)); then
+    id postgres >/dev/null 2>&1 || die "no postgres user (the postgresql-$ver package makes it)"
+  fi
+}
+
+pg_ctl_of() { as_pg "$bin/pg_ctl" -D "$dir/$1" -w -t 30 "${@:2}"; }
+
+# The superuser's psql on server $1 (over the socket directory).
+sql() {
+  local name=$1
+  shift
+  as_pg "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$(port_of "$name")" -U postgres -d postgres "$@"
+}
+
+conf() {
+  cat <<EOF
+listen_addresses = '127.0.0.1'
+port = $(port_of "$1")
+unix_socket_directories = '$dir/sock'
+max_connections = 200
+password_encryption = 'scram-sha-256'
+wal_level = replica
+max_wal_senders = 5
+hot_standby = on
+fsync = off
+full_page_writes = off
+log_min_messages = warning
+log_line_prefix = '%m [%p] '
+EOF
+}
+
+hba() {
+  cat <<EOF
+local all postgres trust
+local replication postgres trust
+host replication postgres 127.0.0.1/32 trust
+host all postgres 127.0.0.1/32 trust
+host all all 127.0.0.1/32 scram-sha-256
+EOF
+}
+
+init_server() {
+  local name=$1
+  as_pg "$bin/initdb" -D "$dir/$name" -U postgres --auth=trust --no-sync -E UTF8 --locale=C.UTF-8 >"$dir/$name.init.log" 2>&1 ||
+    die "initdb $name failed: $(tail -5 "$dir/$name.init.log")"
+  conf "$name" | as_pg tee -a "$dir/$name/postgresql.conf" >/dev/null
+  hba | as_pg tee "$dir/$name/pg_hba.conf" >/dev/null
+}
+
+start_server() { pg_ctl_of "$1" -l "$dir/$1.log" start >/dev/null; }
+
+# A CA and a server certificate for 127.0.0.1 (the lone server's TLS), and
+# a second CA that signed nothing (a wrong CA).
+gen_certs() {
+  local c=$dir/certs
+  mkdir -p "$c"
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$c/ca-key.pem" 2>/dev/null
+  openssl req -x509 -new -key "$c/ca-key.pem" -days 2 -subj "/CN=dlock test CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$c/ca.pem" 2>/dev/null
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$c/other-ca-key.pem" 2>/dev/null
+  openssl req -x509 -new -key "$c/other-ca-key.pem" -days 2 -subj "/CN=another CA" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$c/other-ca.pem" 2>/dev/null
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$c/server-key.pem" 2>/dev/null
+  openssl req -new -key "$c/server-key.pem" -subj "/CN=127.0.0.1" -out "$c/server.csr" 2>/dev/null
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=serverAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" >"$c/server.ext"
+  openssl x509 -req -in "$c/server.csr" -CA "$c/ca.pem" -CAkey "$c/ca-key.pem" -CAcreateserial \
+    -days 2 -sha256 -extfile "$c/server.ext" -out "$c/server.pem" 2>/dev/null
+  chmod 644 "$c"/*.pem
+  if ((EUID == 0)); then chown postgres: "$c/server-key.pem"; fi
+  chmod 600 "$c/server-key.pem"
+}
+
+users() {
+  sql "$1" <<EOF
+CREATE ROLE dlock LOGIN PASSWORD '$(<"$dir/password")';
+CREATE DATABASE dlock OWNER dlock;
+CREATE ROLE dlock_nocreate LOGIN PASSWORD '$(<"$dir/password")';
+CREATE DATABASE dlock_empty;
+CREATE ROLE dlock_tls LOGIN PASSWORD '$(<"$dir/password")';
+CREATE DATABASE dlock_tls OWNER dlock_tls;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+EOF
+}
+
+url() { echo "postgresql://${2:-dlock}:$(<"$dir/password")@127.0.0.1:$(port_of "$1")/${3:-dlock}"; }
+
+write_env() {
+  local tmp
+  tmp=$(mktemp "$dir/env.XXXXXX")
+  cat >"$tmp" <<EOF
+export DLOCK_TEST_PG=1
+export DLOCK_TEST_PG_URL=$(url primary)
+export DLOCK_TEST_PG_STANDBY_URL=$(url standby)
+export DLOCK_TEST_PG_LONE_URL=$(url lone)
+export DLOCK_TEST_PG_NOCREATE_URL=$(url lone dlock_nocreate dlock_empty)
+export DLOCK_TEST_PG_TLS_URL=$(url lone dlock_tls dlock_tls)
+export DLOCK_TEST_PG_CA=$dir/certs/ca.pem
+export DLOCK_TEST_PG_OTHER_CA=$dir/certs/other-ca.pem
+export DLOCK_TEST_PG_PASSWORD=$(<"$dir/password")
+export DLOCK_TEST_PG_PORT_BASE=$base
+export DLOCK_TEST_PG_SCRIPT=$root/scripts/pg-cluster.sh
+EOF
+  chmod 644 "$tmp"
+  mv "$tmp" "$env_file"
+}
+
+# Waits up to 30 s until `$@` succeeds.
+wait_for() {
+  local what=$1 end=$((SECONDS + 30))
+  shift
+  while ((SECONDS < end)); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  die "$what did not come up in 30 s (logs: $dir/*.log)"
+}
+
+streaming_sync() {
+  [[ $(sql primary -tA -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby1'") == sync ]]
+}
+
+cmd_start() {
+  ensure_tools
+  if [[ -d $dir ]]; then
+    log "stopping a previous cluster"
+    cmd_stop
+  fi
+  local p busy=()
+  for ((p = base; p <= base + 2; p++)); do
+    ss -Hltn "sport = :$p" | grep -q . && busy+=("$p")
+  done
+  ((${#busy[@]} == 0)) || die "port(s) ${busy[*]} in use; set DLOCK_TEST_PG_PORT_BASE to a free range"
+  mkdir -p "$dir/sock"
+  ((EUID == 0)) && chown postgres: "$dir" "$dir/sock"
+  trap 'rc=$?; if ((rc != 0)); then log "start failed; stopping"; cmd_stop; fi' EXIT
+  openssl rand -hex 16 >"$dir/password"
+  chmod 644 "$dir/password"
+  gen_certs
+
+  init_server primary
+  start_server primary
+  users primary
+  # Synchronous from here on: every commit waits for the standby.
+  sql primary -c "ALTER SYSTEM SET synchronous_standby_names = 'standby1'" \
+    -c "ALTER SYSTEM SET synchronous_commit = on" -c "SELECT pg_reload_conf()" >/dev/null
+
+  as_pg "$bin/pg_basebackup" -h "$dir/sock" -p "$(port_of primary)" -U postgres -D "$dir/standby" -R -X stream --checkpoint=fast \
+    >"$dir/standby.init.log" 2>&1 || die "pg_basebackup failed: $(tail -5 "$dir/standby.init.log")"
+  # Replaces the copied ALTER SYSTEM file (the standby has no standby).
+  cat <<EOF | as_pg tee "$dir/standby/postgresql.auto.conf" >/dev/null
+port = $(port_of standby)
+primary_conninfo = 'host=$dir/sock port=$(port_of primary) user=postgres application_name=standby1'
+EOF
+  start_server standby
+  wait_for "synchronous streaming to the standby" streaming_sync
+
+  init_server lone
+  # TLS on the lone server; the role dlock_tls may only come over TLS.
+  cat <<EOF | as_pg tee -a "$dir/lone/postgresql.conf" >/dev/null
+ssl = on
+ssl_cert_file = '$dir/certs/server.pem'
+ssl_key_file = '$dir/certs/server-key.pem'
+EOF
+  { printf '%s\n' "hostssl all dlock_tls 127.0.0.1/32 scram-sha-256" "host all dlock_tls 127.0.0.1/32 reject"; hba; } |
+    as_pg tee "$dir/lone/pg_hba.conf" >/dev/null
+  start_server lone
+  users lone
+  write_env
+  trap - EXIT
+  log "started: primary :$(port_of primary) (sync standby :$(port_of standby)), lone :$(port_of lone); env in $env_file"
+}
+
+postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
+
+cmd_stop() {
+  local name pid
+  for name in "${names[@]}"; do
+    [[ -d $dir/$name ]] || continue
+    if pid=$(postmaster_pid "$name") && [[ -n $pid ]]; then
+      kill -CONT "$pid" 2>/dev/null || true
+      pg_ctl_of "$name" -m immediate stop >/dev/null 2>&1 || kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$dir"
+}
+
+cmd_status() {
+  [[ -d $dir ]] || { echo "not running"; return 1; }
+  local rc=0 name
+  for name in "${names[@]}"; do
+    if as_pg "$bin/pg_isready" -q -h 127.0.0.1 -p "$(port_of "$name")"; then
+      echo "$name :$(port_of "$name") up, in recovery: $(sql "$name" -tA -c 'SELECT pg_is_in_recovery()')"
+    else
+      echo "$name :$(port_of "$name") down"; rc=1
+    fi
+  done
+  return $rc
+}
+
+cmd_promote() {
+  [[ -d $dir/standby ]] || die "no cluster in $dir (run start first)"
+  local pid
+  if pid=$(postmaster_pid primary) && [[ -n $pid ]]; then
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  pg_ctl_of standby promote >/dev/null
+  log "standby promoted on :$(port_of standby)"
+}
+
+case ${1:-} in
+start) cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+promote) cmd_promote ;;
+psql) shift; sql primary "$@" ;;
+*) die "usage: $0 start|stop|status|promote|psql [ARGS]" ;;
+esac

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The C++ face (include/dlock.hpp, issue 21): the API test compiled with
+# -std=c++17 and -std=c++20, -Wall -Wextra -Werror -pedantic, run under
+# -fsanitize=address,undefined; the two-translation-unit ODR test (LTO,
+# -Wodr); examples/cpp/worker.cpp built strictly and its story checked by
+# core/tests/c_worker.rs (the C worker's story, told the same way). Links
+# the release libdlock.so as scripts/test-c.sh does (flags: c-flags.sh).
+# Prints `cpp: N passed, N failed`; fails on any failure.
+# Usage: scripts/test-cpp.sh [LOGFILE]   (every step's output is appended to it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+log=${1:-/dev/null}
+[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+label=cpp
+. scripts/checks.sh
+. scripts/c-flags.sh
+. scripts/lib.sh
+need_debs g++=g++ >>"$log" 2>&1 || { echo "cpp: cannot install g++" >&2; exit 1; }
+
+step "cargo build --release -p dlock-ffi (libdlock.so)" cargo build --release --locked -p dlock-ffi
+[[ -f target/release/libdlock.so ]] || summary
+
+odr() {
+  local out=$1
+  shift
+  g++ "$@" -O2 -flto -Wodr -Iinclude ffi-c/tests/cpp/odr_a.cpp ffi-c/tests/cpp/odr_b.cpp -o "$out" "${LINK[@]}" &&
+    "$out"
+}
+
+for std in c++17 c++20; do
+  flags=(-std=$std -Wall -Wextra -Werror -pedantic)
+  step "api.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
+    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/api.cpp -o "$work/api-$std" "${LINK[@]}"
+  san_env_on
+  [[ -x $work/api-$std ]] && step "api.cpp ($std) under ASan/UBSan" "$work/api-$std"
+  san_env_off
+  # Two units in one program: a definition that is not inline fails the
+  # link, a category that is not one object fails the run.
+  step "odr: odr_a.cpp + odr_b.cpp ($std, -flto -Wodr)" odr "$work/odr-$std" "${flags[@]}"
+done
+
+step "examples/cpp/worker.cpp: g++ -std=c++17 strict, shared and static" bash -c '
+  g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O2 -Iinclude examples/cpp/worker.cpp -o "$1/worker" \
+    -Ltarget/release -ldlock -lpthread "-Wl,-rpath,$PWD/target/release" &&
+  g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O2 -Iinclude examples/cpp/worker.cpp -o "$1/worker-static" \
+    target/release/libdlock.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc' _ "$work"
+
+# The C worker's story, checked on the C++ worker's typed output: commits,
+# the drain, the fence, a clean stop with 0 in flight, no commit after it.
+worker_story() { DLOCK_C_WORKER=$1 cargo test -p dlock --locked --test c_worker -- --nocapture; }
+[[ -x $work/worker ]] && step "examples/cpp/worker: stops cleanly at the fence" worker_story "$work/worker"
+[[ -x $work/worker-static ]] && step "examples/cpp/worker-static: the same, linked with libdlock.a" worker_story "$work/worker-static"
+
+summary

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The PostgreSQL tests: starts the test servers (scripts/pg-cluster.sh),
+# runs every PostgreSQL test binary (core/tests/postgres*.rs) with
+# --ignored (they are #[ignore]d so a plain `cargo test` does not count
+# them; here a missing server fails them), stops the servers on any exit,
+# and prints the fault figures.
+#
+# usage: scripts/test-postgres.sh [LOGFILE]   (cargo test output is appended
+#        to LOGFILE, as scripts/test-etcd.sh does)
+# DLOCK_FAULT_RUNS (default 3) repeats the blackhole case.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log=${1:-$(mktemp)}
+out=$(mktemp)
+one=$(mktemp)
+trap 'scripts/pg-cluster.sh stop; rm -f "$out" "$one"' EXIT
+
+printf '\n==> %s\n' "postgres: start the test servers"
+scripts/pg-cluster.sh start
+# shellcheck disable=SC1091
+source target/pg/env
+export DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
+
+printf '\n==> %s\n' "postgres: backend, parity and fault tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
+tests=()
+for t in core/tests/postgres*.rs; do
+  t=$(basename "$t" .rs)
+  [[ $t == postgres_failover || $t == postgres_syncwait ]] || tests+=(--test "$t")
+done
+rc=0
+cargo test -p dlock --locked "${tests[@]}" -- --ignored --nocapture 2>&1 | tee "$out" || rc=$?
+cat "$out" >>"$log"
+
+# Each alone, after the others: one stalls every commit on the primary,
+# the last kills it.
+alone() {
+  printf '\n==> postgres: %s\n' "$1"
+  if ! cargo test -p dlock --locked --test "$2" -- --ignored --nocapture >"$one" 2>&1; then
+    rc=1
+    cat "$one"
+  else
+    grep -E '^test |test result' "$one"
+  fi
+  cat "$one" >>"$out"
+  cat "$one" >>"$log"
+}
+alone "a cancelled wait for synchronous replication" postgres_syncwait
+alone "promotion of the synchronous standby" postgres_failover
+
+printf '\n==> %s\n' "postgres: fault figures (ms, one monotonic clock)"
+{
+  echo "case|runs|cut->drain min/median/max|drained|smallest on_fence lead over contender|other"
+  grep -o 'FAULT|.*' "$out" | cut -d'|' -f2- | sort
+} | column -t -s '|' || true
+exit "$rc"

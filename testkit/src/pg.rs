@@ -1,0 +1,104 @@
+//! The PostgreSQL test servers of `scripts/pg-cluster.sh`, read from the
+//! environment (`target/pg/env`), and a blocking SQL connection for the
+//! tests' own statements (an operator's, an application's transaction).
+//!
+//! The PostgreSQL tests are `#[ignore]`d (a plain `cargo test` does not
+//! count them as passed); `scripts/test-postgres.sh` starts the servers and
+//! runs them with `--ignored`, where a missing server fails.
+// Shared by several test binaries; each uses a part.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+/// The running test servers.
+#[derive(Clone, Debug)]
+pub struct Servers {
+    /// The primary, with a synchronous standby.
+    pub url: String,
+    /// The standby (read-only while the primary lives).
+    pub standby_url: String,
+    /// A server with no standby at all.
+    pub lone_url: String,
+    /// A role without CREATE on an empty database.
+    pub nocreate_url: String,
+    /// A role of the lone server that may connect over TLS only.
+    pub tls_url: String,
+    /// The CA of the lone server's certificate, and one that signed nothing.
+    pub ca: String,
+    pub other_ca: String,
+    pub password: String,
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is unset: run scripts/test-postgres.sh (or source target/pg/env after scripts/pg-cluster.sh start)")
+    })
+}
+
+/// The servers; panics when there are none (the tests only run under
+/// `scripts/test-postgres.sh`).
+pub fn servers() -> Servers {
+    Servers {
+        url: var("DLOCK_TEST_PG_URL"),
+        standby_url: var("DLOCK_TEST_PG_STANDBY_URL"),
+        lone_url: var("DLOCK_TEST_PG_LONE_URL"),
+        nocreate_url: var("DLOCK_TEST_PG_NOCREATE_URL"),
+        tls_url: var("DLOCK_TEST_PG_TLS_URL"),
+        ca: var("DLOCK_TEST_PG_CA"),
+        other_ca: var("DLOCK_TEST_PG_OTHER_CA"),
+        password: var("DLOCK_TEST_PG_PASSWORD"),
+    }
+}
+
+/// `host:port` of a URL of the env file (`postgresql://u:p@host:port/db`).
+pub fn addr(url: &str) -> SocketAddr {
+    let rest = url.rsplit_once('@').expect("URL with user").1;
+    let hostport = rest.split('/').next().unwrap();
+    hostport.parse().expect("host:port")
+}
+
+/// `url` with its `host:port` replaced (to go through a fault proxy).
+pub fn via(url: &str, hostport: SocketAddr) -> String {
+    let (auth, rest) = url.rsplit_once('@').unwrap();
+    let db = rest.split_once('/').map_or("", |(_, d)| d);
+    format!("{auth}@{hostport}/{db}")
+}
+
+/// A blocking connection for the tests' own statements.
+pub struct Sql {
+    rt: tokio::runtime::Runtime,
+    pub client: tokio_postgres::Client,
+}
+
+impl Sql {
+    pub fn connect(url: &str) -> Sql {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("test SQL connection");
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            client
+        });
+        Sql { rt, client }
+    }
+
+    /// Runs `sql` with `params`; the rows.
+    pub fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        self.rt.block_on(self.client.query(sql, params))
+    }
+
+    /// Runs statements without parameters.
+    pub fn batch(&self, sql: &str) -> Result<(), tokio_postgres::Error> {
+        self.rt.block_on(self.client.batch_execute(sql))
+    }
+}
