@@ -114,6 +114,10 @@
 // The version of `struct lk_session_stats` this header describes.
 #define LK_SESSION_STATS_VERSION 1
 
+// The grace to pass to `lk_election_resign` when the caller has no
+// reason to choose: the core's, the one Python and Node use by default.
+#define LK_RESIGN_GRACE_MS 5000
+
 // The version of `struct lk_leader` this header describes.
 #define LK_LEADER_VERSION 1
 
@@ -851,7 +855,8 @@ enum lk_status lk_election_proclaim(const struct lk_election *election,
                                     size_t value_len);
 
 // Steps down: no permit from now on; the key is deleted once the permits
-// in flight end, or after `grace_ms` with some still in flight, so the
+// in flight end, or after `grace_ms` (`LK_RESIGN_GRACE_MS` unless the
+// caller has a reason) with some still in flight, so the
 // next leader starts only after this one's work. Returns once the delete
 // had its first try (blocks up to `grace_ms` and a keepalive timeout).
 // Campaigning again is allowed.

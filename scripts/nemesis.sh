@@ -13,9 +13,9 @@
 #                           [--locks 100]   (the second mode: 100 locks on one
 #                           session of each holder; Rust holders only)
 #                           [--election 1]  (the election mode: candidates of
-#                           one election and an observer; Rust holders, and
-#                           `dlock elect` ones with --holder-cmds "rust;python3
-#                           nemesis/holders/run_holder.py --dlock target/release/dlock")
+#                           one election and an observer; every face's holder
+#                           campaigns, the `dlock run` one as `dlock elect`:
+#                           with --all-faces, one candidate of each face)
 #                           (N default 3, H default 4; holders of the listed
 #                           commands in turn, the Rust holder by default;
 #                           target/nemesis/c-holder is the C one)

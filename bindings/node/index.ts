@@ -956,9 +956,12 @@ export interface Leader {
 }
 
 export interface ResignOptions {
-  /** Milliseconds to wait for the permits in flight before the key is deleted (default 0: at once). */
+  /** Milliseconds to wait for the permits in flight before the key is deleted (default `RESIGN_GRACE_MS`, 5000, as in every face). */
   grace?: number;
 }
+
+/** The grace of a resign that names none, in ms: the core's, the same in every face. */
+export const RESIGN_GRACE_MS: number = native.resignGraceMs();
 
 /** The longest value a candidate may carry, in bytes: etcd's request limit (1.5 MiB) less room for the key. */
 export const MAX_VALUE_LEN: number = native.maxValueLen();
@@ -1012,13 +1015,14 @@ export class Election extends Lock {
 
   /**
    * Steps down: no permit from now on; the key is deleted once the
-   * permits in flight end, or after `grace` ms with some still running,
-   * so the next leader starts after this one's work. Resolves once the
-   * delete had its first try. Campaigning again is allowed.
+   * permits in flight end, or after `grace` ms (default `RESIGN_GRACE_MS`)
+   * with some still running, so the next leader starts after this one's
+   * work. Resolves once the delete had its first try. Campaigning again is
+   * allowed.
    */
   async resign(options?: ResignOptions): Promise<void> {
     const o = checkObject('options', options, ['grace']);
-    const grace = checkMs('options.grace', o.grace) ?? 0;
+    const grace = checkMs('options.grace', o.grace) ?? RESIGN_GRACE_MS;
     settle(await call(() => this._e.resign(grace)));
   }
 

@@ -21,6 +21,13 @@ use crate::{Acquisition, Client, Error, Lock, Session};
 /// 1.5 MiB, and the key and transaction need some room.
 pub const MAX_VALUE_LEN: usize = 1536 * 1024 - 4096;
 
+/// The grace every face uses for a resign that names none (Python's
+/// `RESIGN_GRACE`, Node's `RESIGN_GRACE_MS`, C's `LK_RESIGN_GRACE_MS`):
+/// one value, so that a leader leaving the same way in any language keeps
+/// its key for the same time while its units of work end. A resign with
+/// no unit in flight deletes the key at once whatever the grace.
+pub const RESIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn check_value(value: &[u8]) -> Result<(), Error> {
     if value.len() > MAX_VALUE_LEN {
         return Err(Error::InvalidArgument(format!(

@@ -5,9 +5,15 @@
  * holder protocol to FILE, stamped with CLOCK_BOOTTIME in nanoseconds. EOF
  * on stdin: records "final" and exits.
  *
+ * --election 1: a candidate of the election NAME (lk_election_new) instead
+ * of a lock holder, as the Rust holder: it campaigns (value ID) where it
+ * would acquire, and as the leader proclaims ID:N every 100th permit (a
+ * "proclaim" record). Only the leader writes: a permit is leadership.
+ *
  * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
  *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
- *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1]
+ *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1
+ *               --election 0|1]
  *
  * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
  *   examples/nemesis/holder.c -Ltarget/release -ldlock -lpthread */
@@ -30,7 +36,7 @@
 
 static int hist = -1;
 static const char *id = "";
-static struct lk_lock *lock;
+static const struct lk_lock *lock;
 
 static uint64_t now_ns(void) {
   struct timespec t;
@@ -147,7 +153,7 @@ int main(int argc, char **argv) {
   lk_client_options_init(&o, LK_CLIENT_OPTIONS_VERSION);
   o.ttl_ms = 4000, o.keepalive_interval_ms = 1000, o.keepalive_timeout_ms = 500;
   o.retry_interval_ms = 250, o.margin_ms = 1000, o.reacquire = true;
-  uint64_t unit = 10, idle = 5, writes = 1;
+  uint64_t unit = 10, idle = 5, writes = 1, election = 0;
   for (int i = 1; i < argc; i += 2) {
     if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc) {
       fprintf(stderr, "holder: bad argument %s (flags are --key value)\n", argv[i]);
@@ -176,6 +182,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "unit-ms")) NUM(unit);
     else if (!strcmp(k, "idle-ms")) NUM(idle);
     else if (!strcmp(k, "writes")) NUM(writes);
+    else if (!strcmp(k, "election")) NUM(election);
     else {
       fprintf(stderr, "holder: unknown flag --%s\n", k);
       return 2;
@@ -193,21 +200,30 @@ int main(int argc, char **argv) {
   gate_addr.sin_family = AF_INET;
   gate_addr.sin_port = htons((uint16_t)atoi(colon + 1));
   if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
-  record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"ttl_ms\":%" PRIu64
+  record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"election\":%s,\"ttl_ms\":%" PRIu64
          ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64,
-         (int)getpid(), name, (long long)time(NULL), o.ttl_ms, o.margin_ms, o.keepalive_interval_ms);
+         (int)getpid(), name, (long long)time(NULL), election ? "true" : "false", o.ttl_ms, o.margin_ms,
+         o.keepalive_interval_ms);
 
   o.endpoints = endpoints;
   struct lk_client *client = NULL;
   if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());
-  if (lk_lock_new(client, name, &lock) != LK_OK) die(lk_last_error());
+  struct lk_election *candidate = NULL;
+  if (election) {
+    if (lk_election_new(client, name, &candidate) != LK_OK) die(lk_last_error());
+    lock = lk_election_lock(candidate);
+  } else {
+    struct lk_lock *l = NULL;
+    if (lk_lock_new(client, name, &l) != LK_OK) die(lk_last_error());
+    lock = l;
+  }
   lk_set_on_state_change(lock, on_state, NULL);
   lk_set_on_fence(lock, on_fence, NULL);
   lk_set_on_acquired(lock, on_acquired, NULL);
   pthread_t t;
   pthread_create(&t, NULL, watch_stdin, NULL);
 
-  uint64_t seq = 0, refused_n = 0;
+  uint64_t seq = 0, refused_n = 0, permits = 0;
   int last_refusal = -1;
   for (;;) {
     enum lk_state st = LK_STATE_IDLE;
@@ -215,7 +231,8 @@ int main(int argc, char **argv) {
     if (st == LK_STATE_IDLE || st == LK_STATE_RELEASED) {
       record("acquire", NULL);
       uint64_t token = 0;
-      enum lk_status s = lk_lock_acquire(lock, 30000, &token);
+      enum lk_status s = candidate ? lk_election_campaign(candidate, (const uint8_t *)id, strlen(id), 30000, &token)
+                                   : lk_lock_acquire(lock, 30000, &token);
       if (s == LK_OK) {
         record("acquire_ok", "\"token\":%" PRIu64, token);
       } else {
@@ -247,6 +264,13 @@ int main(int argc, char **argv) {
     lk_permit_token(&p, &token);
     lk_lock_deadline(lock, &deadline);
     record("permit", "\"t0\":%" PRIu64 ",\"token\":%" PRIu64 ",\"deadline\":%" PRIu64, t0, token, deadline);
+    if (candidate && ++permits % 100 == 0) {
+      char value[128];
+      int vn = snprintf(value, sizeof value, "%s:%" PRIu64, id, permits);
+      s = lk_election_proclaim(candidate, (const uint8_t *)value, (size_t)vn);
+      record("proclaim", "\"token\":%" PRIu64 ",\"value\":\"%s\",\"out\":\"%s\"", token, value,
+             s == LK_OK ? "ok" : lk_status_name(s));
+    }
     sleep_ms(unit / 2);
     if (writes) {
       seq++;

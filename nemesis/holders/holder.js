@@ -7,6 +7,11 @@
 // to FILE, stamped with CLOCK_BOOTTIME in nanoseconds. EOF on stdin:
 // records "final" and exits.
 //
+// --election 1: a candidate of the election NAME (`client.election`)
+// instead of a lock holder, as the Rust holder: it campaigns (value ID)
+// where it would acquire, and as the leader proclaims ID:N every 100th
+// permit (a "proclaim" record). Only the leader writes.
+//
 // Node reads no CLOCK_BOOTTIME and the face's events carry no instant:
 // the clock is process.hrtime (CLOCK_MONOTONIC) plus BOOTTIME - MONOTONIC
 // read once at start (constant while the machine does not suspend), and
@@ -17,7 +22,7 @@
 // usage: node holder.js --id ID --endpoints URLS --lock NAME --key KEY
 //          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
 //          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-//          --writes 0|1]
+//          --writes 0|1 --election 0|1]
 'use strict';
 const fs = require('node:fs');
 const net = require('node:net');
@@ -28,7 +33,7 @@ const dlock = require(process.env.DLOCK_NODE_PACKAGE || path.join(__dirname, '..
 
 const NUMBERS = {
   'ttl-ms': 4000, 'interval-ms': 1000, 'timeout-ms': 500, 'retry-ms': 250,
-  'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1,
+  'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1, election: 0,
 };
 const WORDS = ['id', 'endpoints', 'lock', 'key', 'gate', 'history'];
 
@@ -127,14 +132,15 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function main() {
   record('start', {
-    face: 'node', pid: process.pid, lock: f.lock, wall: Math.floor(Date.now() / 1000),
+    face: 'node', pid: process.pid, lock: f.lock, wall: Math.floor(Date.now() / 1000), election: f.election === 1,
     ttl_ms: f['ttl-ms'], margin_ms: f['margin-ms'], interval_ms: f['interval-ms'],
   });
   const client = new dlock.Client({
     endpoints: f.endpoints, ttl: f['ttl-ms'], keepaliveInterval: f['interval-ms'],
     keepaliveTimeout: f['timeout-ms'], retryInterval: f['retry-ms'], margin: f['margin-ms'], reacquire: true,
   });
-  const lock = client.lock(f.lock);
+  const election = f.election === 1;
+  const lock = election ? client.election(f.lock) : client.lock(f.lock);
   lock.on('stateChange', ({ from, to, reason }) => record('state', {
     at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
   }));
@@ -154,11 +160,13 @@ async function main() {
   let seq = 0;
   let refusedN = 0;
   let lastRefusal = null;
+  let permits = 0;
   for (;;) {
     if (lock.state === 'Idle' || lock.state === 'Released') {
       record('acquire');
       try {
-        record('acquire_ok', { token: await lock.acquire({ timeout: 30000 }) });
+        const won = election ? lock.campaign(who, { timeout: 30000 }) : lock.acquire({ timeout: 30000 });
+        record('acquire_ok', { token: await won });
       } catch (e) {
         record('acquire_err', { code: e.code ?? String(e), msg: String(e.message ?? e) });
         await sleep(f['retry-ms']);
@@ -189,6 +197,18 @@ async function main() {
     // own deadline (stricter for G4).
     const t1 = now();
     record('permit', { t0, token, deadline: t1 + BigInt(Math.floor(p.remaining * 1e6)) });
+    permits += 1;
+    if (election && permits % 100 === 0) {
+      const value = `${who}:${permits}`;
+      let out = 'ok';
+      try {
+        await lock.proclaim(value);
+      } catch (e) {
+        if (!(e instanceof dlock.DlockError)) throw e;
+        out = e.code;
+      }
+      record('proclaim', { token, value, out });
+    }
     await sleep(unit / 2);
     if (f.writes) {
       seq += 1;

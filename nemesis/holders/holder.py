@@ -7,10 +7,15 @@ CLOCK_BOOTTIME in nanoseconds (the clock of dlock's deadlines). Event
 instants `at` are the events' own (`Event.at`, seconds on dlock's clock).
 EOF on stdin: records "final" and exits.
 
+--election 1: a candidate of the election NAME (`client.election`) instead
+of a lock holder, as the Rust holder: it campaigns (value ID) where it
+would acquire, and as the leader proclaims ID:N every 100th permit (a
+"proclaim" record). Only the leader writes: a permit is leadership.
+
 usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-         --writes 0|1]
+         --writes 0|1 --election 0|1]
 """
 
 import json
@@ -23,7 +28,7 @@ import time
 import dlock
 
 NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
-           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1}
+           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0}
 WORDS = ("id", "endpoints", "lock", "key", "gate", "history")
 
 
@@ -104,13 +109,14 @@ def main():
     f = flags(sys.argv[1:])
     who = f["id"]
     h = History(f["history"], who)
+    election = f["election"] == 1
     h.record("start", face="python", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
-             ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
+             election=election, ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
     client = dlock.Client(
         f["endpoints"], ttl=f["ttl-ms"] / 1e3, keepalive_interval=f["interval-ms"] / 1e3,
         keepalive_timeout=f["timeout-ms"] / 1e3, retry_interval=f["retry-ms"] / 1e3,
         margin=f["margin-ms"] / 1e3, reacquire=True)
-    lock = client.lock(f["lock"])
+    lock = client.election(f["lock"]) if election else client.lock(f["lock"])
 
     @lock.on_event
     def event(e: dlock.Event) -> None:
@@ -135,13 +141,14 @@ def main():
 
     gate = Gate(f["gate"])
     unit, idle = f["unit-ms"] / 1e3, f["idle-ms"] / 1e3
-    seq, refused_n, last_refusal = 0, 0, None
+    seq, refused_n, last_refusal, permits = 0, 0, None, 0
     key = f["key"]
     while True:
         if lock.state in (dlock.State.IDLE, dlock.State.RELEASED):
             h.record("acquire")
             try:
-                h.record("acquire_ok", token=lock.acquire(30))
+                token = lock.campaign(who, 30).token if election else lock.acquire(30)
+                h.record("acquire_ok", token=token)
             except dlock.Error as e:
                 h.record("acquire_err", code=e.code, msg=str(e))
                 time.sleep(f["retry-ms"] / 1e3)
@@ -164,6 +171,14 @@ def main():
         # `remaining` (a bound below the permit's own deadline: stricter).
         t1 = now()
         h.record("permit", t0=t0, token=token, deadline=t1 + ns(p.remaining))
+        permits += 1
+        if election and permits % 100 == 0:
+            value, out = f"{who}:{permits}", "ok"
+            try:
+                lock.proclaim(value)
+            except dlock.Error as e:
+                out = e.code
+            h.record("proclaim", token=token, value=value, out=out)
         time.sleep(unit / 2)
         if f["writes"]:
             seq += 1

@@ -56,8 +56,8 @@ pub struct Config {
     /// each holder, all holders contending for the same N).
     pub locks: usize,
     /// The election mode: holders are candidates of an election (each
-    /// given `--election 1`: the Rust holder and the `dlock elect` one take
-    /// it), and an observer (`client.observe`, straight to the members)
+    /// given `--election 1`: the holder of every face takes it, the `dlock
+    /// run` one as `dlock elect`), and an observer (`client.observe`, straight to the members)
     /// records every event it reports in `observer.jsonl`.
     pub election: bool,
     /// Holder programs with their leading arguments (the Rust holder: this

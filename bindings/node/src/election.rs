@@ -174,6 +174,12 @@ impl NativeElection {
     }
 }
 
+/// The grace of a resign that names none, in ms (`dlock::election::RESIGN_GRACE`).
+#[napi]
+pub fn resign_grace_ms() -> u32 {
+    dlock::election::RESIGN_GRACE.as_millis() as u32
+}
+
 /// The longest value a candidate may carry (`dlock::election::MAX_VALUE_LEN`).
 #[napi]
 pub fn max_value_len() -> u32 {

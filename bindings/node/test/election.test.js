@@ -151,6 +151,23 @@ test('resign with a permit in flight: the next candidate is elected only after t
   await Promise.all([a.close(), b.close()]);
 });
 
+test('resign() without a grace waits for the unit in flight: the core\'s RESIGN_GRACE_MS, as in every face', async () => {
+  assert.equal(dlock.RESIGN_GRACE_MS, 5000);
+  const { service, client } = embedded();
+  const name = unique('default-grace');
+  const a = client().election(name);
+  const t1 = await a.campaign('a', { timeout: 2000 });
+  const unit = a.permit();
+  const resigned = a.resign();
+  // A window to show something does not happen: the key stays while the unit runs.
+  assert.equal(await settlesWithin(resigned, 300), false, 'resign() resolved with a unit in flight');
+  assert.equal(service.holder(name), t1);
+  unit.end();
+  await resigned;
+  assert.equal(service.holder(name), null);
+  await a.close();
+});
+
 test('resign deletes the key at the grace with a unit still in flight', async () => {
   const { service, client } = embedded();
   const name = unique('grace');

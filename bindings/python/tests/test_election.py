@@ -128,6 +128,22 @@ def test_resign_waits_for_the_permit_in_flight_then_the_next_leads_higher() -> N
     b.resign(0)
 
 
+def test_the_default_grace_is_the_cores_as_in_every_face() -> None:
+    # Node's RESIGN_GRACE_MS and C's LK_RESIGN_GRACE_MS are the same value.
+    assert dlock.RESIGN_GRACE == dlock._dlock.RESIGN_GRACE == 5.0
+    c = client()
+    e = c.election("default-grace")
+    lead = e.campaign("a", timeout=1)
+    p = lead.permit()
+    resigned = threading.Thread(target=lead.resign)
+    resigned.start()
+    resigned.join(0.3)  # a window to show the key stays while the permit runs
+    assert resigned.is_alive() and e.leader() is not None
+    p.end()
+    resigned.join(WITHIN)
+    assert not resigned.is_alive() and e.leader() is None
+
+
 def test_resign_deletes_the_key_at_the_grace_with_a_permit_still_in_flight() -> None:
     c = client()
     e = c.election("g")

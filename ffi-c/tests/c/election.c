@@ -12,6 +12,9 @@
 
 #include "check.h"
 
+/* The default grace is the core's, as Python's RESIGN_GRACE and Node's RESIGN_GRACE_MS. */
+_Static_assert(LK_RESIGN_GRACE_MS == 5000, "LK_RESIGN_GRACE_MS is the core's RESIGN_GRACE");
+
 #define LIMIT_MS 15000
 
 static struct lk_client *client_of(struct lk_memory *mem, bool reacquire) {

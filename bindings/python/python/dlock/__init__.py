@@ -113,8 +113,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Seconds leaving a ``with election.campaign(...)`` block gives the permits
 #: still in flight (ones handed to other threads) before the leader's key is
-#: deleted, unless ``campaign(..., grace=...)`` says otherwise.
-RESIGN_GRACE = 5.0
+#: deleted, unless ``campaign(..., grace=...)`` says otherwise: the core's
+#: value (5 s), the same in every face.
+RESIGN_GRACE: float = _dlock.RESIGN_GRACE
 
 
 # The core's state names by their upper-case spelling: a name the core

@@ -9,6 +9,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "__version__",
     "MAX_NAME_LEN",
+    "RESIGN_GRACE",
     "Client",
     "Session",
     "SessionStats",
@@ -39,6 +40,7 @@ __all__ = [
 
 __version__: str
 MAX_NAME_LEN: int
+RESIGN_GRACE: float
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _StrPath = Union[str, "os.PathLike[str]"]
