@@ -193,7 +193,7 @@ pub unsafe extern "C" fn lk_election_proclaim(
 /// The grace to pass to `lk_election_resign` when the caller has no
 /// reason to choose: the core's, the one Python and Node use by default.
 pub const LK_RESIGN_GRACE_MS: u64 = 5_000;
-const _: () = assert!(LK_RESIGN_GRACE_MS as u128 == dlock::election::RESIGN_GRACE.as_millis());
+const _: () = assert!(LK_RESIGN_GRACE_MS as u128 == dlock_core::election::RESIGN_GRACE.as_millis());
 
 /// Steps down: no permit from now on; the key is deleted once the permits
 /// in flight end, or after `grace_ms` (`LK_RESIGN_GRACE_MS` unless the
