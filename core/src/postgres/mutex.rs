@@ -16,11 +16,8 @@ use crate::machine::{LeaseId, Token};
 /// listener reconnects are caught up by then).
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// The lock key of `name` under `lease`, as etcd's concurrency Mutex names
-/// it (the same format as `memory.rs` and `etcd/`).
-pub(crate) fn lock_key(name: &str, lease: LeaseId) -> String {
-    format!("{name}/{lease:x}")
-}
+/// The lock key of `name` under `lease`: the one format of every backend.
+pub(crate) use crate::backend::lock_key;
 
 /// Acquires `name` under `lease` (see [`crate::Backend::lock`]).
 pub(crate) async fn lock(
