@@ -9,14 +9,17 @@
 #   - SCRAM password authentication for the test user `dlock` on all of
 #     them; a role `dlock_nocreate` that may connect but not create the
 #     dlock schema;
-#   - TLS on the lone server (a test CA in target/pg/certs), where the role
+#   - TLS on the lone server (a test CA in $dir/certs), where the role
 #     `dlock_tls` may only connect over TLS.
-# Data, logs and the sourceable env file live in target/pg/.
+# Data, logs and the sourceable env file live in DLOCK_TEST_PG_DIR (default
+# target/pg; an absolute path, or one relative to the repository), so
+# several clusters (each on its own DLOCK_TEST_PG_PORT_BASE) can run from
+# one checkout.
 #
 # usage: scripts/pg-cluster.sh start|stop|status|promote|psql [ARGS]
 #   start    install what is missing (Debian), init, start, wait until the
-#            standby streams synchronously, write target/pg/env
-#   stop     stop every server (also paused ones), remove target/pg/
+#            standby streams synchronously, write $dir/env
+#   stop     stop every server (also paused ones), remove $dir
 #   status   each server's state
 #   promote  kill the primary, promote the standby (its URL is in the env
 #            file as DLOCK_TEST_PG_STANDBY_URL)
@@ -28,7 +31,9 @@ cd "$(dirname "$0")/.."
 
 root=$PWD
 . scripts/lib.sh
-dir=$root/target/pg
+dir=${DLOCK_TEST_PG_DIR:-target/pg}
+[[ $dir == /* ]] || dir=$root/$dir
+dir=${dir%/}
 env_file=$dir/env
 base=${DLOCK_TEST_PG_PORT_BASE:-25430}
 ver=15
@@ -156,6 +161,7 @@ export DLOCK_TEST_PG_OTHER_CA=$dir/certs/other-ca.pem
 export DLOCK_TEST_PG_PASSWORD=$(<"$dir/password")
 export DLOCK_TEST_PG_PORT_BASE=$base
 export DLOCK_TEST_PG_SCRIPT=$root/scripts/pg-cluster.sh
+export DLOCK_TEST_PG_DIR=$dir
 EOF
   chmod 644 "$tmp"
   mv "$tmp" "$env_file"
@@ -231,6 +237,10 @@ postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
 
 cmd_stop() {
   local name pid
+  [[ -d $dir ]] || return 0
+  # Only a directory this script made (DLOCK_TEST_PG_DIR may point anywhere).
+  [[ -e $dir/password || -z $(ls -A "$dir") ]] ||
+    die "$dir is not a pg-cluster directory (no $dir/password); not removing it"
   for name in "${names[@]}"; do
     [[ -d $dir/$name ]] || continue
     if pid=$(postmaster_pid "$name") && [[ -n $pid ]]; then

@@ -7,7 +7,9 @@
 #
 # usage: scripts/test-postgres.sh [LOGFILE]   (cargo test output is appended
 #        to LOGFILE, as scripts/test-etcd.sh does)
-# DLOCK_FAULT_RUNS (default 3) repeats the blackhole case.
+# DLOCK_FAULT_RUNS (default 3) repeats each fault case.
+# DLOCK_TEST_PG_PORT_BASE and DLOCK_TEST_PG_DIR go to scripts/pg-cluster.sh
+# (ports and data directory, default 25430 and target/pg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,7 @@ trap 'scripts/pg-cluster.sh stop; rm -f "$out" "$one"' EXIT
 printf '\n==> %s\n' "postgres: start the test servers"
 scripts/pg-cluster.sh start
 # shellcheck disable=SC1091
-source target/pg/env
+source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
 export DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
 
 printf '\n==> %s\n' "postgres: backend, parity and fault tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
