@@ -10,7 +10,11 @@
 #     them; a role `dlock_nocreate` that may connect but not create the
 #     dlock schema;
 #   - TLS on the lone server (a test CA in $dir/certs), where the role
-#     `dlock_tls` may only connect over TLS.
+#     `dlock_tls` may only connect over TLS;
+#   - PgBouncer (Debian's pgbouncer, 1.18) in transaction pool mode in
+#     front of the primary's database `dlock` (port base+3), SCRAM for the
+#     user `dlock` (its secret copied from the primary: no plaintext
+#     password on disk); its URL is DLOCK_TEST_PG_BOUNCER_URL.
 # Data, logs and the sourceable env file live in DLOCK_TEST_PG_DIR (default
 # target/pg; an absolute path, or one relative to the repository), so
 # several clusters (each on its own DLOCK_TEST_PG_PORT_BASE) can run from
@@ -19,13 +23,14 @@
 # usage: scripts/pg-cluster.sh start|stop|status|promote|psql [ARGS]
 #   start    install what is missing (Debian), init, start, wait until the
 #            standby streams synchronously, write $dir/env
-#   stop     stop every server (also paused ones), remove $dir
+#   stop     stop every server and PgBouncer (also paused ones), remove $dir
 #   status   each server's state
 #   promote  kill the primary, promote the standby (its URL is in the env
 #            file as DLOCK_TEST_PG_STANDBY_URL)
 #   psql     psql as the superuser on the primary, with ARGS
 #
-# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+2.
+# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+3: primary,
+# standby, lone, PgBouncer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,11 +48,14 @@ names=(primary standby lone)
 die() { echo "pg-cluster: $*" >&2; exit 1; }
 log() { echo "pg-cluster: $*" >&2; }
 
-[[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + 2 <= 65535)) ||
-  die "DLOCK_TEST_PG_PORT_BASE must be a port number from 1024 to 65533, got '$base'"
+last=3 # the highest port is base+last
+[[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + last <= 65535)) ||
+  die "DLOCK_TEST_PG_PORT_BASE must be a port number from 1024 to $((65535 - last)), got '$base'"
 
 port_of() {
-  case $1 in primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; esac
+  case $1 in
+  primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; bouncer) echo $((base + 3)) ;;
+  esac
 }
 
 # Runs as the postgres user when we are root (initdb refuses root).
@@ -56,7 +64,8 @@ as_pg() {
 }
 
 ensure_tools() {
-  need_debs "$bin/initdb=postgresql-$ver" ss=iproute2 openssl=openssl || die "cannot install PostgreSQL $ver"
+  need_debs "$bin/initdb=postgresql-$ver" /usr/sbin/pgbouncer=pgbouncer ss=iproute2 openssl=openssl ||
+    die "cannot install PostgreSQL $ver and PgBouncer"
   if ((EUID == 0)); then
     id postgres >/dev/null 2>&1 || die "no postgres user (the postgresql-$ver package makes it)"
   fi
@@ -146,6 +155,43 @@ EOF
 
 url() { echo "postgresql://${2:-dlock}:$(<"$dir/password")@127.0.0.1:$(port_of "$1")/${3:-dlock}"; }
 
+# PgBouncer in transaction pool mode in front of the primary's database
+# dlock, run as the postgres user (it refuses root). Clients authenticate
+# with SCRAM against the role's secret, copied from the primary; PgBouncer
+# logs in to the primary with the client's SCRAM keys (pass-through).
+start_bouncer() {
+  local b=$dir/bouncer secret
+  mkdir -p "$b"
+  secret=$(sql primary -tA -c "SELECT rolpassword FROM pg_authid WHERE rolname = 'dlock'")
+  [[ $secret == SCRAM-SHA-256* ]] || die "no SCRAM secret for the role dlock"
+  printf '"dlock" "%s"\n' "$secret" >"$b/userlist.txt"
+  cat >"$b/pgbouncer.ini" <<EOF
+[databases]
+dlock = host=127.0.0.1 port=$(port_of primary) dbname=dlock
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $(port_of bouncer)
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = $b/userlist.txt
+pool_mode = transaction
+max_client_conn = 400
+default_pool_size = 40
+server_reset_query =
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/bouncer.log
+pidfile = $b/pgbouncer.pid
+log_connections = 0
+log_disconnections = 0
+EOF
+  chmod 600 "$b/userlist.txt"
+  ((EUID == 0)) && chown -R postgres: "$b"
+  as_pg /usr/sbin/pgbouncer -d -q "$b/pgbouncer.ini" || die "PgBouncer did not start: $(tail -5 "$dir/bouncer.log" 2>/dev/null)"
+}
+
+bouncer_up() { ss -Hltn "sport = :$(port_of bouncer)" | grep -q .; }
+
 write_env() {
   local tmp
   tmp=$(mktemp "$dir/env.XXXXXX")
@@ -154,6 +200,7 @@ export DLOCK_TEST_PG=1
 export DLOCK_TEST_PG_URL=$(url primary)
 export DLOCK_TEST_PG_STANDBY_URL=$(url standby)
 export DLOCK_TEST_PG_LONE_URL=$(url lone)
+export DLOCK_TEST_PG_BOUNCER_URL=$(url bouncer)
 export DLOCK_TEST_PG_NOCREATE_URL=$(url lone dlock_nocreate dlock_empty)
 export DLOCK_TEST_PG_TLS_URL=$(url lone dlock_tls dlock_tls)
 export DLOCK_TEST_PG_CA=$dir/certs/ca.pem
@@ -189,7 +236,7 @@ cmd_start() {
     cmd_stop
   fi
   local p busy=()
-  for ((p = base; p <= base + 2; p++)); do
+  for ((p = base; p <= base + last; p++)); do
     ss -Hltn "sport = :$p" | grep -q . && busy+=("$p")
   done
   ((${#busy[@]} == 0)) || die "port(s) ${busy[*]} in use; set DLOCK_TEST_PG_PORT_BASE to a free range"
@@ -228,9 +275,12 @@ EOF
     as_pg tee "$dir/lone/pg_hba.conf" >/dev/null
   start_server lone
   users lone
+  start_bouncer
+  wait_for "PgBouncer" bouncer_up
   write_env
   trap - EXIT
-  log "started: primary :$(port_of primary) (sync standby :$(port_of standby)), lone :$(port_of lone); env in $env_file"
+  log "started: primary :$(port_of primary) (sync standby :$(port_of standby)), lone :$(port_of lone)," \
+    "PgBouncer :$(port_of bouncer) (transaction mode, to the primary); env in $env_file"
 }
 
 postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
@@ -248,6 +298,13 @@ cmd_stop() {
       pg_ctl_of "$name" -m immediate stop >/dev/null 2>&1 || kill -KILL "$pid" 2>/dev/null || true
     fi
   done
+  if pid=$(head -1 "$dir/bouncer/pgbouncer.pid" 2>/dev/null) && [[ -n $pid ]]; then
+    kill -CONT "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   rm -rf "$dir"
 }
 
@@ -261,6 +318,11 @@ cmd_status() {
       echo "$name :$(port_of "$name") down"; rc=1
     fi
   done
+  if bouncer_up; then
+    echo "bouncer :$(port_of bouncer) up (PgBouncer, transaction mode, to the primary)"
+  else
+    echo "bouncer :$(port_of bouncer) down"; rc=1
+  fi
   return $rc
 }
 
