@@ -102,3 +102,24 @@ impl Sql {
         self.rt.block_on(self.client.batch_execute(sql))
     }
 }
+
+/// The PgBouncer of the test servers (transaction pool mode, in front of
+/// the primary): `DLOCK_TEST_PG_BOUNCER_URL`.
+pub fn bouncer_url() -> String {
+    var("DLOCK_TEST_PG_BOUNCER_URL")
+}
+
+/// The superuser on the server of `url` (trusted on loopback by the test
+/// servers).
+pub fn superuser(url: &str) -> Sql {
+    Sql::connect(&format!("postgresql://postgres@{}/postgres", addr(url)))
+}
+
+/// `DLOCK_FAULT_RUNS` (default 3, as `scripts/test-postgres.sh`).
+pub fn fault_runs() -> usize {
+    std::env::var("DLOCK_FAULT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(3)
+}

@@ -1,7 +1,8 @@
 //! [`PostgresBackend`]: the [`Backend`] trait on the parts of this module.
 //! Three connections: one for keepalives alone (a keepalive never queues
 //! behind another statement), one for every other statement (so they run
-//! in the order sent), and the listener's.
+//! in the order sent), and the listener's (to `dlock_listen` when the URL
+//! names one: the server itself behind a pooler in transaction mode).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::PostgresConfig;
-use super::conn::{Connector, Slot};
+use super::conn::{Connector, Slot, listen_config};
 use super::watch::Listener;
 use super::{guarded, lease, mutex, schema};
 use crate::Error;
@@ -32,6 +33,10 @@ impl PostgresBackend {
     /// clear error before anything is held.
     pub async fn connect(config: PostgresConfig) -> Result<PostgresBackend, Error> {
         let connector = Arc::new(Connector::new(&config)?);
+        let listen = match listen_config(&config)? {
+            Some(l) => Arc::new(Connector::new(&l)?),
+            None => connector.clone(),
+        };
         let first = connector.open(None).await?;
         schema::ensure(&first, &connector.target).await?;
         connector.check_timeline(&first).await?;
@@ -43,7 +48,10 @@ impl PostgresBackend {
         let keepalives = Slot::new(connector.clone(), true);
         keepalives.set(connector.open(None).await?);
         let timeout = config.request_timeout;
-        let listener = Listener::start(connector, ops.clone(), timeout).await?;
+        listen
+            .schema_ready
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let listener = Listener::start(listen, ops.clone(), timeout).await?;
         Ok(PostgresBackend(Arc::new(Shared {
             ops,
             keepalives,

@@ -38,6 +38,10 @@ pub struct PostgresConfig {
     /// Time allowed for one statement (other than a keepalive, which the
     /// core times). Default 3 s.
     pub request_timeout: Duration,
+    /// `dlock_listen`: where the LISTEN connection goes instead (a pooler
+    /// in transaction mode, PgBouncer, cannot carry LISTEN):
+    /// `HOST[:PORT][,...]` or a whole `postgres://` URL. `None`: the URL.
+    pub listen: Option<String>,
 }
 
 impl std::fmt::Debug for PostgresConfig {
@@ -49,6 +53,7 @@ impl std::fmt::Debug for PostgresConfig {
             .field("single_node", &self.single_node)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("listen", &self.listen.as_deref().map(hide_password))
             .finish()
     }
 }
@@ -107,6 +112,7 @@ impl PostgresConfig {
         let mut tls = false;
         let mut ca_file = None;
         let mut single_node = false;
+        let mut listen = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let v = percent_decode(v);
@@ -134,9 +140,10 @@ impl PostgresConfig {
                         }
                     }
                 }
+                "dlock_listen" if !v.trim().is_empty() => listen = Some(v),
                 k if k.starts_with("dlock_") => {
                     return Err(bad(format!(
-                        "unknown dlock parameter `{k}` (known: dlock_single_node)"
+                        "unknown dlock parameter `{k}`, or one without a value (known: dlock_single_node, dlock_listen)"
                     )));
                 }
                 _ => kept.push(pair),
@@ -156,6 +163,7 @@ impl PostgresConfig {
             single_node,
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(3),
+            listen,
         })
     }
 

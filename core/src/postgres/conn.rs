@@ -2,6 +2,12 @@
 //! (a primary with synchronous replication, or a declared single node),
 //! driving it (notices and notifications), and a slot that reopens a
 //! connection that failed or timed out.
+//!
+//! Every statement is an unnamed one (`query_typed`, or the simple query
+//! protocol) and every one is a transaction of its own, with no session
+//! state, so a pooler in transaction mode (PgBouncer) can carry all of them
+//! but LISTEN: the listener's connection may go elsewhere
+//! ([`listen_config`], `dlock_listen=` in the URL).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -168,7 +174,7 @@ impl Connector {
     pub async fn check_timeline(&self, conn: &Conn) -> Result<(), Error> {
         let row = conn
             .client
-            .query_one("SELECT dlock.check_timeline()", &[])
+            .query_typed_one("SELECT dlock.check_timeline()", &[])
             .await
             .map_err(|e| {
                 Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
@@ -187,7 +193,7 @@ impl Connector {
     async fn check_replication(&self, conn: &Conn) -> Result<(), Error> {
         let row = conn
             .client
-            .query_one(
+            .query_typed_one(
                 "SELECT pg_is_in_recovery(), current_setting('synchronous_commit'), \
                  current_setting('synchronous_standby_names')",
                 &[],
@@ -216,6 +222,62 @@ impl Connector {
         }
         Ok(())
     }
+}
+
+/// The configuration of the listener's connection when the URL sends it
+/// elsewhere (`dlock_listen`, for a pooler in transaction mode, which
+/// cannot carry LISTEN): `HOST[:PORT][,HOST[:PORT]...]` replaces the URL's
+/// hosts (same user, password, database, TLS); a whole `postgres://` URL
+/// (percent-encoded inside the main one) replaces the URL, keeping the main
+/// URL's TLS settings unless it names its own. `None`: the main URL.
+pub(crate) fn listen_config(c: &PostgresConfig) -> Result<Option<PostgresConfig>, Error> {
+    let Some(spec) = c.listen.as_deref().map(str::trim) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(Error::InvalidArgument(format!(
+            "PostgreSQL URL: dlock_listen `{spec}`: {why}"
+        )))
+    };
+    let mut l = c.clone();
+    l.listen = None;
+    if super::config::is_postgres_url(spec) {
+        let own = PostgresConfig::parse(spec)
+            .map_err(|e| Error::InvalidArgument(format!("dlock_listen: {e}")))?;
+        if own.listen.is_some() {
+            return bad("a listen URL cannot name another");
+        }
+        let query = spec.split_once('?').map_or("", |(_, q)| q);
+        if query.split('&').any(|p| p.starts_with("sslmode=")) {
+            l.tls = own.tls;
+        }
+        if own.ca_file.is_some() {
+            l.ca_file = own.ca_file;
+        }
+        l.url = own.url;
+    } else {
+        if spec.is_empty() || spec.contains(['/', '?', '@', '&', ' ']) {
+            return bad("expected HOST[:PORT][,HOST[:PORT]...] or a postgres:// URL");
+        }
+        let (scheme, rest) = c.url.split_once("://").expect("a validated URL");
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        if tail.split_once('?').is_some_and(|(_, q)| {
+            q.split('&')
+                .any(|p| p.starts_with("host") || p.starts_with("port="))
+        }) {
+            return bad(
+                "the URL names its hosts in host=/hostaddr=/port= parameters: give a whole postgres:// URL in dlock_listen",
+            );
+        }
+        let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+        l.url = match userinfo {
+            Some(u) => format!("{scheme}://{u}@{spec}{tail}"),
+            None => format!("{scheme}://{spec}{tail}"),
+        };
+    }
+    l.validate()?;
+    Ok(Some(l))
 }
 
 /// Drives a connection on a task of its own: counts the WARNINGs of a

@@ -18,7 +18,7 @@ pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
     };
     let found = match conn
         .client
-        .query_one("SELECT max(version) FROM dlock.schema_version", &[])
+        .query_typed_one("SELECT max(version) FROM dlock.schema_version", &[])
         .await
     {
         Ok(row) => row.get::<_, Option<i32>>(0),

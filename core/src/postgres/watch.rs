@@ -3,6 +3,11 @@
 //! rows is deleted or changed (an operator, or its lease went). Notifications
 //! are lost while disconnected, so after every (re)connect the watched rows
 //! are read again.
+//!
+//! At connect a probe notification, sent on the statement connection, must
+//! reach the listener: a pooler in transaction mode (PgBouncer) hands the
+//! LISTEN's server connection to other clients, so notifications never
+//! come; that is refused with an error naming `dlock_listen`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -88,18 +93,59 @@ impl Listener {
             live: AtomicBool::new(false),
             timeout,
         });
-        let (tx, rx) = unbounded_channel();
+        let (tx, mut rx) = unbounded_channel();
         let conn = connector.open(Some(tx)).await?;
+        let fail = |what: &str, e: &tokio_postgres::Error| {
+            Error::Backend(format!(
+                "PostgreSQL at {}: {what}: {}",
+                connector.target,
+                super::conn::describe(e)
+            ))
+        };
+        let probe = probe_channel();
         conn.client
-            .batch_execute("LISTEN dlock")
+            .batch_execute(&format!("LISTEN dlock; LISTEN {probe}"))
             .await
-            .map_err(|e| {
-                Error::Backend(format!(
-                    "PostgreSQL at {}: LISTEN: {}",
-                    connector.target,
-                    super::conn::describe(&e)
-                ))
-            })?;
+            .map_err(|e| fail("LISTEN", &e))?;
+        // The probe goes through the statement connection, as every
+        // NOTIFY of the lock rows does. Not waiting for the standby: it
+        // writes nothing.
+        let sent = ops
+            .run(timeout, |c| {
+                let sql =
+                    format!("BEGIN; SET LOCAL synchronous_commit = local; NOTIFY {probe}; COMMIT");
+                async move { c.client.batch_execute(&sql).await }
+            })
+            .await;
+        if let Err(e) = sent {
+            return Err(Error::Backend(format!(
+                "PostgreSQL at {}: NOTIFY: {e}",
+                connector.target
+            )));
+        }
+        let heard = tokio::time::timeout(timeout, async {
+            while let Some(n) = rx.recv().await {
+                if n.channel() == probe {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if heard != Ok(true) {
+            return Err(Error::Backend(format!(
+                "PostgreSQL at {}: the LISTEN connection received no notification within {} ms \
+                 (a connection pooler in transaction mode, such as PgBouncer, cannot carry \
+                 LISTEN): give the server's own address for the listener with \
+                 dlock_listen=HOST:PORT in the URL (every other statement may stay on the pooler)",
+                connector.target,
+                timeout.as_millis()
+            )));
+        }
+        conn.client
+            .batch_execute(&format!("UNLISTEN {probe}"))
+            .await
+            .map_err(|e| fail("UNLISTEN", &e))?;
         inner.live.store(true, Ordering::SeqCst);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(run(inner.clone(), connector, ops, conn, rx, stopped));
@@ -122,6 +168,15 @@ impl Listener {
             id,
         })
     }
+}
+
+/// A channel name of this listener only.
+fn probe_channel() -> String {
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = crate::clock::system_now().as_nanos();
+    format!("dlock_probe_{}_{n}_{t}", std::process::id())
 }
 
 async fn run(
