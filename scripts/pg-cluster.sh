@@ -11,6 +11,9 @@
 #     dlock schema;
 #   - TLS on the lone server (a test CA in $dir/certs), where the role
 #     `dlock_tls` may only connect over TLS;
+#   - an asynchronous standby of the lone server (port base+4), for the
+#     test that shows why dlock refuses asynchronous replication
+#     (core/tests/postgres_async.rs detaches and promotes it);
 #   - PgBouncer (Debian's pgbouncer, 1.18) in transaction pool mode in
 #     front of the primary's database `dlock` (port base+3), SCRAM for the
 #     user `dlock` (its secret copied from the primary: no plaintext
@@ -29,8 +32,8 @@
 #            file as DLOCK_TEST_PG_STANDBY_URL)
 #   psql     psql as the superuser on the primary, with ARGS
 #
-# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+3: primary,
-# standby, lone, PgBouncer.
+# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+4: primary,
+# standby, lone, PgBouncer, the lone server's asynchronous standby.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,18 +46,18 @@ env_file=$dir/env
 base=${DLOCK_TEST_PG_PORT_BASE:-25430}
 ver=15
 bin=/usr/lib/postgresql/$ver/bin
-names=(primary standby lone)
+names=(primary standby lone async)
 
 die() { echo "pg-cluster: $*" >&2; exit 1; }
 log() { echo "pg-cluster: $*" >&2; }
 
-last=3 # the highest port is base+last
+last=4 # the highest port is base+last
 [[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + last <= 65535)) ||
   die "DLOCK_TEST_PG_PORT_BASE must be a port number from 1024 to $((65535 - last)), got '$base'"
 
 port_of() {
   case $1 in
-  primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; bouncer) echo $((base + 3)) ;;
+  primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; bouncer) echo $((base + 3)) ;; async) echo $((base + 4)) ;;
   esac
 }
 
@@ -201,6 +204,7 @@ export DLOCK_TEST_PG_URL=$(url primary)
 export DLOCK_TEST_PG_STANDBY_URL=$(url standby)
 export DLOCK_TEST_PG_LONE_URL=$(url lone)
 export DLOCK_TEST_PG_BOUNCER_URL=$(url bouncer)
+export DLOCK_TEST_PG_ASYNC_URL=$(url async)
 export DLOCK_TEST_PG_NOCREATE_URL=$(url lone dlock_nocreate dlock_empty)
 export DLOCK_TEST_PG_TLS_URL=$(url lone dlock_tls dlock_tls)
 export DLOCK_TEST_PG_CA=$dir/certs/ca.pem
@@ -223,6 +227,10 @@ wait_for() {
     sleep 0.2
   done
   die "$what did not come up in 30 s (logs: $dir/*.log)"
+}
+
+streaming_async() {
+  [[ $(sql lone -tA -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'async1' AND state = 'streaming'") == async ]]
 }
 
 streaming_sync() {
@@ -275,12 +283,22 @@ EOF
     as_pg tee "$dir/lone/pg_hba.conf" >/dev/null
   start_server lone
   users lone
+  # The lone server's asynchronous standby (it names no synchronous one).
+  as_pg "$bin/pg_basebackup" -h "$dir/sock" -p "$(port_of lone)" -U postgres -D "$dir/async" -R -X stream --checkpoint=fast \
+    >"$dir/async.init.log" 2>&1 || die "pg_basebackup of the lone server failed: $(tail -5 "$dir/async.init.log")"
+  cat <<EOF | as_pg tee "$dir/async/postgresql.auto.conf" >/dev/null
+port = $(port_of async)
+primary_conninfo = 'host=$dir/sock port=$(port_of lone) user=postgres application_name=async1'
+EOF
+  start_server async
+  wait_for "asynchronous streaming to the lone server's standby" streaming_async
   start_bouncer
   wait_for "PgBouncer" bouncer_up
   write_env
   trap - EXIT
   log "started: primary :$(port_of primary) (sync standby :$(port_of standby)), lone :$(port_of lone)," \
-    "PgBouncer :$(port_of bouncer) (transaction mode, to the primary); env in $env_file"
+    "PgBouncer :$(port_of bouncer) (transaction mode, to the primary)," \
+    "async standby of lone :$(port_of async); env in $env_file"
 }
 
 postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
