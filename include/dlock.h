@@ -284,24 +284,27 @@ struct lk_client_options {
   uint64_t margin_ms;
   // Acquire again (new lease, higher token) after a fence.
   bool reacquire;
-  // Comma-separated etcd endpoints (`host:port` or `https://host:port`);
+  // Comma-separated etcd endpoints (`host:port` or `https://host:port`),
+  // or one PostgreSQL URL (`postgresql://user@host:5432/db?...`);
   // NULL: the embedded in-process service (`memory`).
   const char *endpoints;
-  // etcd: CA certificate file (PEM), or NULL.
+  // CA certificate file (PEM), or NULL: turns TLS on (PostgreSQL: unless
+  // the URL's `sslmode` turns it off, which is refused).
   const char *ca_file;
   // etcd: client certificate file (PEM) for mutual TLS, or NULL.
   const char *cert_file;
   // etcd: client key file (PEM) for mutual TLS, or NULL.
   const char *key_file;
-  // etcd: user name, or NULL.
+  // User name (PostgreSQL: instead of the URL's), or NULL.
   const char *user;
-  // etcd: password, or NULL.
+  // Password (PostgreSQL: instead of the URL's), or NULL.
   const char *password;
-  // etcd: allow sending the password without TLS (loopback tests only).
+  // etcd: allow sending the password without TLS (loopback tests only);
+  // PostgreSQL ignores it (SCRAM never sends the password).
   bool allow_plaintext_password;
-  // etcd: time to open a connection to one member (ms).
+  // Time to open one connection (ms).
   uint64_t connect_timeout_ms;
-  // etcd: time for one request (ms).
+  // Time for one request (ms).
   uint64_t request_timeout_ms;
   // Embedded backend only: the service to link to; NULL: the
   // process-wide one (`lk_memory_named("")`).
@@ -440,14 +443,16 @@ const char *lk_reason_name(int reason);
 // written.
 enum lk_status lk_client_options_init(struct lk_client_options *opts, unsigned int version);
 
-// A client of etcd (`opts->endpoints` set) or of the embedded service
+// A client of what `opts->endpoints` names (one `postgres://` URL:
+// PostgreSQL; else etcd endpoints), or of the embedded service
 // (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
 // embedded with the defaults. Connecting to etcd blocks. `opts->version`
 // may be any version from 1 to `LK_CLIENT_OPTIONS_VERSION`.
 enum lk_status lk_client_new(const struct lk_client_options *opts, struct lk_client **client_out);
 
-// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
-// other `DLOCK_*` variables for TLS and auth), else the process-wide
+// What the environment variable `DLOCK_ENDPOINTS` names (PostgreSQL for a
+// `postgres://` URL, else etcd; the other `DLOCK_*` variables for TLS
+// and auth), else the process-wide
 // embedded service (whose fault switches `lk_link_*` then apply). Only the
 // timing fields of `opts` are used (NULL: defaults).
 enum lk_status lk_client_from_env(const struct lk_client_options *opts,

@@ -223,7 +223,7 @@ export interface TimingOptions {
 }
 
 export interface ClientOptions extends TimingOptions {
-  /** etcd endpoints (`"http://127.0.0.1:2379"`, a comma-separated string or a list). None: the `DLOCK_*` environment, else the embedded service. */
+  /** etcd endpoints (`"http://127.0.0.1:2379"`, a comma-separated string or a list), or one PostgreSQL URL (`"postgresql://user@host/db"`). None: the `DLOCK_*` environment, else the embedded service. */
   endpoints?: string | string[];
   /** An embedded service of one's own (tests with fault switches). */
   service?: Service;
@@ -379,9 +379,10 @@ export class Client {
     let etcd: N.NativeEtcd | undefined;
     if (o.endpoints !== undefined) {
       const e = o.endpoints;
+      // The core splits and decides (a PostgreSQL URL may hold commas).
       const list =
         typeof e === 'string'
-          ? e.split(',').map((s) => s.trim()).filter((s) => s.length > 0)
+          ? [e]
           : Array.isArray(e)
             ? e.map((s, i) => checkString(`options.endpoints[${i}]`, s))
             : undefined;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use dlock::{ClientConfig, Observed, Token};
+use dlock::{Observed, Token};
 
 use crate::exit::{self, Fail};
 use crate::run::{Held, OnDrain, RunArgs, Timing};
@@ -136,8 +136,7 @@ fn line(e: &Observed, json: bool) -> String {
 }
 
 fn observe(args: &ElectArgs) -> Result<i32, Fail> {
-    let etcd = args.conn.etcd()?;
-    let client = dlock::Client::connect(ClientConfig::etcd(etcd))?;
+    let client = dlock::Client::connect(args.conn.client(dlock::Options::default())?)?;
     let mut observer = client.observe(&args.name)?;
     let mut out = std::io::stdout();
     loop {

@@ -8,6 +8,7 @@
 mod elect;
 mod exit;
 mod metrics;
+mod postgres;
 mod run;
 mod show;
 
@@ -22,7 +23,7 @@ use exit::Fail;
 #[command(
     name = "dlock",
     version,
-    about = "Run a command under a distributed lock (etcd); stop its whole process group before the lock can move on",
+    about = "Run a command under a distributed lock (etcd or PostgreSQL); stop its whole process group before the lock can move on",
     after_help = "Exit codes: docs/cli.md (the command's own status, 128+n for a signal; 2 usage, 120 held (--try), 121 timeout, 122 lock service, 123 invalid option or name, 124 fenced, 125 other, 126 cannot execute, 127 not found)"
 )]
 struct Cli {
@@ -40,13 +41,16 @@ enum Cmd {
     List(show::ListArgs),
     /// Campaign in election NAME with VALUE, run CMD while leading (as `run`); or --observe NAME.
     Elect(elect::ElectArgs),
+    /// PostgreSQL's `dlock` schema: `migrate` creates or upgrades it, `schema` prints its SQL.
+    #[command(subcommand)]
+    Postgres(postgres::PostgresCmd),
 }
 
 /// Where the lock service is: each flag overrides its `DLOCK_*` variable
 /// (read by the core's `EtcdConfig::from_vars`, as the library does).
 #[derive(Args, Debug, Clone, Default)]
 pub struct Conn {
-    /// etcd endpoints, comma-separated `host:port` or `http(s)://host:port` [env: DLOCK_ENDPOINTS]
+    /// etcd endpoints, comma-separated `host:port` or `http(s)://host:port`, or one `postgresql://` URL [env: DLOCK_ENDPOINTS]
     #[arg(long, value_name = "LIST")]
     endpoints: Option<String>,
     /// CA certificate (PEM); turns TLS on [env: DLOCK_CA_FILE]
@@ -70,8 +74,9 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// The etcd configuration: the flags over the `DLOCK_*` environment.
-    pub fn etcd(&self) -> Result<dlock::EtcdConfig, Fail> {
+    /// What the flags over the `DLOCK_*` environment name (the core's
+    /// `Endpoints::from_vars`, as the library reads them).
+    pub fn endpoints(&self) -> Result<dlock::Endpoints, Fail> {
         let ms = |d: &Option<Duration>| d.map(|d| d.as_millis().to_string());
         let flags = [
             ("DLOCK_ENDPOINTS", self.endpoints.clone()),
@@ -82,7 +87,7 @@ impl Conn {
             ("DLOCK_CONNECT_TIMEOUT_MS", ms(&self.connect_timeout)),
             ("DLOCK_REQUEST_TIMEOUT_MS", ms(&self.request_timeout)),
         ];
-        let config = dlock::EtcdConfig::from_vars(|name| {
+        let endpoints = dlock::Endpoints::from_vars(|name| {
             if let Some((_, Some(v))) = flags.iter().find(|(n, _)| *n == name) {
                 return Ok(Some(v.clone()));
             }
@@ -95,12 +100,20 @@ impl Conn {
             }
         })
         .map_err(Fail::from)?;
-        config.ok_or_else(|| {
+        endpoints.ok_or_else(|| {
             Fail::new(
                 exit::INVALID,
                 "invalid_argument: no lock service: set DLOCK_ENDPOINTS or --endpoints",
             )
         })
+    }
+
+    /// The client configuration: etcd or PostgreSQL, as the endpoints
+    /// name (the core decides), with `options`.
+    pub fn client(&self, options: dlock::Options) -> Result<dlock::ClientConfig, Fail> {
+        let mut config = dlock::ClientConfig::from_env().with_options(options);
+        config.backend = self.endpoints()?.backend().map_err(Fail::from)?;
+        Ok(config)
     }
 }
 
@@ -146,6 +159,7 @@ fn main() {
         Cmd::Show(args) => show::show(args),
         Cmd::List(args) => show::list(args),
         Cmd::Elect(args) => elect::main(args),
+        Cmd::Postgres(cmd) => postgres::main(cmd),
     };
     // On the way out, whatever the outcome: the core's shutdown (a no-op
     // when nothing is held; `run` has already called it while its handles

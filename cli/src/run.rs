@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use dlock::{ClientConfig, LockEvent, Options, OwnedPermit, PartialOptions, Refused, State, Token};
+use dlock::{LockEvent, Options, OwnedPermit, PartialOptions, Refused, State, Token};
 use signal_hook::consts::{
     SIGCHLD, SIGCONT, SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGUSR1, SIGUSR2, SIGWINCH,
 };
@@ -205,7 +205,7 @@ pub fn main_with(
             ),
         ));
     }
-    let etcd = args.conn.etcd()?;
+    let config = args.conn.client(options.clone())?;
     let (tx, rx) = channel();
     listen_to_signals(tx.clone())?;
     // Orphaned grandchildren are re-parented to dlock, which reaps them:
@@ -213,7 +213,7 @@ pub fn main_with(
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
 
-    let client = dlock::Client::connect(ClientConfig::etcd(etcd).with_options(options.clone()))?;
+    let client = dlock::Client::connect(config)?;
     let session = client.session(options)?;
     let lock = held(&session, &args.name)?;
     let textfile = args.metrics.start(&client);

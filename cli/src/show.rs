@@ -1,11 +1,13 @@
-//! `dlock show NAME` and `dlock list PREFIX`: read-only looks at etcd's
-//! lock keys. A lock `NAME` is the queue of keys `NAME/<lease hex>` (etcd's
+//! `dlock show NAME` and `dlock list PREFIX`: read-only looks at the lock
+//! keys. A lock `NAME` is the queue of keys `NAME/<lease hex>` (etcd's
 //! lock protocol, as the core and `etcdctl lock` write them): the key with
 //! the lowest create revision holds, its create revision is the token, the
-//! others wait in that order.
+//! others wait in that order. On PostgreSQL only the holder has a row
+//! (`dlock.locks`; waiters wait on a notification), so waiters are not
+//! known there: `waiters_known` is false.
 
 use clap::Args;
-use dlock::{EtcdReader, LockKey};
+use dlock::{LockKey, Reader};
 use serde::Serialize;
 
 use crate::Conn;
@@ -63,6 +65,8 @@ struct Shown {
     held: bool,
     holder: Option<Holder>,
     waiters: Vec<Key>,
+    /// False on PostgreSQL, where waiters hold no rows.
+    waiters_known: bool,
 }
 
 #[derive(Serialize, Debug)]
@@ -70,6 +74,8 @@ struct Listed {
     name: String,
     holder: Key,
     waiters: usize,
+    /// False on PostgreSQL, where waiters hold no rows.
+    waiters_known: bool,
 }
 
 fn backend(what: &str, e: impl std::fmt::Display) -> Fail {
@@ -79,10 +85,11 @@ fn backend(what: &str, e: impl std::fmt::Display) -> Fail {
     )
 }
 
-/// The core's read-only connection for the configuration (TLS, user auth
-/// with token refresh, require-leader, fail-over).
-fn connect(conn: &Conn) -> Result<EtcdReader, Fail> {
-    conn.etcd()?.connect_reader().map_err(|e| match e {
+/// The core's read-only connection for the configuration (etcd: TLS, user
+/// auth with token refresh, require-leader, fail-over; PostgreSQL: TLS and
+/// the server checks of a client).
+fn connect(conn: &Conn) -> Result<Reader, Fail> {
+    Reader::connect(conn.endpoints()?).map_err(|e| match e {
         dlock::Error::Backend(m) => backend("connect", m),
         e => Fail::from(e),
     })
@@ -142,6 +149,7 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
         held: holder.is_some(),
         holder,
         waiters: queue.map(|k| key(&k)).collect(),
+        waiters_known: reader.lists_waiters(),
     };
     if args.metrics {
         let token = shown.holder.as_ref().map(|h| h.key.token);
@@ -159,7 +167,11 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
             "lease     {} (ttl left {}s of {}s)",
             h.key.lease, h.ttl_left_s, h.ttl_granted_s
         );
-        println!("waiters   {}", shown.waiters.len());
+        if shown.waiters_known {
+            println!("waiters   {}", shown.waiters.len());
+        } else {
+            println!("waiters   unknown (PostgreSQL: waiters hold no rows)");
+        }
         for w in &shown.waiters {
             println!("  {}  (create revision {})", w.key, w.token);
         }
@@ -171,9 +183,9 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
 }
 
 pub fn list(args: ListArgs) -> Result<i32, Fail> {
-    let keys = connect(&args.conn)?
-        .lock_keys(&args.prefix)
-        .map_err(read_failed)?;
+    let reader = connect(&args.conn)?;
+    let waiters_known = reader.lists_waiters();
+    let keys = reader.lock_keys(&args.prefix).map_err(read_failed)?;
     // Grouped by name, oldest first, so each name's first key is its holder.
     let mut listed: Vec<Listed> = Vec::new();
     for k in &keys {
@@ -183,6 +195,7 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
                 name: k.name.clone(),
                 holder: key(k),
                 waiters: 0,
+                waiters_known,
             }),
         }
     }
@@ -191,9 +204,13 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
         println!("{}", serde_json::to_string(&listed).expect("serializable"));
     } else {
         for l in &listed {
+            let waiters = match l.waiters_known {
+                true => l.waiters.to_string(),
+                false => "unknown".into(),
+            };
             println!(
-                "{}  token {}  lease {}  waiters {}",
-                l.name, l.holder.token, l.holder.lease, l.waiters
+                "{}  token {}  lease {}  waiters {waiters}",
+                l.name, l.holder.token, l.holder.lease
             );
         }
     }

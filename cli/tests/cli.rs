@@ -185,3 +185,45 @@ fn left_out_settings_follow_the_given_ones() {
         "invalid_option: invalid option `keepalive_timeout`: must be > 0 and < keepalive_interval (2s), got 2s",
     );
 }
+
+/// A PostgreSQL URL in `--endpoints`: the core picks PostgreSQL for `run`,
+/// `show` and `postgres migrate` (nothing listens on port 1, so each is a
+/// backend error naming PostgreSQL, not an etcd scheme error); `migrate`
+/// refuses etcd endpoints; `postgres schema` needs no server.
+#[test]
+fn a_postgres_url_selects_postgres_in_every_command() {
+    let url = "postgresql://dlock@127.0.0.1:1/db";
+    let timeouts = ["--connect-timeout", "300ms", "--request-timeout", "300ms"];
+    let with = |head: &[&'static str], tail: &[&'static str]| -> Vec<&'static str> {
+        let mut v = head.to_vec();
+        v.extend_from_slice(&["--endpoints", url]);
+        v.extend_from_slice(&timeouts);
+        v.extend_from_slice(tail);
+        v
+    };
+    for args in [
+        with(&["run"], &["jobs", "--", "true"]),
+        with(&["show"], &["jobs"]),
+        with(&["list"], &[]),
+        with(&["elect", "--observe"], &["jobs"]),
+        with(&["postgres", "migrate"], &[]),
+    ] {
+        one_line_error(&args, 122, "PostgreSQL at 127.0.0.1:1");
+    }
+    one_line_error(
+        &["postgres", "migrate", "--endpoints", "127.0.0.1:2379"],
+        123,
+        "migrate needs a PostgreSQL URL",
+    );
+    one_line_error(
+        &["show", "--endpoints", "127.0.0.1:1,postgres://h/db", "jobs"],
+        123,
+        "PostgreSQL URL",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(["postgres", "schema"])
+        .output()
+        .expect("run dlock");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), dlock::SCHEMA_SQL);
+}

@@ -34,10 +34,10 @@ pub enum BackendConfig {
     Etcd(EtcdConfig),
     /// A PostgreSQL server (docs/postgres.md).
     Postgres(crate::PostgresConfig),
-    /// PostgreSQL when `DLOCK_ENDPOINTS` is a `postgres://` or
-    /// `postgresql://` URL; etcd when it is set otherwise (with the other
-    /// `DLOCK_*` variables, see [`EtcdConfig::from_env`]); else the
-    /// process-wide embedded service.
+    /// What `DLOCK_ENDPOINTS` names, with the other `DLOCK_*` variables
+    /// ([`crate::Endpoints::from_env`]): PostgreSQL for a `postgres://` or
+    /// `postgresql://` URL, else etcd; the process-wide embedded service
+    /// when it is unset.
     FromEnv,
 }
 
@@ -151,9 +151,15 @@ impl Client {
         options.validate()?;
         let clock = clock.unwrap_or_else(Clock::system);
         let backend = match backend {
-            BackendConfig::FromEnv => {
-                crate::postgres::from_env()?.map_or(BackendConfig::FromEnv, BackendConfig::Postgres)
-            }
+            BackendConfig::FromEnv => match crate::Endpoints::from_env()? {
+                Some(e) => e.backend().map_err(|e| match e {
+                    Error::InvalidArgument(m) => {
+                        Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}"))
+                    }
+                    e => e,
+                })?,
+                None => BackendConfig::Embedded(MemoryService::shared()),
+            },
             other => other,
         };
         let etcd = match backend {
@@ -161,9 +167,10 @@ impl Client {
                 let backend = crate::postgres::connect(c).await?;
                 return Ok(Client::assemble(Arc::new(backend), options, clock, None));
             }
-            BackendConfig::Embedded(service) => None.ok_or(service),
             BackendConfig::Etcd(c) => Ok(c),
-            BackendConfig::FromEnv => EtcdConfig::from_env()?.ok_or_else(MemoryService::shared),
+            BackendConfig::Embedded(service) => Err(service),
+            // Resolved above; an unset environment means this one.
+            BackendConfig::FromEnv => Err(MemoryService::shared()),
         };
         match etcd {
             Ok(c) => {

@@ -38,6 +38,7 @@ mod client;
 pub mod clock;
 pub mod codes;
 mod driver;
+mod endpoints;
 pub mod election;
 mod error;
 mod etcd;
@@ -52,6 +53,7 @@ pub mod memory;
 pub mod metrics;
 mod options;
 mod postgres;
+mod reader;
 mod sync;
 
 pub use backend::{Backend, lock_key};
@@ -62,6 +64,7 @@ pub use client::{
 pub use clock::{Clock, Instant, ManualClock};
 pub use codes::Code;
 pub use election::{Election, Leader, Observed, Observer};
+pub use endpoints::Endpoints;
 pub use error::Error;
 pub use etcd::{EtcdConfig, EtcdReader, LeaseTtl, LockKey};
 pub use events::{EventStream, LockEvent};
@@ -73,3 +76,4 @@ pub use memory::{MemoryBackend, MemoryService};
 pub use metrics::Snapshot as MetricsSnapshot;
 pub use options::{MAX_TTL, Options, PartialOptions};
 pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL};
+pub use reader::{Reader, migrate};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dlock_core::{
-    BackendConfig, Client, ClientConfig, EtcdConfig, MemoryBackend, MemoryService, Options,
+    BackendConfig, Client, ClientConfig, Endpoints, EtcdConfig, MemoryBackend, MemoryService, Options,
     PartialOptions,
 };
 
@@ -60,24 +60,27 @@ pub struct lk_client_options {
     pub margin_ms: u64,
     /// Acquire again (new lease, higher token) after a fence.
     pub reacquire: bool,
-    /// Comma-separated etcd endpoints (`host:port` or `https://host:port`);
+    /// Comma-separated etcd endpoints (`host:port` or `https://host:port`),
+    /// or one PostgreSQL URL (`postgresql://user@host:5432/db?...`);
     /// NULL: the embedded in-process service (`memory`).
     pub endpoints: *const c_char,
-    /// etcd: CA certificate file (PEM), or NULL.
+    /// CA certificate file (PEM), or NULL: turns TLS on (PostgreSQL: unless
+    /// the URL's `sslmode` turns it off, which is refused).
     pub ca_file: *const c_char,
     /// etcd: client certificate file (PEM) for mutual TLS, or NULL.
     pub cert_file: *const c_char,
     /// etcd: client key file (PEM) for mutual TLS, or NULL.
     pub key_file: *const c_char,
-    /// etcd: user name, or NULL.
+    /// User name (PostgreSQL: instead of the URL's), or NULL.
     pub user: *const c_char,
-    /// etcd: password, or NULL.
+    /// Password (PostgreSQL: instead of the URL's), or NULL.
     pub password: *const c_char,
-    /// etcd: allow sending the password without TLS (loopback tests only).
+    /// etcd: allow sending the password without TLS (loopback tests only);
+    /// PostgreSQL ignores it (SCRAM never sends the password).
     pub allow_plaintext_password: bool,
-    /// etcd: time to open a connection to one member (ms).
+    /// Time to open one connection (ms).
     pub connect_timeout_ms: u64,
-    /// etcd: time for one request (ms).
+    /// Time for one request (ms).
     pub request_timeout_ms: u64,
     /// Embedded backend only: the service to link to; NULL: the
     /// process-wide one (`lk_memory_named("")`).
@@ -218,7 +221,8 @@ pub struct lk_client {
     pub(crate) client: Client,
 }
 
-/// A client of etcd (`opts->endpoints` set) or of the embedded service
+/// A client of what `opts->endpoints` names (one `postgres://` URL:
+/// PostgreSQL; else etcd endpoints), or of the embedded service
 /// (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
 /// embedded with the defaults. Connecting to etcd blocks. `opts->version`
 /// may be any version from 1 to `LK_CLIENT_OPTIONS_VERSION`.
@@ -239,16 +243,17 @@ pub unsafe extern "C" fn lk_client_new(
                 None => MemoryService::shared(),
             }),
             Some(endpoints) => {
-                let mut config = EtcdConfig::parse(endpoints)?;
-                config.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                config.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                config.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                config.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                config.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
-                config.allow_plaintext_password = o.allow_plaintext_password;
-                config.connect_timeout = ms(o.connect_timeout_ms);
-                config.request_timeout = ms(o.request_timeout_ms);
-                BackendConfig::Etcd(config)
+                // The core decides: one PostgreSQL URL, or etcd endpoints.
+                let mut e = Endpoints::new([endpoints]);
+                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                e.allow_plaintext_password = Some(o.allow_plaintext_password);
+                e.connect_timeout = Some(ms(o.connect_timeout_ms));
+                e.request_timeout = Some(ms(o.request_timeout_ms));
+                e.backend()?
             }
         };
         let config = ClientConfig {
@@ -267,8 +272,9 @@ pub unsafe extern "C" fn lk_client_new(
     })
 }
 
-/// etcd when the environment variable `DLOCK_ENDPOINTS` is set (with the
-/// other `DLOCK_*` variables for TLS and auth), else the process-wide
+/// What the environment variable `DLOCK_ENDPOINTS` names (PostgreSQL for a
+/// `postgres://` URL, else etcd; the other `DLOCK_*` variables for TLS
+/// and auth), else the process-wide
 /// embedded service (whose fault switches `lk_link_*` then apply). Only the
 /// timing fields of `opts` are used (NULL: defaults).
 #[unsafe(no_mangle)]

@@ -85,14 +85,6 @@ fn ms(name: &str, v: f64) -> Result<Duration> {
     })
 }
 
-/// `*slot = v` milliseconds, when given.
-fn set_ms(slot: &mut Duration, name: &str, v: Option<f64>) -> Result<()> {
-    if let Some(v) = v {
-        *slot = ms(name, v)?;
-    }
-    Ok(())
-}
-
 fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -148,7 +140,8 @@ impl NativeOptions {
     }
 }
 
-/// Where the client connects: etcd settings (every one optional).
+/// Where the client connects: endpoints (etcd, or one PostgreSQL URL; the
+/// core decides) and their settings, every one optional.
 #[napi(object)]
 #[derive(Default)]
 pub struct NativeEtcd {
@@ -164,28 +157,18 @@ pub struct NativeEtcd {
 }
 
 impl NativeEtcd {
-    fn to_core(&self) -> Result<dlock::EtcdConfig> {
-        let mut c = dlock::EtcdConfig::new(self.endpoints.iter().cloned());
+    fn to_core(&self) -> Result<dlock::BackendConfig> {
+        let mut c = dlock::Endpoints::new(self.endpoints.iter().cloned());
         c.ca_file = self.ca_file.clone().map(Into::into);
         c.cert_file = self.cert_file.clone().map(Into::into);
         c.key_file = self.key_file.clone().map(Into::into);
         c.user = self.user.clone();
         c.password = self.password.clone();
-        if let Some(a) = self.allow_plaintext_password {
-            c.allow_plaintext_password = a;
-        }
-        set_ms(
-            &mut c.connect_timeout,
-            "connectTimeout",
-            self.connect_timeout,
-        )?;
-        set_ms(
-            &mut c.request_timeout,
-            "requestTimeout",
-            self.request_timeout,
-        )?;
-        c.validate().map_err(thrown)?;
-        Ok(c)
+        c.allow_plaintext_password = self.allow_plaintext_password;
+        let given = |name: &str, v: Option<f64>| v.map(|v| ms(name, v)).transpose();
+        c.connect_timeout = given("connectTimeout", self.connect_timeout)?;
+        c.request_timeout = given("requestTimeout", self.request_timeout)?;
+        c.backend().map_err(thrown)
     }
 }
 
@@ -260,7 +243,8 @@ pub struct NativeClient {
 
 #[napi]
 impl NativeClient {
-    /// Connects: `etcd` given → etcd; `service` given → that embedded
+    /// Connects: `etcd` given → what its endpoints name (etcd or
+    /// PostgreSQL); `service` given → that embedded
     /// service; neither → the `DLOCK_*` environment, else the process-wide
     /// embedded service. Blocks while connecting.
     #[napi(factory)]
@@ -272,7 +256,7 @@ impl NativeClient {
         let options = options.to_core()?;
         let backend = match (etcd, service) {
             (Some(_), Some(_)) => return Err(invalid("give either endpoints or a service")),
-            (Some(e), None) => dlock::BackendConfig::Etcd(e.to_core()?),
+            (Some(e), None) => e.to_core()?,
             (None, Some(s)) => dlock::BackendConfig::Embedded(s.inner.clone()),
             (None, None) => dlock::BackendConfig::FromEnv,
         };

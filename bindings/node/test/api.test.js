@@ -83,6 +83,28 @@ test('a rule the core enforces is an InvalidOptionError / InvalidArgumentError w
   assert.throws(() => client.lock('x'.repeat(1025)), (e) => e.code === 'invalid_argument');
 });
 
+test('a postgres URL as endpoints: the core decides, settings that do not fit are refused', () => {
+  // Nothing listens on port 1: the error names PostgreSQL, so the core took
+  // the URL as PostgreSQL (an etcd list would refuse its scheme). The URL
+  // is passed whole: a multi-host URL holds commas.
+  assert.throws(
+    () => new dlock.Client({ endpoints: 'postgresql://dlock@127.0.0.1:1,127.0.0.1:2/db', connectTimeout: 500 }),
+    (e) => e instanceof dlock.BackendError && /PostgreSQL at 127\.0\.0\.1:1/.test(e.message),
+  );
+  assert.throws(
+    () => new dlock.Client({ endpoints: 'postgres://h/db', certFile: '/tmp/c.pem' }),
+    (e) => e instanceof dlock.InvalidArgumentError && /cert_file/.test(e.message),
+  );
+  assert.throws(
+    () => new dlock.Client({ endpoints: ['postgres://h/db', '127.0.0.1:2379'] }),
+    (e) => e instanceof dlock.InvalidArgumentError && /only endpoint/.test(e.message),
+  );
+  assert.throws(
+    () => new dlock.Client({ endpoints: 'postgres://h/db?sslmode=disable', caFile: '/tmp/ca.pem' }),
+    (e) => e instanceof dlock.InvalidArgumentError && /sslmode/.test(e.message),
+  );
+});
+
 test('acquire, permit, release: tokens, state and typed refusals', async () => {
   const { client } = embedded();
   const lock = client.lock(unique('basic'));

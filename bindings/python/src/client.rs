@@ -1,5 +1,6 @@
-//! `dlock._dlock.Client`: a connection to a lock service (etcd, or an
-//! embedded service), built from keywords.
+//! `dlock._dlock.Client`: a connection to a lock service (etcd,
+//! PostgreSQL or an embedded service), built from keywords; the core
+//! decides which from `endpoints` (`dlock::Endpoints`).
 
 use dlock::Code;
 use pyo3::exceptions::PyTypeError;
@@ -75,7 +76,7 @@ impl Client {
             (None, memory) => {
                 if etcd_only {
                     return Err(invalid(
-                        "TLS, user and timeout settings are etcd settings: give endpoints too \
+                        "TLS, user and timeout settings go with endpoints: give endpoints too \
                          (or set DLOCK_ENDPOINTS and the DLOCK_* variables)",
                     ));
                 }
@@ -85,30 +86,31 @@ impl Client {
                 }
             }
             (Some(e), None) => {
-                let list: String = if let Ok(s) = e.cast::<PyString>() {
-                    s.to_cow()?.to_string()
+                let list: Vec<String> = if let Ok(s) = e.cast::<PyString>() {
+                    vec![s.to_cow()?.to_string()]
                 } else {
-                    let items: Vec<String> = e.extract().map_err(|_| {
+                    e.extract().map_err(|_| {
                         PyTypeError::new_err("endpoints must be a str or a sequence of str")
-                    })?;
-                    items.join(",")
+                    })?
                 };
-                let mut c = dlock::EtcdConfig::parse(&list).or_raise(py)?;
+                let mut c = dlock::Endpoints::new(list);
                 c.ca_file = ca_file;
                 c.cert_file = cert_file;
                 c.key_file = key_file;
                 c.user = user;
                 c.password = password;
-                if let Some(a) = allow_plaintext_password {
-                    c.allow_plaintext_password = a;
-                }
+                c.allow_plaintext_password = allow_plaintext_password;
                 if let Some(t) = connect_timeout {
-                    c.connect_timeout = seconds(py, "connect_timeout", Code::InvalidArgument, t)?;
+                    c.connect_timeout =
+                        Some(seconds(py, "connect_timeout", Code::InvalidArgument, t)?);
                 }
                 if let Some(t) = request_timeout {
-                    c.request_timeout = seconds(py, "request_timeout", Code::InvalidArgument, t)?;
+                    c.request_timeout =
+                        Some(seconds(py, "request_timeout", Code::InvalidArgument, t)?);
                 }
-                dlock::ClientConfig::etcd(c)
+                let mut config = dlock::ClientConfig::from_env();
+                config.backend = c.backend().or_raise(py)?;
+                config
             }
         };
         let config = config.with_options(options);

@@ -202,6 +202,23 @@ def test_bad_arguments() -> None:
     assert lock.state is dlock.State.HOLDING
 
 
+
+def test_a_postgres_url_as_endpoints_is_decided_by_the_core() -> None:
+    # Nothing listens on port 1: the error names PostgreSQL, so the core
+    # took the URL as PostgreSQL (an etcd list would refuse its scheme).
+    with pytest.raises(dlock.BackendError) as e:
+        dlock.Client("postgresql://dlock@127.0.0.1:1/db", connect_timeout=0.5)
+    assert "PostgreSQL at 127.0.0.1:1" in str(e.value)
+    with pytest.raises(dlock.BackendError):
+        dlock.Client(["postgres://dlock@127.0.0.1:1/db"], password="pw")
+    # Misplaced settings: one clear error before anything connects.
+    with pytest.raises(dlock.InvalidArgument, match="cert_file"):
+        dlock.Client("postgres://h/db", cert_file="/tmp/c.pem")
+    with pytest.raises(dlock.InvalidArgument, match="only endpoint"):
+        dlock.Client(["postgres://h/db", "127.0.0.1:2379"])
+    with pytest.raises(dlock.InvalidArgument, match="sslmode"):
+        dlock.Client("postgres://h/db?sslmode=disable", ca_file="/tmp/ca.pem")
+
 # --------------------------------------------------------------- callbacks
 
 

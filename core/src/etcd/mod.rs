@@ -252,7 +252,7 @@ fn parse_endpoint(e: &str) -> Result<(Option<bool>, &str), Error> {
     }
 }
 
-fn parse_bool(name: &str, v: &str) -> Result<bool, Error> {
+pub(crate) fn parse_bool(name: &str, v: &str) -> Result<bool, Error> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
@@ -262,7 +262,7 @@ fn parse_bool(name: &str, v: &str) -> Result<bool, Error> {
     }
 }
 
-fn parse_ms(name: &str, v: &str) -> Result<Duration, Error> {
+pub(crate) fn parse_ms(name: &str, v: &str) -> Result<Duration, Error> {
     match v.trim().parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
         _ => Err(Error::InvalidArgument(format!(

@@ -42,6 +42,13 @@ pub struct PostgresConfig {
     /// in transaction mode, PgBouncer, cannot carry LISTEN):
     /// `HOST[:PORT][,...]` or a whole `postgres://` URL. `None`: the URL.
     pub listen: Option<String>,
+    /// The user, instead of the URL's.
+    pub user: Option<String>,
+    /// The password, instead of the URL's (never printed).
+    pub password: Option<String>,
+    /// The URL's `sslmode` turned TLS off in so many words: a CA file
+    /// given beside it is then a contradiction, not a request for TLS.
+    plain_asked: bool,
 }
 
 impl std::fmt::Debug for PostgresConfig {
@@ -54,6 +61,8 @@ impl std::fmt::Debug for PostgresConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("listen", &self.listen.as_deref().map(hide_password))
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "<hidden>"))
             .finish()
     }
 }
@@ -113,11 +122,13 @@ impl PostgresConfig {
         let mut ca_file = None;
         let mut single_node = false;
         let mut listen = None;
+        let mut plain_asked = false;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let v = percent_decode(v);
             match k {
                 "sslmode" => {
+                    plain_asked = matches!(v.as_str(), "disable" | "allow" | "prefer");
                     tls = match v.as_str() {
                         "disable" | "allow" | "prefer" => false,
                         "require" | "verify-ca" | "verify-full" => true,
@@ -164,7 +175,26 @@ impl PostgresConfig {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(3),
             listen,
+            user: None,
+            password: None,
+            plain_asked,
         })
+    }
+
+    /// The CA file given beside the URL (a face's `ca_file`,
+    /// `DLOCK_CA_FILE`): as on etcd, it turns TLS on (verify-full), unless
+    /// the URL's `sslmode` turned TLS off, which is refused as a
+    /// contradiction. A `sslrootcert` in the URL wins.
+    pub fn set_ca_file(&mut self, ca: PathBuf) -> Result<(), Error> {
+        if self.plain_asked {
+            return Err(Error::InvalidArgument(format!(
+                "CA file {} given but the PostgreSQL URL says sslmode=disable/allow/prefer: drop one of them",
+                ca.display()
+            )));
+        }
+        self.ca_file.get_or_insert(ca);
+        self.tls = true;
+        Ok(())
     }
 
     /// Checks the rules: the URL parses, TLS has a CA file, timeouts above
@@ -200,6 +230,12 @@ impl PostgresConfig {
         });
         if c.get_application_name().is_none() {
             c.application_name("dlock");
+        }
+        if let Some(u) = &self.user {
+            c.user(u);
+        }
+        if let Some(p) = &self.password {
+            c.password(p);
         }
         c
     }

@@ -16,11 +16,14 @@ mod conn;
 mod guarded;
 mod lease;
 mod mutex;
+mod reader;
 mod schema;
 mod watch;
 
 pub(crate) use backend::PostgresBackend;
 pub use config::PostgresConfig;
+pub(crate) use config::is_postgres_url;
+pub(crate) use reader::{PostgresReader, migrate};
 
 use crate::{Client, Error, Options};
 
@@ -46,44 +49,4 @@ pub(crate) async fn connect(config: PostgresConfig) -> Result<PostgresBackend, E
     crate::driver::on_driver(PostgresBackend::connect(config))
         .await
         .map_err(|_| Error::Shutdown)?
-}
-
-/// The PostgreSQL configuration of the environment: `Some` when
-/// `DLOCK_ENDPOINTS` is a `postgres://` or `postgresql://` URL (with
-/// `DLOCK_CA_FILE`, `DLOCK_CONNECT_TIMEOUT_MS`, `DLOCK_REQUEST_TIMEOUT_MS`).
-pub(crate) fn from_env() -> Result<Option<PostgresConfig>, Error> {
-    let var = |name: &str| -> Result<Option<String>, Error> {
-        match std::env::var(name) {
-            Ok(v) if !v.trim().is_empty() => Ok(Some(v)),
-            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::InvalidArgument(format!("{name} is not valid UTF-8")))
-            }
-        }
-    };
-    let Some(url) = var("DLOCK_ENDPOINTS")?.filter(|u| config::is_postgres_url(u)) else {
-        return Ok(None);
-    };
-    let mut c = PostgresConfig::parse(&url)
-        .map_err(|e| Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {e}")))?;
-    if let Some(ca) = var("DLOCK_CA_FILE")? {
-        c.ca_file.get_or_insert(ca.into());
-    }
-    for (name, field) in [
-        ("DLOCK_CONNECT_TIMEOUT_MS", &mut c.connect_timeout),
-        ("DLOCK_REQUEST_TIMEOUT_MS", &mut c.request_timeout),
-    ] {
-        if let Some(v) = var(name)? {
-            *field = match v.trim().parse::<u64>() {
-                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "{name} must be a whole number of milliseconds above zero, got `{v}`"
-                    )));
-                }
-            };
-        }
-    }
-    c.validate()?;
-    Ok(Some(c))
 }

@@ -447,6 +447,23 @@ static void etcd_options(void) {
   EXPECT(lk_client_new(&o, &client), LK_BACKEND);
   MESSAGE_HAS("127.0.0.1:1");
   CHECK(client == SENTINEL);
+
+  /* A PostgreSQL URL in `endpoints`: the core picks PostgreSQL (nothing
+   * listens on port 1: a backend error naming PostgreSQL, not an etcd
+   * scheme error); settings that do not fit it are refused first. */
+  o = (struct lk_client_options)LK_CLIENT_OPTIONS_INIT;
+  o.endpoints = "postgresql://dlock@127.0.0.1:1/db";
+  o.connect_timeout_ms = 300;
+  EXPECT(lk_client_new(&o, &client), LK_BACKEND);
+  MESSAGE_HAS("PostgreSQL at 127.0.0.1:1");
+  o.cert_file = "/cert.pem";
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("cert_file");
+  o.cert_file = NULL;
+  o.endpoints = "127.0.0.1:2379,postgres://h/db";
+  EXPECT(lk_client_new(&o, &client), LK_INVALID_ARGUMENT);
+  MESSAGE_HAS("PostgreSQL URL");
+  CHECK(client == SENTINEL);
 }
 
 /* Guarded writes on the embedded service: the live token commits (read back
