@@ -1,0 +1,102 @@
+//! The faces' one rule on real servers (`scripts/test-postgres.sh`): a
+//! PostgreSQL URL given as endpoints, with the password beside it, connects
+//! a client; [`Reader`] shows its holder as `dlock show` does; [`migrate`]
+//! creates the schema or names what is missing.
+
+use std::time::Duration;
+
+use dlock::{BackendConfig, Client, ClientConfig, Endpoints, Error, Options, Reader, migrate};
+use dlock_testkit::pg;
+
+/// The URL without its password: the password goes beside it.
+fn without_password(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (auth, host) = rest.rsplit_once('@').unwrap();
+    let user = auth.split_once(':').map_or(auth, |(u, _)| u);
+    format!("{scheme}://{user}@{host}")
+}
+
+fn endpoints(url: &str, password: &str) -> Endpoints {
+    let mut e = Endpoints::new([without_password(url)]);
+    e.password = Some(password.to_string());
+    e.request_timeout = Some(Duration::from_secs(3));
+    e
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn endpoints_with_a_password_beside_connect_and_the_reader_shows_the_holder() {
+    let s = pg::servers();
+    let e = endpoints(&s.url, &s.password);
+    // Without the password the server refuses: the one beside is the one used.
+    let mut nopass = e.clone();
+    nopass.password = None;
+    let refused = Client::connect(ClientConfig {
+        backend: nopass.backend().unwrap(),
+        ..ClientConfig::from_env()
+    });
+    assert!(
+        matches!(&refused, Err(Error::Backend(m)) if m.contains("PostgreSQL at")),
+        "{refused:?}"
+    );
+
+    let backend = e.clone().backend().unwrap();
+    assert!(matches!(backend, BackendConfig::Postgres(_)));
+    let options = Options {
+        ttl: Duration::from_secs(8),
+        ..Options::default()
+    };
+    let client = Client::connect(ClientConfig {
+        backend,
+        ..ClientConfig::from_env().with_options(options)
+    })
+    .unwrap();
+    let name = format!("pg/endpoints-{}", std::process::id());
+    let lock = client.lock(&name).unwrap();
+    let token = lock.acquire(Duration::from_secs(10)).unwrap();
+
+    let reader = Reader::connect(e).unwrap();
+    assert!(!reader.lists_waiters());
+    let keys = reader.lock_keys(&format!("{name}/")).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].name, name);
+    assert_eq!(keys[0].create_revision, token.get() as i64);
+    assert_eq!(keys[0].key, dlock::lock_key(&name, keys[0].lease));
+    let ttl = reader.lease_ttl(keys[0].lease).unwrap();
+    assert_eq!(ttl.granted_s, 8);
+    assert!((1..=8).contains(&ttl.left_s), "{ttl:?}");
+
+    lock.release().unwrap();
+    assert!(reader.lock_keys(&format!("{name}/")).unwrap().is_empty());
+    assert_eq!(reader.lease_ttl(-1).unwrap().left_s, -1);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn migrate_creates_the_schema_or_names_what_is_missing() {
+    let s = pg::servers();
+    assert_eq!(migrate(endpoints(&s.url, &s.password)).unwrap(), 1);
+    // Idempotent.
+    assert_eq!(migrate(endpoints(&s.url, &s.password)).unwrap(), 1);
+    // A role without CREATE on its database: the privilege named.
+    let r = migrate(Endpoints::new([format!(
+        "{}?dlock_single_node=true",
+        s.nocreate_url
+    )]));
+    assert!(
+        matches!(&r, Err(Error::Backend(m)) if m.contains("CREATE on the database")),
+        "{r:?}"
+    );
+    // A server without a synchronous standby: refused as a client is.
+    let r = migrate(Endpoints::new([s.lone_url.clone()]));
+    assert!(
+        matches!(&r, Err(Error::Backend(m)) if m.contains("synchronous")),
+        "{r:?}"
+    );
+    // etcd has no schema.
+    let r = migrate(Endpoints::new(["127.0.0.1:2379"]));
+    assert!(
+        matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("PostgreSQL URL")),
+        "{r:?}"
+    );
+}
