@@ -47,6 +47,12 @@ pub(crate) struct Connector {
     config: tokio_postgres::Config,
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     single_node: bool,
+    /// The whole opening of a connection (TCP, TLS, authentication) and,
+    /// separately, its checks, are bounded: the driver's connect timeout
+    /// covers the TCP connect only, and a server (or a link) that accepts
+    /// but never answers would otherwise hold the slot forever.
+    connect_timeout: Duration,
+    request_timeout: Duration,
     /// `host:port` for messages.
     pub target: String,
     /// Set once the schema is known to be there: from then on every
@@ -130,6 +136,8 @@ impl Connector {
             config,
             tls,
             single_node: c.single_node,
+            connect_timeout: c.connect_timeout,
+            request_timeout: c.request_timeout,
             target,
             schema_ready: AtomicBool::new(false),
         })
@@ -142,30 +150,48 @@ impl Connector {
         let fail = |e: tokio_postgres::Error| {
             Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
         };
-        let cancels = Arc::new(AtomicU64::new(0));
-        let (client, task) = match &self.tls {
-            Some(tls) => {
-                let (client, conn) = self.config.connect(tls.clone()).await.map_err(fail)?;
-                (client, drive(conn, cancels.clone(), notes))
-            }
-            None => {
-                let (client, conn) = self
-                    .config
-                    .connect(tokio_postgres::NoTls)
-                    .await
-                    .map_err(fail)?;
-                (client, drive(conn, cancels.clone(), notes))
-            }
+        let silent = |what: &str, limit: Duration| {
+            Error::Backend(format!(
+                "PostgreSQL at {}: no reply to {what} within {} ms",
+                self.target,
+                limit.as_millis()
+            ))
         };
+        let cancels = Arc::new(AtomicU64::new(0));
+        let opening = async {
+            Ok::<_, Error>(match &self.tls {
+                Some(tls) => {
+                    let (client, conn) = self.config.connect(tls.clone()).await.map_err(fail)?;
+                    (client, drive(conn, cancels.clone(), notes))
+                }
+                None => {
+                    let (client, conn) = self
+                        .config
+                        .connect(tokio_postgres::NoTls)
+                        .await
+                        .map_err(fail)?;
+                    (client, drive(conn, cancels.clone(), notes))
+                }
+            })
+        };
+        let (client, task) = tokio::time::timeout(self.connect_timeout, opening)
+            .await
+            .map_err(|_| silent("the connection's start-up", self.connect_timeout))??;
         let conn = Conn {
             client,
             sync_cancels: cancels,
             task,
         };
-        self.check_replication(&conn).await?;
-        if self.schema_ready.load(Ordering::SeqCst) {
-            self.check_timeline(&conn).await?;
-        }
+        let checks = async {
+            self.check_replication(&conn).await?;
+            if self.schema_ready.load(Ordering::SeqCst) {
+                self.check_timeline(&conn).await?;
+            }
+            Ok::<_, Error>(())
+        };
+        tokio::time::timeout(self.request_timeout, checks)
+            .await
+            .map_err(|_| silent("the connection's checks", self.request_timeout))??;
         Ok(conn)
     }
 
@@ -179,7 +205,10 @@ impl Connector {
             .map_err(|e| {
                 Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
             })?;
-        if row.get::<_, bool>(0) {
+        let extended: bool = row.try_get(0).map_err(|e| {
+            Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
+        })?;
+        if extended {
             tracing::warn!(
                 "PostgreSQL at {}: a new timeline (a promotion): every lease extended by its TTL",
                 self.target
@@ -202,7 +231,12 @@ impl Connector {
             .map_err(|e| {
                 Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
             })?;
-        let (standby, commit, names): (bool, String, String) = (row.get(0), row.get(1), row.get(2));
+        let read = || -> Result<(bool, String, String), tokio_postgres::Error> {
+            Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
+        };
+        let (standby, commit, names) = read().map_err(|e| {
+            Error::Backend(format!("PostgreSQL at {}: {}", self.target, describe(&e)))
+        })?;
         if standby {
             return Err(Error::Backend(format!(
                 "PostgreSQL at {} is a standby (in recovery): connect to the primary",

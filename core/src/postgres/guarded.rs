@@ -26,9 +26,9 @@ pub(crate) async fn write(
     let token = token.0 as i64;
     let done: bool = ops
         .run(timeout, |c| async move {
-            let rows = c
+            let row = c
                 .client
-                .query_typed(
+                .query_typed_one(
                     "SELECT dlock.guarded_write($1, $2, $3, $4, $5)",
                     &[
                         (&name, Type::TEXT),
@@ -39,7 +39,7 @@ pub(crate) async fn write(
                     ],
                 )
                 .await?;
-            Ok(rows[0].get(0))
+            row.try_get(0)
         })
         .await?;
     if done {

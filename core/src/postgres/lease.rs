@@ -20,14 +20,14 @@ pub(crate) async fn grant(
         .run(timeout, |c| async move {
             let row = c
                 .client
-                .query_typed(
+                .query_typed_one(
                     "INSERT INTO dlock.leases (ttl, expires_at) \
                      VALUES (make_interval(secs => $1), clock_timestamp() + make_interval(secs => $1)) \
                      RETURNING id",
                     &[(&secs, Type::FLOAT8)],
                 )
                 .await?;
-            Ok(row[0].get(0))
+            row.try_get(0)
         })
         .await?;
     Ok(Grant { lease, ttl })
@@ -54,7 +54,11 @@ pub(crate) async fn keepalive(
             )
             .await?;
         let cancelled = c.sync_cancels.load(Ordering::SeqCst) != before;
-        Ok((rows.first().map(|r| r.get::<_, f64>(0)), cancelled))
+        let ttl = match rows.first() {
+            Some(r) => Some(r.try_get::<_, f64>(0)?),
+            None => None,
+        };
+        Ok((ttl, cancelled))
     })
     .await
     .and_then(|(ttl, cancelled)| match (ttl, cancelled) {

@@ -37,9 +37,9 @@ pub(crate) async fn lock(
             .run(timeout, |c| {
                 let key = key.clone();
                 async move {
-                    let rows = c
+                    let row = c
                         .client
-                        .query_typed(
+                        .query_typed_one(
                             "SELECT token, retry_ms FROM dlock.acquire($1, $2, $3)",
                             &[
                                 (&name, Type::TEXT),
@@ -48,7 +48,7 @@ pub(crate) async fn lock(
                             ],
                         )
                         .await?;
-                    Ok((rows[0].get(0), rows[0].get(1)))
+                    Ok((row.try_get(0)?, row.try_get(1)?))
                 }
             })
             .await?;

@@ -21,7 +21,9 @@ pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
         .query_typed_one("SELECT max(version) FROM dlock.schema_version", &[])
         .await
     {
-        Ok(row) => row.get::<_, Option<i32>>(0),
+        Ok(row) => row
+            .try_get::<_, Option<i32>>(0)
+            .map_err(|e| fail("reading the dlock schema version", &e))?,
         Err(e)
             if matches!(
                 e.code(),

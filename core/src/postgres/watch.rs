@@ -95,18 +95,24 @@ impl Listener {
         });
         let (tx, mut rx) = unbounded_channel();
         let conn = connector.open(Some(tx)).await?;
-        let fail = |what: &str, e: &tokio_postgres::Error| {
-            Error::Backend(format!(
-                "PostgreSQL at {}: {what}: {}",
-                connector.target,
-                super::conn::describe(e)
-            ))
+        let exec = |what: &'static str, sql: String| {
+            let (client, target) = (&conn.client, &connector.target);
+            async move {
+                match tokio::time::timeout(timeout, client.batch_execute(&sql)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(Error::Backend(format!(
+                        "PostgreSQL at {target}: {what}: {}",
+                        super::conn::describe(&e)
+                    ))),
+                    Err(_) => Err(Error::Backend(format!(
+                        "PostgreSQL at {target}: {what}: no reply within {} ms",
+                        timeout.as_millis()
+                    ))),
+                }
+            }
         };
         let probe = probe_channel();
-        conn.client
-            .batch_execute(&format!("LISTEN dlock; LISTEN {probe}"))
-            .await
-            .map_err(|e| fail("LISTEN", &e))?;
+        exec("LISTEN", format!("LISTEN dlock; LISTEN {probe}")).await?;
         // The probe goes through the statement connection, as every
         // NOTIFY of the lock rows does. Not waiting for the standby: it
         // writes nothing.
@@ -142,10 +148,7 @@ impl Listener {
                 timeout.as_millis()
             )));
         }
-        conn.client
-            .batch_execute(&format!("UNLISTEN {probe}"))
-            .await
-            .map_err(|e| fail("UNLISTEN", &e))?;
+        exec("UNLISTEN", format!("UNLISTEN {probe}")).await?;
         inner.live.store(true, Ordering::SeqCst);
         let (stop, stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(run(inner.clone(), connector, ops, conn, rx, stopped));
@@ -212,7 +215,9 @@ async fn run(
             let Ok(c) = connector.open(Some(tx)).await else {
                 continue;
             };
-            if c.client.batch_execute("LISTEN dlock").await.is_ok() {
+            let listen =
+                tokio::time::timeout(inner.timeout, c.client.batch_execute("LISTEN dlock"));
+            if matches!(listen.await, Ok(Ok(()))) {
                 conn = c;
                 rx = new_rx;
                 break;
@@ -274,8 +279,14 @@ async fn resync(inner: &Inner, ops: &Slot) {
                                 &[(&leases, Type::INT8_ARRAY)],
                             )
                             .await?;
-                        let held: HashSet<i64> = held.iter().map(|r| r.get(0)).collect();
-                        let alive: HashSet<i64> = alive.iter().map(|r| r.get(0)).collect();
+                        let held = held
+                            .iter()
+                            .map(|r| r.try_get(0))
+                            .collect::<Result<HashSet<i64>, _>>()?;
+                        let alive = alive
+                            .iter()
+                            .map(|r| r.try_get(0))
+                            .collect::<Result<HashSet<i64>, _>>()?;
                         Ok((held, alive))
                     }
                 })
