@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The PostgreSQL tests: starts the test servers (scripts/pg-cluster.sh),
-# runs every PostgreSQL test binary (core/tests/postgres*.rs) with
-# --ignored (they are #[ignore]d so a plain `cargo test` does not count
-# them; here a missing server fails them), stops the servers on any exit,
-# and prints the fault figures.
+# The PostgreSQL tests: starts the test servers (scripts/pg-cluster.sh:
+# primary + synchronous standby, lone server + asynchronous standby,
+# PgBouncer), runs every PostgreSQL test binary (core/tests/postgres*.rs:
+# the backend, the fault cases of postgres_faults.rs, PgBouncer in
+# postgres_bouncer.rs, the asynchronous standby's promotion in
+# postgres_async.rs, ...) with --ignored (they are #[ignore]d so a plain
+# `cargo test` does not count them; here a missing server fails them),
+# stops the servers on any exit, and prints the fault figures.
 #
 # usage: scripts/test-postgres.sh [LOGFILE]   (cargo test output is appended
 #        to LOGFILE, as scripts/test-etcd.sh does)
@@ -50,7 +53,7 @@ alone() {
 alone "a cancelled wait for synchronous replication" postgres_syncwait
 alone "promotion of the synchronous standby" postgres_failover
 
-printf '\n==> %s\n' "postgres: fault figures (ms, one monotonic clock)"
+printf '\n==> %s\n' "postgres: fault figures over $DLOCK_FAULT_RUNS run(s) per case (ms, one monotonic clock)"
 {
   echo "case|runs|cut->drain min/median/max|drained|smallest on_fence lead over contender|other"
   grep -o 'FAULT|.*' "$out" | cut -d'|' -f2- | sort
