@@ -161,6 +161,7 @@ fn through_pgbouncer_in_transaction_mode_with_a_direct_listener() {
     let t2 = r.unwrap();
     assert!(t2 > t1, "{t2} after {t1}");
     let took = woke - released;
+    let woke_ms = took.as_secs_f64() * 1e3;
     assert!(
         took < Duration::from_millis(400),
         "waiter woke {took:?} after the release: not by NOTIFY"
@@ -213,6 +214,10 @@ fn through_pgbouncer_in_transaction_mode_with_a_direct_listener() {
     let (at, t) = frx.recv_timeout(EVENT).expect("fenced by the key watch");
     assert_eq!(t, t2);
     let took = at.saturating_duration_since(deleted);
+    println!(
+        "FAULT|pg PgBouncer transaction mode|1|-|-|n/a|release->waiter {woke_ms:.0}, delete->fence {:.0}",
+        took.as_secs_f64() * 1e3
+    );
     assert!(
         took < Duration::from_millis(250),
         "fenced {took:?} after the delete"

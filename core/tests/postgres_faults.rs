@@ -521,6 +521,7 @@ fn operator_nulling_a_lock_row_is_refused() {
     let name = unique("nulling", 0);
     let mut h = Holder::start(&s, &sql, &name);
     let start = system_now();
+    let mut refused = 0;
     for (table, col, key) in [
         ("locks", "token", "name"),
         ("locks", "lease", "name"),
@@ -541,7 +542,11 @@ fn operator_nulling_a_lock_row_is_refused() {
             Some("23502"),
             "{table}.{col}: {e:?}"
         );
+        refused += 1;
     }
+    println!(
+        "FAULT|pg operator nulls the lock row or its lease|1|-|-|n/a (no fence)|refused {refused}/6 (NOT NULL)"
+    );
     // Nothing changed: a keepalive later, still held, same token, no fence.
     h.after_keepalive();
     assert!(
