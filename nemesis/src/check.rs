@@ -80,6 +80,11 @@ pub struct Report {
     /// Election mode: the smallest lead (ms) of a leader's last permit
     /// deadline over the next leader's election (E1's margin).
     pub min_handover_ms: Option<f64>,
+    /// The PostgreSQL mode (a `run` record says `backend` `postgres`, or
+    /// a holder writes `res` `pg`): the fenced resource beside the gate is
+    /// the user table `app.writes` (`pg_row` records, by id) instead of the
+    /// etcd key; the rules are the same.
+    pub postgres: bool,
     /// Violations by invariant, each with its evidence.
     pub violations: BTreeMap<&'static str, Vec<String>>,
 }
@@ -109,8 +114,14 @@ impl Report {
         self.violations.entry(what).or_default().push(evidence);
     }
 
+    /// The resource beside the gate: `etcd` or `postgres`.
+    pub fn store(&self) -> &'static str {
+        if self.postgres { "postgres" } else { "etcd" }
+    }
+
     /// The table.
     pub fn table(&self) -> String {
+        let store = self.store();
         let mut rows: Vec<(String, String)> = Vec::new();
         let total: u64 = self.faults.values().sum();
         rows.push(("faults injected".into(), total.to_string()));
@@ -122,11 +133,11 @@ impl Report {
         rows.push(("resumes".into(), self.resumes.to_string()));
         rows.push(("permits".into(), self.permits.to_string()));
         rows.push((
-            "writes accepted (etcd / gate)".into(),
+            format!("writes accepted ({store} / gate)"),
             format!("{} / {}", self.accepted.0, self.accepted.1),
         ));
         rows.push((
-            "stale writes refused (etcd / gate)".into(),
+            format!("stale writes refused ({store} / gate)"),
             format!("{} / {}", self.refused.0, self.refused.1),
         ));
         rows.push((
@@ -134,7 +145,7 @@ impl Report {
             format!("{} / {}", self.paused_writes.1, self.paused_writes.0),
         ));
         rows.push((
-            "writes of unknown outcome (etcd / gate)".into(),
+            format!("writes of unknown outcome ({store} / gate)"),
             format!(
                 "{} / {} (committed: {} / {})",
                 self.unknown.0, self.unknown.1, self.unknown_committed.0, self.unknown_committed.1
@@ -262,6 +273,7 @@ impl Report {
         pair(&mut self.paused_writes, r.paused_writes);
         self.late_accepted += r.late_accepted;
         self.election |= r.election;
+        self.postgres |= r.postgres;
         pair(&mut self.observed, r.observed);
         pair(&mut self.proclaims, r.proclaims);
         self.min_handover_ms = match (self.min_handover_ms, r.min_handover_ms) {
@@ -375,6 +387,8 @@ struct History<'a> {
     final_tokens: HashMap<&'a str, u64>,
     /// The election mode.
     election: bool,
+    /// The PostgreSQL mode (the etcd key's place is `app.writes`').
+    postgres: bool,
     /// The observer's events: (t, kind, token).
     observed: Vec<(u64, &'a str, u64)>,
     /// Proclaims: (ok, refused).
@@ -447,7 +461,12 @@ impl<'a> History<'a> {
                     }
                 }
                 (_, "gate_accept") => h.gate_accepts.push(accepted(t)),
-                (_, "etcd_put") => h.etcd_puts.push(accepted(u(v, "rev"))),
+                // The store's history: the etcd key's puts by revision, or
+                // the rows of app.writes by id.
+                (_, "etcd_put" | "pg_row") => {
+                    h.postgres |= s(v, "ev") == "pg_row";
+                    h.etcd_puts.push(accepted(u(v, "rev")))
+                }
                 (_, "gate_refuse") => h.gate_refused += 1,
                 (_, "permit") => {
                     last_permit.insert(p, u(v, "t0"));
@@ -460,7 +479,7 @@ impl<'a> History<'a> {
                 }
                 (_, "write") => h.writes.push(Write {
                     p,
-                    etcd: s(v, "res") == "etcd",
+                    etcd: s(v, "res") != "gate",
                     seq: u(v, "seq"),
                     token: u(v, "token"),
                     sent: u(v, "sent"),
@@ -485,6 +504,9 @@ impl<'a> History<'a> {
                 }
                 (_, "start" | "run") if v["election"].as_bool() == Some(true) => {
                     h.election = true;
+                }
+                (_, "start" | "run") if s(v, "backend") == "postgres" => {
+                    h.postgres = true;
                 }
                 ("observer", "observed") => h.observed.push((t, s(v, "kind"), u(v, "token"))),
                 (_, "proclaim") => bump(&mut h.proclaims, s(v, "out") == "ok"),
@@ -599,6 +621,7 @@ fn counts(h: &History<'_>, r: &mut Report) {
         .count() as u64;
     r.refused.1 = h.gate_refused;
     r.election = h.election;
+    r.postgres = h.postgres || h.writes.iter().any(|w| s(w.v, "res") == "pg");
     r.observed = (
         h.observed.len() as u64,
         h.observed.iter().filter(|o| o.1 == "leader").count() as u64,
@@ -614,7 +637,8 @@ fn counts(h: &History<'_>, r: &mut Report) {
 
 /// G2: no resource accepts a token lower than one it accepted before.
 fn g2_no_lower_token_accepted(h: &History<'_>, r: &mut Report) {
-    for (res, list) in [("gate", &h.gate_accepts), ("etcd", &h.etcd_puts)] {
+    let store = if h.postgres { "app.writes" } else { "etcd" };
+    for (res, list) in [("gate", &h.gate_accepts), (store, &h.etcd_puts)] {
         let mut hi = 0u64;
         for a in list {
             if a.token < hi {
@@ -1115,6 +1139,38 @@ mod tests {
         );
         h.push(json!({"t": 0, "p": "etcd", "ev": "etcd_put", "rev": 14, "h": "a", "seq": 2, "token": 10}));
         assert_eq!(count(&run(h), "G2 no lower token accepted"), 2);
+    }
+
+    #[test]
+    fn postgres_rows_are_the_stores_history() {
+        // The clean history on PostgreSQL: the etcd key's place is taken
+        // by app.writes (writes `res` `pg`, read back as `pg_row` by id).
+        let pg = || {
+            clean().into_iter().map(|mut v| {
+                if v["res"] == "etcd" {
+                    v["res"] = "pg".into();
+                }
+                if v["ev"] == "etcd_put" {
+                    v["ev"] = "pg_row".into();
+                    v["p"] = "postgres".into();
+                }
+                v
+            })
+        };
+        let h: Vec<Value> = pg().collect();
+        let r = run(h.clone());
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.accepted, (2, 2));
+        assert!(r.postgres && r.table().contains("writes accepted (postgres / gate)"));
+        // A stale row committed after a higher token's (by id), and a
+        // refused write whose row is there.
+        let mut bad = h;
+        bad.push(json!({"t": 1400, "p": "a", "ev": "write", "res": "pg", "token": 10, "seq": 2, "sent": 1390, "out": "fenced"}));
+        bad.push(json!({"t": 0, "p": "postgres", "ev": "pg_row", "rev": 20, "h": "a", "seq": 2, "token": 10}));
+        let r = run(bad);
+        assert_eq!(count(&r, "G2 no lower token accepted"), 1);
+        assert!(r.violations["G2 no lower token accepted"][0].starts_with("app.writes"));
+        assert_eq!(count(&r, "refused writes not applied"), 1);
     }
 
     #[test]

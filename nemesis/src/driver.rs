@@ -35,6 +35,87 @@ pub const FAULTS: &[&str] = &[
     "key_deleted",
 ];
 
+/// The faults of the PostgreSQL mode: the holder's network and process
+/// faults, the primary paused and restarted, an operator's deletes. (No
+/// member kills or quorum loss: one primary, a synchronous standby that is
+/// never promoted here; `core/tests/postgres_failover.rs` covers promotion.)
+pub const PG_FAULTS: &[&str] = &[
+    "blackhole",
+    "replies_lost",
+    "delay_short",
+    "delay_long",
+    "tcp_reset",
+    "flapping",
+    "pause_short",
+    "pause_long",
+    "holder_killed",
+    "primary_paused",
+    "primary_restarted",
+    "lease_revoked",
+    "key_deleted",
+];
+
+/// The lock service under test.
+#[derive(Clone, Debug, Default)]
+pub enum Backend {
+    /// The 3-member cluster of `scripts/etcd-cluster.sh` (its env).
+    #[default]
+    Etcd,
+    /// A PostgreSQL primary (with a synchronous standby): holders reach it
+    /// for dlock through a proxy each, and write `app.writes` straight.
+    Postgres {
+        /// The server's URL (`DLOCK_TEST_PG_URL`).
+        url: String,
+        /// The primary's data of `scripts/pg-cluster.sh`, for the faults
+        /// `primary_paused` and `primary_restarted` (none: not injected).
+        primary: Option<crate::pg::Primary>,
+    },
+}
+
+impl Backend {
+    /// The fault kinds of this backend.
+    pub fn faults(&self) -> &'static [&'static str] {
+        match self {
+            Backend::Etcd => FAULTS,
+            Backend::Postgres { .. } => PG_FAULTS,
+        }
+    }
+
+    /// The fault kinds this backend can inject here (without the primary's
+    /// directory, not its pause and restart).
+    pub fn default_faults(&self) -> Vec<String> {
+        self.faults()
+            .iter()
+            .filter(|k| {
+                !matches!(self, Backend::Postgres { primary: None, .. })
+                    || !k.starts_with("primary_")
+            })
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    /// The PostgreSQL mode of the environment of `scripts/pg-cluster.sh`
+    /// (`DLOCK_TEST_PG_URL`, `DLOCK_TEST_PG_DIR`), `url` instead of its
+    /// URL when given.
+    pub fn postgres_from_env(url: Option<String>) -> Result<Backend, String> {
+        let primary = std::env::var("DLOCK_TEST_PG_DIR")
+            .ok()
+            .filter(|d| !d.is_empty())
+            .map(|d| crate::pg::Primary { dir: d.into() });
+        let url = match url.filter(|u| !u.is_empty()) {
+            Some(u) => u,
+            None => std::env::var("DLOCK_TEST_PG_URL").map_err(|_| {
+                "no PostgreSQL: give --pg-url, or `scripts/pg-cluster.sh start` and source its env file"
+                    .to_owned()
+            })?,
+        };
+        if !crate::pg::is_url(&url) {
+            return Err(format!("not a PostgreSQL URL: {url}"));
+        }
+        Ok(Backend::Postgres { url, primary })
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -65,6 +146,8 @@ pub struct Config {
     /// 1, ... (mod len), so faces mix; a killed holder's replacement runs
     /// the killed one's entry, so the mix stays as started.
     pub holder: Vec<(PathBuf, Vec<String>)>,
+    /// etcd, or PostgreSQL.
+    pub backend: Backend,
 }
 
 /// `"prog arg..;prog arg.."` (`--holder-cmds`): holder commands taken in
@@ -93,7 +176,8 @@ pub fn holder_cmds(cmds: &str, exe: &Path) -> Result<Vec<(PathBuf, Vec<String>)>
 
 /// The run's own records: faults, heals.
 struct Nemesis {
-    cluster: Cluster,
+    /// The etcd cluster (none on PostgreSQL).
+    cluster: Option<Cluster>,
     gate: Gate,
     holders: Vec<Spawned>,
     /// The `cfg.holder` entry each of `holders` runs.
@@ -108,7 +192,14 @@ struct Nemesis {
 
 /// Runs the nemesis; returns the history directory.
 pub fn run(cfg: Config) -> Result<PathBuf, String> {
-    let cluster = Cluster::from_env();
+    let pg_url = match &cfg.backend {
+        Backend::Postgres { url, .. } => Some(url.clone()),
+        Backend::Etcd => None,
+    };
+    if pg_url.is_some() && (cfg.locks > 1 || cfg.election) {
+        return Err("on PostgreSQL the nemesis runs one lock (no --locks, no --election)".into());
+    }
+    let cluster = pg_url.is_none().then(Cluster::from_env);
     std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
     let stamp = format!("{}-{}", std::process::id(), now());
     let gate = Gate::start(&cfg.dir.join("gate.jsonl")).map_err(|e| e.to_string())?;
@@ -120,7 +211,9 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         gate: gate.addr(),
         dir: cfg.dir.clone(),
         settings: cfg.settings,
-        extra: if cfg.locks > 1 {
+        extra: if let Some(url) = &pg_url {
+            vec!["--db".into(), url.clone()]
+        } else if cfg.locks > 1 {
             vec!["--locks".into(), cfg.locks.to_string()]
         } else if cfg.election {
             vec!["--election".into(), "1".into()]
@@ -132,9 +225,17 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         "run",
         json!({"seed": cfg.seed, "holders": cfg.holders, "lock": spec.lock, "key": spec.key,
                "seconds": cfg.duration.as_secs(), "faults": cfg.faults, "election": cfg.election,
-               "ttl_ms": cfg.settings.ttl.as_millis() as u64}),
+               "ttl_ms": cfg.settings.ttl.as_millis() as u64,
+               "backend": if pg_url.is_some() { "postgres" } else { "etcd" }}),
     );
-    let members = (0..3).map(|i| cluster.member_addr(i)).collect();
+    let members = match (&cluster, &pg_url) {
+        (Some(c), _) => (0..3).map(|i| c.member_addr(i)).collect(),
+        (None, Some(url)) => {
+            crate::pg::setup(url)?;
+            vec![crate::pg::addr_of(url)?]
+        }
+        (None, None) => unreachable!("etcd has a cluster"),
+    };
     let mut n = Nemesis {
         cluster,
         gate,
@@ -148,7 +249,8 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         log,
     };
     let observer = if n.cfg.election {
-        Some(Observing::start(&n.cluster, &n.spec.lock, &n.cfg)?)
+        let c = n.cluster.as_ref().expect("the election mode runs on etcd");
+        Some(Observing::start(c, &n.spec.lock, &n.cfg)?)
     } else {
         None
     };
@@ -193,18 +295,23 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     for h in n.holders.drain(..) {
         h.finish(Duration::from_secs(5));
     }
-    if n.cfg.locks > 1 {
+    if let Some(url) = &pg_url {
+        let rows = crate::pg::dump_rows(url, &n.spec.key, &n.cfg.dir.join("postgres.jsonl"))?;
+        eprintln!("nemesis: {rows} rows of app.writes read back");
+    } else if n.cfg.locks > 1 {
+        let cluster = n.cluster.as_ref().expect("etcd");
         for i in 0..n.cfg.locks {
             let key = format!("{}-{i}", n.spec.key);
             dump_etcd_lock(
-                &n.cluster,
+                cluster,
                 &key,
                 &n.cfg.dir.join(format!("etcd-{i}.jsonl")),
                 Some(i),
             )?;
         }
     } else {
-        dump_etcd(&n.cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
+        let cluster = n.cluster.as_ref().expect("etcd");
+        dump_etcd(cluster, &n.spec.key, &n.cfg.dir.join("etcd.jsonl"))?;
     }
     Ok(n.cfg.dir.clone())
 }
@@ -268,7 +375,7 @@ impl Nemesis {
     fn restart(&mut self, m: usize) {
         for attempt in 1..=5 {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.cluster.restart_member(m)
+                self.etcd().restart_member(m)
             }));
             match r {
                 Ok(()) => return,
@@ -290,13 +397,25 @@ impl Nemesis {
         spec.id = format!("h{}", self.next_id);
         self.next_id += 1;
         let (prog, prefix) = &self.cfg.holder[face];
-        let h = Spawned::start(prog, prefix, &self.members, spec, &[], &[])
-            .map_err(|e| format!("{}: {e}", prog.display()))?;
+        let h = match &self.cfg.backend {
+            Backend::Postgres { url, .. } => {
+                let url = url.clone();
+                let via = move |a: SocketAddr| crate::pg::via(&url, a);
+                Spawned::start_via(prog, prefix, &self.members, &via, spec, &[], &[])
+            }
+            Backend::Etcd => Spawned::start(prog, prefix, &self.members, spec, &[], &[]),
+        }
+        .map_err(|e| format!("{}: {e}", prog.display()))?;
         self.log
             .record("holder", json!({"id": h.spec.id, "pid": h.pid()}));
         self.holders.push(h);
         self.faces.push(face);
         Ok(())
+    }
+
+    /// The etcd cluster (etcd faults only come up on etcd).
+    fn etcd(&mut self) -> &mut Cluster {
+        self.cluster.as_mut().expect("an etcd fault on etcd")
     }
 
     /// Waits until the gate accepts a write after `since` (or `max`).
@@ -410,9 +529,14 @@ impl Nemesis {
                 let face = self.faces.remove(i);
                 self.spawn(face)?;
             }
+            "primary_paused" | "primary_restarted" | "lease_revoked" | "key_deleted"
+                if matches!(self.cfg.backend, Backend::Postgres { .. }) =>
+            {
+                self.pg_fault(kind)?
+            }
             "member_paused" => {
                 let m = self.rng.below(3) as usize;
-                let pid = self.cluster.pid(m);
+                let pid = self.etcd().pid(m);
                 self.record("fault", kind, json!({"member": m + 1}));
                 // SAFETY: kill(2) on a member of the test cluster.
                 unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -420,7 +544,7 @@ impl Nemesis {
                 unsafe { libc::kill(pid, libc::SIGCONT) };
             }
             "leader_restarted" => {
-                let m = self.cluster.leader();
+                let m = self.etcd().leader();
                 self.record("fault", kind, json!({"member": m + 1}));
                 self.restart(m);
             }
@@ -434,7 +558,7 @@ impl Nemesis {
                 );
                 for &m in &stop {
                     // SAFETY: kill(2) on a member of the test cluster.
-                    unsafe { libc::kill(self.cluster.pid(m), libc::SIGSTOP) };
+                    unsafe { libc::kill(self.etcd().pid(m), libc::SIGSTOP) };
                 }
                 std::thread::sleep(self.rng.between(Duration::from_secs(1), s.ttl));
                 for &m in &stop {
@@ -448,7 +572,7 @@ impl Nemesis {
                 } else {
                     self.spec.lock.clone()
                 };
-                let Some((token, lease, key)) = lock_key(&self.cluster, &name) else {
+                let Some((token, lease, key)) = lock_key(self.etcd(), &name) else {
                     self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
                     return Ok(());
                 };
@@ -464,14 +588,84 @@ impl Nemesis {
                 } else {
                     vec!["del", &key]
                 };
-                let _ = etcdctl(&self.cluster, &args);
+                let _ = etcdctl(self.etcd(), &args);
             }
             other => return Err(format!("unknown fault {other:?} (one of {FAULTS:?})")),
         }
+        self.healed(kind);
+        Ok(())
+    }
+
+    /// Records the heal of `kind` and waits for the lock to be worked again.
+    fn healed(&mut self, kind: &str) {
+        let s = self.cfg.settings;
         let healed = now();
         self.record("heal", kind, json!({}));
         if !self.wait_for_work(healed, s.ttl + Duration::from_secs(4)) {
             self.record("no_work_after_heal", kind, json!({}));
+        }
+    }
+
+    /// The faults on the PostgreSQL server (before the heal).
+    fn pg_fault(&mut self, kind: &str) -> Result<(), String> {
+        let s = self.cfg.settings;
+        let Backend::Postgres { url, primary } = self.cfg.backend.clone() else {
+            unreachable!("PostgreSQL faults on PostgreSQL");
+        };
+        let need_primary = || {
+            primary
+                .clone()
+                .ok_or_else(|| format!("{kind} needs the primary's directory (DLOCK_TEST_PG_DIR)"))
+        };
+        match kind {
+            "primary_paused" => {
+                // Every process of the primary stopped: no statement, no
+                // keepalive, no connection is answered; its clock goes on,
+                // so a pause past the TTL expires every lease.
+                let primary = need_primary()?;
+                let d = self
+                    .rng
+                    .between(Duration::from_secs(1), s.ttl + Duration::from_secs(1));
+                self.record("fault", kind, json!({"ms": d.as_millis() as u64}));
+                let pids = primary.pause();
+                std::thread::sleep(d);
+                primary.resume(&pids);
+            }
+            "primary_restarted" => {
+                // Killed (immediate stop: crash recovery) and started; the
+                // heal is when it commits synchronously again.
+                let primary = need_primary()?;
+                self.record("fault", kind, json!({}));
+                let mut attempt = 0;
+                while let Err(e) = primary.restart(&url) {
+                    attempt += 1;
+                    self.log.record(
+                        "restart_retry",
+                        json!({"attempt": attempt, "error": e.clone()}),
+                    );
+                    if attempt == 5 {
+                        return Err(format!("the primary did not restart: {e}"));
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+            "lease_revoked" | "key_deleted" => {
+                let Some((token, lease)) = crate::pg::holder_of(&url, &self.spec.lock) else {
+                    self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
+                    return Ok(());
+                };
+                self.record("fault", kind, json!({"token": token, "lease": lease}));
+                let r = if kind == "lease_revoked" {
+                    crate::pg::delete_lease(&url, lease)
+                } else {
+                    crate::pg::delete_lock(&url, token)
+                };
+                if let Err(e) = r {
+                    self.log
+                        .record("operator_error", json!({"kind": kind, "error": e}));
+                }
+            }
+            other => return Err(format!("unknown PostgreSQL fault {other:?}")),
         }
         Ok(())
     }

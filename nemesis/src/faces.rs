@@ -77,7 +77,7 @@ pub fn faces(records: &[Value]) -> BTreeMap<String, Face> {
                 .entry(li)
                 .or_default()
                 .push((u(v, "token"), u(v, "t"))),
-            "write" if s(v, "res") == "etcd" && s(v, "out") == "ok" => firsts
+            "write" if s(v, "res") != "gate" && s(v, "out") == "ok" => firsts
                 .entry(li)
                 .or_default()
                 .push((u(v, "token"), u(v, "sent"))),
@@ -131,7 +131,7 @@ pub fn faces(records: &[Value]) -> BTreeMap<String, Face> {
                 None => {}
             },
             "write" => {
-                let etcd = s(v, "res") == "etcd";
+                let etcd = s(v, "res") != "gate";
                 match s(v, "out") {
                     "ok" => pair(&mut f.accepted, etcd),
                     "fenced" | "refused" => pair(&mut f.refused, etcd),

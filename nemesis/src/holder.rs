@@ -108,6 +108,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if election && n_locks > 1 {
         return Err("--election 1 takes one lock (no --locks)".into());
     }
+    // PostgreSQL (a `postgres://` URL): the write is a guarded transaction
+    // on `app.writes` over the direct connection `--db` (default: the
+    // endpoint itself), its `run` column `KEY`.
+    let pg_mode = crate::pg::is_url(&endpoints);
+    if pg_mode && (election || n_locks > 1) {
+        return Err("on PostgreSQL the holder takes one lock (no --locks, no --election)".into());
+    }
+    let mut pg_writer = pg_mode.then(|| {
+        let db = f.get("db", "");
+        crate::pg::GuardedWriter::new(if db.is_empty() { &endpoints } else { &db })
+    });
     let h = Arc::new(
         Writer::open(Path::new(&f.need("history")?), &id).map_err(|e| format!("--history: {e}"))?,
     );
@@ -115,12 +126,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "start",
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
                "locks": n_locks, "election": election,
+               "backend": if pg_mode { "postgres" } else { "etcd" },
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
                "interval_ms": settings.interval.as_millis() as u64}),
     );
-    let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
-    let client = Client::etcd(config, settings.options()).map_err(|e| e.to_string())?;
+    let client = if pg_mode {
+        let config = dlock::PostgresConfig::parse(&endpoints).map_err(|e| e.to_string())?;
+        Client::postgres(config, settings.options()).map_err(|e| e.to_string())?
+    } else {
+        let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
+        Client::etcd(config, settings.options()).map_err(|e| e.to_string())?
+    };
     let multi = n_locks > 1;
     let session = if multi {
         client
@@ -293,18 +310,24 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 let seq = slot.seq;
                 let value = format!("{id}:{seq}:{token}");
                 let sent = now();
-                let r = lock.guarded_put(permit.token(), slot.key.as_bytes(), value.as_bytes());
-                let (out, code, msg) = match &r {
-                    Ok(()) => ("ok", "", String::new()),
-                    Err(Error::Fenced(_)) => ("fenced", "fenced", String::new()),
-                    Err(e @ Error::Backend(_)) => ("unknown", e.code(), e.to_string()),
-                    Err(e) => ("error", e.code(), e.to_string()),
+                let (res, out, code, msg) = if let Some(w) = pg_writer.as_mut() {
+                    let o = w.write(&name, token, &slot.key, &id, seq, Duration::from_secs(10));
+                    ("pg", o.out, o.code, o.msg)
+                } else {
+                    let r = lock.guarded_put(permit.token(), slot.key.as_bytes(), value.as_bytes());
+                    let (out, code, msg) = match &r {
+                        Ok(()) => ("ok", "", String::new()),
+                        Err(Error::Fenced(_)) => ("fenced", "fenced", String::new()),
+                        Err(e @ Error::Backend(_)) => ("unknown", e.code(), e.to_string()),
+                        Err(e) => ("error", e.code(), e.to_string()),
+                    };
+                    ("etcd", out, code.to_owned(), msg)
                 };
                 record(
                     &h,
                     "write",
                     li,
-                    json!({"res": "etcd", "token": token, "seq": seq, "sent": sent, "out": out,
+                    json!({"res": res, "token": token, "seq": seq, "sent": sent, "out": out,
                            "code": code, "msg": msg}),
                 );
                 std::thread::sleep(unit / 2);
@@ -489,8 +512,31 @@ impl Spawned {
         wrap: &[String],
         env: &[(String, String)],
     ) -> std::io::Result<Spawned> {
+        Spawned::start_via(
+            program,
+            prefix,
+            members,
+            &|a| format!("http://{a}"),
+            spec,
+            wrap,
+            env,
+        )
+    }
+
+    /// [`Spawned::start`] with the holder's endpoint of each proxy made by
+    /// `endpoint` from the proxy's address (PostgreSQL: the server's URL
+    /// with the proxy's host and port).
+    pub fn start_via(
+        program: &Path,
+        prefix: &[String],
+        members: &[SocketAddr],
+        endpoint: &dyn Fn(SocketAddr) -> String,
+        spec: Spec,
+        wrap: &[String],
+        env: &[(String, String)],
+    ) -> std::io::Result<Spawned> {
         let proxies: Vec<Proxy> = members.iter().map(|&m| Proxy::start(m)).collect();
-        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+        let urls: Vec<String> = proxies.iter().map(|p| endpoint(p.addr())).collect();
         let mut cmd = if let Some((first, rest)) = wrap.split_first() {
             let mut c = Command::new(first);
             c.args(rest).arg(program);

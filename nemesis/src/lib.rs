@@ -14,6 +14,7 @@ pub mod faces;
 pub mod gate;
 pub mod history;
 pub mod holder;
+pub mod pg;
 
 // The fault proxy and the etcd test cluster of `scripts/etcd-cluster.sh`,
 // shared with the core's tests (documented in `dlock-testkit`).

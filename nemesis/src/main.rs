@@ -5,6 +5,7 @@
 //! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
 //!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
 //!             [--locks 100] [--election 1]
+//!             [--backend etcd|postgres] [--pg-url URL]
 //! nemesis check DIR
 //! nemesis dump --dir DIR      (the etcd key's history, after a run cut short)
 //! nemesis holder --id ID --endpoints URLS --lock NAME --key KEY --gate ADDR --history FILE ...
@@ -48,15 +49,22 @@ fn main() -> ExitCode {
 
 fn run(args: &[String]) -> Result<ExitCode, String> {
     let f = Flags::parse(args)?;
-    let faults = f.get("faults", &driver::FAULTS.join(","));
+    let backend = match f.get("backend", "etcd").as_str() {
+        "etcd" => driver::Backend::Etcd,
+        "postgres" => {
+            driver::Backend::postgres_from_env(Some(f.get("pg-url", "")).filter(|u| !u.is_empty()))?
+        }
+        other => return Err(format!("--backend is etcd or postgres, got {other:?}")),
+    };
+    let faults = f.get("faults", &backend.default_faults().join(","));
     let faults: Vec<String> = faults.split(',').map(str::to_owned).collect();
     if let Some(bad) = faults
         .iter()
-        .find(|k| !driver::FAULTS.contains(&k.as_str()))
+        .find(|k| !backend.faults().contains(&k.as_str()))
     {
         return Err(format!(
             "unknown fault {bad:?} (one of {:?})",
-            driver::FAULTS
+            backend.faults()
         ));
     }
     let seed = f.num("seed", history::now())?;
@@ -72,13 +80,19 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         locks: f.num("locks", 1)?.max(1) as usize,
         election: f.num("election", 0)? == 1,
         holder: driver::holder_cmds(&f.get("holder-cmds", ""), &exe)?,
+        backend,
     };
     if cfg.holders < 2 {
         return Err("--holders must be at least 2".into());
     }
     eprintln!(
-        "nemesis: seed {seed}, {} holders, {:?}",
-        cfg.holders, cfg.duration
+        "nemesis: seed {seed}, {} holders, {:?}, {}",
+        cfg.holders,
+        cfg.duration,
+        match cfg.backend {
+            driver::Backend::Etcd => "etcd",
+            driver::Backend::Postgres { .. } => "postgres",
+        }
     );
     let dir = driver::run(cfg)?;
     check_dir(&dir)

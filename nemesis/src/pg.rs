@@ -1,0 +1,469 @@
+//! The nemesis on PostgreSQL (`nemesis run --backend postgres`): the
+//! resource is a user table, `app.writes`, written by each holder's own
+//! transactions under `dlock.guard(name, token)` over a direct connection
+//! of its own; the primary of `scripts/pg-cluster.sh` is paused and
+//! restarted; an operator deletes lease and lock rows. This module holds
+//! the SQL of all that: the holder's guarded transaction
+//! ([`GuardedWriter`]), the table's read-back ([`dump_rows`]), and the
+//! driver's faults on the server.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_postgres::NoTls;
+
+use crate::history::Writer;
+
+/// The user table: one row per committed guarded write (`run` tells the
+/// runs apart; `id` is drawn inside the transaction, after the guard, so
+/// the ids order the commits of one lock: see [`dump_rows`]).
+pub const TABLE_SQL: &str = "CREATE SCHEMA IF NOT EXISTS app;
+CREATE TABLE IF NOT EXISTS app.writes (
+    id bigserial PRIMARY KEY,
+    run text NOT NULL,
+    h text NOT NULL,
+    seq bigint NOT NULL,
+    token bigint NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS writes_run ON app.writes (run, id);";
+
+/// The guard, the first statement of the holder's transaction.
+pub const GUARD_SQL: &str = "SELECT dlock.guard($1, $2)";
+/// The write, second.
+pub const INSERT_SQL: &str = "INSERT INTO app.writes (run, h, seq, token) VALUES ($1, $2, $3, $4)";
+
+/// Whether `s` is a PostgreSQL URL (dlock selects the engine by it).
+pub fn is_url(s: &str) -> bool {
+    s.starts_with("postgres://") || s.starts_with("postgresql://")
+}
+
+/// The `host:port` of a URL `postgres[ql]://[user[:pw]@]host:port/...`.
+fn host_span(url: &str) -> Result<(usize, usize), String> {
+    let rest = url
+        .find("://")
+        .map(|i| i + 3)
+        .ok_or_else(|| format!("not a URL: {url}"))?;
+    let start = url[rest..].find('@').map_or(rest, |i| rest + i + 1);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    Ok((start, end))
+}
+
+/// The server address of `url` (one host, with a port).
+pub fn addr_of(url: &str) -> Result<SocketAddr, String> {
+    let (a, b) = host_span(url)?;
+    url[a..b]
+        .to_socket_addrs()
+        .map_err(|e| format!("{}: {e}", &url[a..b]))?
+        .next()
+        .ok_or_else(|| format!("{}: no address", &url[a..b]))
+}
+
+/// `url` with its host and port replaced by `addr` (a holder's proxy).
+pub fn via(url: &str, addr: SocketAddr) -> String {
+    let (a, b) = host_span(url).expect("a PostgreSQL URL");
+    format!("{}{addr}{}", &url[..a], &url[b..])
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Runs `f` on a fresh connection to `url` (up to `within`).
+pub fn with_client<T>(
+    url: &str,
+    within: Duration,
+    f: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,
+) -> Result<T, String> {
+    runtime().block_on(async {
+        let go = async {
+            let (client, conn) = tokio_postgres::connect(url, NoTls)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            tokio::spawn(conn);
+            f(&client).await.map_err(|e| match e.as_db_error() {
+                Some(d) => format!("{}: {}", d.code().code(), d.message()),
+                None => e.to_string(),
+            })
+        };
+        tokio::time::timeout(within, go)
+            .await
+            .map_err(|_| format!("no answer in {within:?}"))?
+    })
+}
+
+/// Creates the user table (idempotent).
+pub fn setup(url: &str) -> Result<(), String> {
+    with_client(url, Duration::from_secs(10), async |c| {
+        c.batch_execute(TABLE_SQL).await
+    })
+    .map_err(|e| format!("creating app.writes: {e}"))
+}
+
+/// The rows of run `run`, in id order, as `pg_row` records (`rev`: the
+/// row's id, `h`, `seq`, `token`; `t` 0) in `path`. An id is drawn by the
+/// INSERT, after the guard took the name's row `FOR SHARE`; a takeover
+/// (which draws the next token under that row `FOR UPDATE`) waits for the
+/// guarded transaction to end, so among committed rows a lower id is an
+/// earlier write, and a lower token after a higher one is a stale write
+/// the database accepted (G2).
+pub fn dump_rows(url: &str, run: &str, path: &Path) -> Result<u64, String> {
+    let log = Writer::open(path, "postgres").map_err(|e| e.to_string())?;
+    let mut last = Err(String::new());
+    for _ in 0..5 {
+        last = with_client(url, Duration::from_secs(30), async |c| {
+            c.query(
+                "SELECT id, h, seq, token FROM app.writes WHERE run = $1 ORDER BY id",
+                &[&run],
+            )
+            .await
+        });
+        if last.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let rows = last.map_err(|e| format!("reading app.writes back: {e}"))?;
+    for r in &rows {
+        let (id, h, seq, token): (i64, String, i64, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        log.record_at(
+            0,
+            "pg_row",
+            json!({"rev": id, "h": h, "seq": seq, "token": token}),
+        );
+    }
+    Ok(rows.len() as u64)
+}
+
+/// The holder of lock `name` now: (token, lease id).
+pub fn holder_of(url: &str, name: &str) -> Option<(u64, i64)> {
+    with_client(url, Duration::from_secs(5), async |c| {
+        c.query(
+            "SELECT token, lease FROM dlock.locks WHERE name = $1 ORDER BY token LIMIT 1",
+            &[&name],
+        )
+        .await
+    })
+    .ok()?
+    .first()
+    .map(|r| (r.get::<_, i64>(0) as u64, r.get::<_, i64>(1)))
+}
+
+/// An operator's revoke: deletes the lease row (its locks go with it).
+pub fn delete_lease(url: &str, lease: i64) -> Result<u64, String> {
+    with_client(url, Duration::from_secs(5), async |c| {
+        c.execute("DELETE FROM dlock.leases WHERE id = $1", &[&lease])
+            .await
+    })
+}
+
+/// An operator's delete of the lock row of token `token`.
+pub fn delete_lock(url: &str, token: u64) -> Result<u64, String> {
+    let token = token as i64;
+    with_client(url, Duration::from_secs(5), async |c| {
+        c.execute("DELETE FROM dlock.locks WHERE token = $1", &[&token])
+            .await
+    })
+}
+
+/// `url` as the superuser `postgres` (trusted on loopback by the test
+/// cluster's `pg_hba.conf`): `pg_stat_replication` shows the sync state
+/// to privileged roles only.
+fn as_superuser(url: &str) -> String {
+    let scheme = url.find("://").map_or(0, |i| i + 3);
+    let (a, _) = host_span(url).expect("a PostgreSQL URL");
+    format!("{}postgres@{}", &url[..scheme], &url[a..])
+}
+
+/// Whether the primary commits synchronously again (its standby streams
+/// in `sync` state): the end of a restart.
+pub fn synchronous(url: &str) -> bool {
+    with_client(&as_superuser(url), Duration::from_secs(3), async |c| {
+        c.query(
+            "SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync'",
+            &[],
+        )
+        .await
+    })
+    .is_ok_and(|rows| !rows.is_empty())
+}
+
+/// The primary of `scripts/pg-cluster.sh` (its data in `dir`/primary).
+#[derive(Clone, Debug)]
+pub struct Primary {
+    /// `DLOCK_TEST_PG_DIR`.
+    pub dir: PathBuf,
+}
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+impl Primary {
+    /// The postmaster's pid (the first line of `postmaster.pid`).
+    pub fn postmaster(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join("primary/postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The postmaster and every process it forked (backends, walsender,
+    /// checkpointer, ...), from /proc.
+    fn tree(&self) -> Vec<i32> {
+        let Some(pm) = self.postmaster() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pm];
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
+                // pid (comm) state ppid ...: comm may hold spaces.
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<i32>().ok());
+                if ppid == Some(pm) {
+                    pids.push(pid);
+                }
+            }
+        }
+        pids
+    }
+
+    /// SIGSTOPs the postmaster (first: it forks nothing more) and its
+    /// children; returns them for [`Primary::resume`].
+    pub fn pause(&self) -> Vec<i32> {
+        let mut stopped = Vec::new();
+        for _ in 0..2 {
+            // Twice: a child forked just before the postmaster stopped.
+            for pid in self.tree() {
+                if !stopped.contains(&pid) {
+                    // SAFETY: kill(2) on a process of the test server.
+                    unsafe { libc::kill(pid, libc::SIGSTOP) };
+                    stopped.push(pid);
+                }
+            }
+        }
+        stopped
+    }
+
+    /// SIGCONTs what [`Primary::pause`] stopped.
+    pub fn resume(&self, pids: &[i32]) {
+        for &pid in pids.iter().rev() {
+            // SAFETY: kill(2) on a process of the test server.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let data = self.dir.join("primary");
+        let mut cmd = if unsafe { libc::geteuid() } == 0 {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"])
+                .arg(format!("{BIN}/pg_ctl"));
+            c
+        } else {
+            Command::new(format!("{BIN}/pg_ctl"))
+        };
+        let st = cmd
+            .arg("-D")
+            .arg(&data)
+            .args(["-w", "-t", "60"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("pg_ctl: {e}"))?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!("pg_ctl {args:?}: {st}"))
+        }
+    }
+
+    /// Kills the primary (`pg_ctl stop -m immediate`: no shutdown
+    /// checkpoint, crash recovery at the start) and starts it again;
+    /// returns once it commits synchronously again (up to 60 s).
+    pub fn restart(&self, url: &str) -> Result<(), String> {
+        self.pg_ctl(&["-m", "immediate", "stop"])?;
+        let log = self.dir.join("primary.log");
+        let log = log.to_string_lossy().into_owned();
+        self.pg_ctl(&["-l", &log, "start"])?;
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if synchronous(url) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err("the restarted primary did not commit synchronously in 60 s".into())
+    }
+}
+
+/// A holder's own connection for its guarded transactions (reopened after
+/// an error), straight to the server: a fault between the holder and
+/// dlock's connections (its proxy) leaves it alone, so a stale holder's
+/// write does reach the database, which must refuse it.
+pub struct GuardedWriter {
+    url: String,
+    rt: tokio::runtime::Runtime,
+    conn: Option<Conn>,
+}
+
+struct Conn {
+    client: tokio_postgres::Client,
+    guard: tokio_postgres::Statement,
+    insert: tokio_postgres::Statement,
+}
+
+/// A transaction's fate: `out` (`ok`, `fenced`: the guard raised DL001,
+/// `unknown`: the COMMIT went out and no answer came, `error`: nothing was
+/// committed), the SQLSTATE or error `code`, a message.
+pub struct Outcome {
+    /// `ok`, `fenced`, `unknown` or `error`.
+    pub out: &'static str,
+    /// SQLSTATE, or `timeout` / `io`.
+    pub code: String,
+    /// The error's text.
+    pub msg: String,
+}
+
+impl GuardedWriter {
+    /// A writer to `url` (connects on first use).
+    pub fn new(url: &str) -> GuardedWriter {
+        GuardedWriter {
+            url: url.to_owned(),
+            rt: runtime(),
+            conn: None,
+        }
+    }
+
+    /// `BEGIN; SELECT dlock.guard(name, token); INSERT INTO app.writes
+    /// (run, h, seq, token) ...; COMMIT`, four round trips (as an
+    /// application's transaction: a pause may fall between them), all
+    /// within `within`.
+    pub fn write(
+        &mut self,
+        name: &str,
+        token: u64,
+        run: &str,
+        h: &str,
+        seq: u64,
+        within: Duration,
+    ) -> Outcome {
+        let stage = std::cell::Cell::new("connect");
+        let mut conn = self.conn.take();
+        let url = self.url.clone();
+        let (tok, seq) = (token as i64, seq as i64);
+        let r = self.rt.block_on(async {
+            tokio::time::timeout(within, async {
+                if conn.is_none() {
+                    let (client, c) = tokio_postgres::connect(&url, NoTls).await?;
+                    tokio::spawn(c);
+                    let guard = client.prepare(GUARD_SQL).await?;
+                    let insert = client.prepare(INSERT_SQL).await?;
+                    conn = Some(Conn {
+                        client,
+                        guard,
+                        insert,
+                    });
+                }
+                let c = conn.as_ref().expect("connected");
+                stage.set("begin");
+                c.client.batch_execute("BEGIN").await?;
+                stage.set("guard");
+                c.client.execute(&c.guard, &[&name, &tok]).await?;
+                stage.set("insert");
+                c.client.execute(&c.insert, &[&run, &h, &seq, &tok]).await?;
+                stage.set("commit");
+                c.client.batch_execute("COMMIT").await?;
+                Ok::<(), tokio_postgres::Error>(())
+            })
+            .await
+        });
+        let at = stage.get();
+        let outcome = match r {
+            Ok(Ok(())) => Outcome {
+                out: "ok",
+                code: String::new(),
+                msg: String::new(),
+            },
+            Ok(Err(e)) => {
+                let code = e
+                    .as_db_error()
+                    .map_or("io".to_owned(), |d| d.code().code().to_owned());
+                let out = if code == dlock::GUARD_SQLSTATE {
+                    "fenced"
+                } else if at == "commit" && e.as_db_error().is_none() {
+                    "unknown"
+                } else {
+                    "error"
+                };
+                Outcome {
+                    out,
+                    code,
+                    msg: format!("{at}: {e}"),
+                }
+            }
+            Err(_) => Outcome {
+                out: if at == "commit" { "unknown" } else { "error" },
+                code: "timeout".into(),
+                msg: format!("{at}: no answer in {within:?}"),
+            },
+        };
+        // After a refusal the transaction is aborted: roll it back and keep
+        // the connection; after anything else but success, drop it (the
+        // server rolls back an open transaction when it goes).
+        match outcome.out {
+            "ok" => self.conn = conn,
+            "fenced" => {
+                if let Some(c) = conn {
+                    let back = self.rt.block_on(async {
+                        tokio::time::timeout(within, c.client.batch_execute("ROLLBACK")).await
+                    });
+                    if matches!(back, Ok(Ok(()))) {
+                        self.conn = Some(c);
+                    }
+                }
+            }
+            _ => {}
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u = "postgresql://dlock:pw@127.0.0.1:25430/dlock?sslmode=disable";
+        assert_eq!(addr_of(u).unwrap(), "127.0.0.1:25430".parse().unwrap());
+        assert_eq!(
+            via(u, "127.0.0.1:4000".parse().unwrap()),
+            "postgresql://dlock:pw@127.0.0.1:4000/dlock?sslmode=disable"
+        );
+        assert_eq!(
+            as_superuser(u),
+            "postgresql://postgres@127.0.0.1:25430/dlock?sslmode=disable"
+        );
+        assert!(is_url(u) && !is_url("http://127.0.0.1:2379"));
+    }
+}

@@ -1,0 +1,1 @@
+//! The nemesis on PostgreSQL (placeholder while it is written).
