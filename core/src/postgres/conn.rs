@@ -268,9 +268,15 @@ pub(crate) fn listen_config(c: &PostgresConfig) -> Result<Option<PostgresConfig>
     let Some(spec) = c.listen.as_deref().map(str::trim) else {
         return Ok(None);
     };
+    // Never a password in a message.
+    let shown = if super::config::is_postgres_url(spec) {
+        "postgres://…".to_string()
+    } else {
+        spec.to_string()
+    };
     let bad = |why: &str| {
         Err(Error::InvalidArgument(format!(
-            "PostgreSQL URL: dlock_listen `{spec}`: {why}"
+            "PostgreSQL URL: dlock_listen `{shown}`: {why}"
         )))
     };
     let mut l = c.clone();
@@ -310,7 +316,9 @@ pub(crate) fn listen_config(c: &PostgresConfig) -> Result<Option<PostgresConfig>
             None => format!("{scheme}://{spec}{tail}"),
         };
     }
-    l.validate()?;
+    l.validate().map_err(|e| {
+        Error::InvalidArgument(format!("dlock_listen `{shown}` makes a bad URL: {e}"))
+    })?;
     Ok(Some(l))
 }
 
@@ -461,6 +469,69 @@ impl Drop for Abandoned<'_> {
             if self.slot.drop_abandoned {
                 self.slot.close(&c);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listen(url: &str) -> Result<Option<PostgresConfig>, Error> {
+        listen_config(&PostgresConfig::parse(url)?)
+    }
+
+    #[test]
+    fn dlock_listen_replaces_the_hosts_or_the_url() {
+        assert!(listen("postgres://u:p@bouncer:6432/db").unwrap().is_none());
+        let l = listen(
+            "postgres://u:p@bouncer:6432/db?application_name=x&dlock_listen=db1:5432,db2:5433&dlock_single_node=true",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            l.url,
+            "postgres://u:p@db1:5432,db2:5433/db?application_name=x"
+        );
+        assert!(l.single_node && l.listen.is_none());
+        let l = listen("postgres://bouncer/db?dlock_listen=db1")
+            .unwrap()
+            .unwrap();
+        assert_eq!(l.url, "postgres://db1/db");
+        // A whole URL (percent-encoded inside the main one): its own
+        // credentials and database; the main URL's TLS unless it says.
+        let l = listen(
+            "postgres://u:p@bouncer:6432/db?sslmode=require&sslrootcert=%2Fca.pem&dlock_listen=postgresql%3A%2F%2Fv%3Aq%40db1%3A5432%2Freal",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(l.url, "postgresql://v:q@db1:5432/real");
+        assert!(l.tls && l.ca_file.as_deref() == Some(std::path::Path::new("/ca.pem")));
+        let l = listen(
+            "postgres://u:p@bouncer/db?sslmode=require&sslrootcert=%2Fca.pem&dlock_listen=postgres%3A%2F%2Fdb1%2Fdb%3Fsslmode%3Ddisable",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!l.tls);
+    }
+
+    #[test]
+    fn bad_dlock_listen_values_are_clear_errors() {
+        for url in [
+            "postgres://u@h/db?dlock_listen=a/b",
+            "postgres://u@h/db?dlock_listen=x%40y",
+            "postgres://u@h/db?dlock_listen=h:notaport",
+            "postgres://u@h/db?host=other&dlock_listen=db1",
+            "postgres://u@h/db?dlock_listen=postgres%3A%2F%2Fh%2Fdb%3Fdlock_listen%3Dz",
+        ] {
+            match listen(url) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains("dlock_listen"), "{url}: {m}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        match PostgresConfig::parse("postgres://u@h/db?dlock_listen=") {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("dlock_listen"), "{m}"),
+            other => panic!("{other:?}"),
         }
     }
 }
