@@ -19,7 +19,8 @@ label=c
 
 # --- tools (a fresh Debian machine has none of them) -----------------------
 . scripts/lib.sh
-need_debs gcc=gcc g++=g++ make=make pkg-config=pkg-config valgrind=valgrind >>"$log" 2>&1 ||
+need_debs gcc=gcc g++=g++ make=make pkg-config=pkg-config valgrind=valgrind \
+  /usr/include/postgresql/libpq-fe.h=libpq-dev >>"$log" 2>&1 ||
   { echo "c: cannot install its tools" >&2; exit 1; }
 
 CBINDGEN_VERSION=0.29.4
@@ -110,7 +111,8 @@ install_and_build() {
   export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
   echo "pkg-config: dlock $(pkg-config --modversion dlock): $(pkg-config --cflags --libs dlock)"
   cp -r examples/c "$work/example"
-  make -C "$work/example" worker worker-static CFLAGS="-O2 -Werror" || return 1
+  # pg_guard (libpq) is run on PostgreSQL by scripts/test-postgres.sh.
+  make -C "$work/example" worker worker-static pg_guard CFLAGS="-O2 -Werror" || return 1
   if command -v cmake >/dev/null; then
     cmake -S "$work/example" -B "$work/cmake" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
       cmake --build "$work/cmake" || return 1
@@ -119,7 +121,7 @@ install_and_build() {
     echo "CMake build: skipped (cmake not installed)"
   fi
 }
-step "scripts/install-c.sh PREFIX; make -C examples/c (pkg-config, shared and static)" install_and_build
+step "scripts/install-c.sh PREFIX; make -C examples/c (pkg-config, shared and static; pg_guard with libpq)" install_and_build
 
 # The worker's story on the embedded backend, checked on its typed output
 # by core/tests/c_worker.rs (a test = false target): commits, then the drain,

@@ -19,7 +19,19 @@ cd "$(dirname "$0")/.."
 log=${1:-$(mktemp)}
 out=$(mktemp)
 one=$(mktemp)
-trap 'scripts/pg-cluster.sh stop; rm -f "$out" "$one"' EXIT
+trap 'scripts/pg-cluster.sh stop; rm -f "$out" "$one" "$one.pg_guard"' EXIT
+
+# The holders of core/tests/postgres_guard_process.rs: the Rust example and
+# the C example (libpq; the release libdlock.so, which test-c.sh built).
+printf '\n==> %s\n' "postgres: build examples/rust/pg_guard.rs and examples/c/pg_guard.c"
+. scripts/lib.sh
+need_debs gcc=gcc pkg-config=pkg-config /usr/include/postgresql/libpq-fe.h=libpq-dev
+cargo build -p dlock --locked --example pg_guard
+cargo build --release --locked -p dlock-ffi -p dlock-scenarios # as test-c.sh: no rebuild after it
+# shellcheck disable=SC2046
+gcc -std=c11 -Wall -Wextra -Werror -pedantic -O1 -Iinclude $(pkg-config --cflags libpq) examples/c/pg_guard.c \
+  -o "$one.pg_guard" -Ltarget/release -ldlock $(pkg-config --libs libpq) -Wl,-rpath,"$PWD/target/release"
+export DLOCK_PG_GUARD_RUST=$PWD/target/debug/examples/pg_guard DLOCK_PG_GUARD_C=$one.pg_guard
 
 printf '\n==> %s\n' "postgres: start the test servers"
 scripts/pg-cluster.sh start
