@@ -4,8 +4,8 @@
 # the addon through the README's command (`npm run build`: build.mjs, a
 # plain cargo build into target/release plus the generated typings and
 # tsc) and the test addon with the scenario runner (`npm run build:test`),
-# starts its own etcd test cluster, and runs every node:test file one at a
-# time (the scenarios' windows want an unloaded loop). Prints
+# starts its own etcd test cluster and PostgreSQL servers, and runs every
+# node:test file one at a time (the scenarios' windows want an unloaded loop). Prints
 # `node: N passed, N failed` (node's own counts) and fails on any failure.
 #
 # With DLOCK_DIST=DIR (scripts/test.sh, after scripts/dist.sh), the package
@@ -91,8 +91,10 @@ else
   echo "export * from 'dlock';" >"$pkg/index.d.ts"
   echo "module.exports = require('dlock/prometheus');" >"$pkg/prometheus.js"
   # The suite's tools (not the artifact): TypeScript, @types/node,
-  # fast-check, prom-client (dlock/prometheus's optional peer) and a parser.
-  for m in typescript @types fast-check prom-client prom2javascript; do ln -s "$root/bindings/node/node_modules/$m" "$pkg/node_modules/$m"; done
+  # fast-check, prom-client (dlock/prometheus's optional peer), a parser and
+  # pg (examples/node/pg-guard.js and its test; its own dependencies resolve
+  # from its real path).
+  for m in typescript @types fast-check prom-client prom2javascript pg; do ln -s "$root/bindings/node/node_modules/$m" "$pkg/node_modules/$m"; done
   (cd "$pkg" && node -e '
     const d = require("dlock");
     const addon = Object.keys(require.cache).find((k) => k.endsWith(".node"));
@@ -103,11 +105,19 @@ else
 fi
 
 say "etcd test cluster (port base ${DLOCK_TEST_PORT_BASE:-default})"
-trap '"$root/scripts/etcd-cluster.sh" stop >>"$log" 2>&1' EXIT
+trap '"$root/scripts/pg-cluster.sh" stop >>"$log" 2>&1; "$root/scripts/etcd-cluster.sh" stop >>"$log" 2>&1' EXIT
 scripts/etcd-cluster.sh start 2>&1 | tee -a "$log"
 ((PIPESTATUS[0] == 0)) || fail "cannot start the etcd test cluster"
 # shellcheck disable=SC1091
 source target/etcd/env
+
+# For test/pg-guard.test.js (dlock.guard with node-postgres): its own
+# servers (DLOCK_TEST_PG_PORT_BASE, DLOCK_TEST_PG_DIR as for pg-cluster.sh).
+say "PostgreSQL test servers (port base ${DLOCK_TEST_PG_PORT_BASE:-default})"
+scripts/pg-cluster.sh start 2>&1 | tee -a "$log"
+((PIPESTATUS[0] == 0)) || fail "cannot start the PostgreSQL test servers"
+# shellcheck disable=SC1091
+source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
 
 say "node --test (every file of $pkg/test, one at a time)"
 cd "$pkg"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python face (issue 10, bindings/python): starts its own etcd test
-# cluster and runs the pytest suite: the API on the embedded backend, every
-# file of scenarios/ through the shared runner, the etcd tests, the
-# examples, stubtest and mypy --strict. Closes with
+# cluster and PostgreSQL servers and runs the pytest suite: the API on the
+# embedded backend, every file of scenarios/ through the shared runner, the
+# etcd tests, dlock.guard with psycopg, the examples, stubtest and mypy
+# --strict. Closes with
 # `python: N passed, M failed`. The wheel under test comes one of two ways:
 #
 # - DLOCK_DIST=DIR (scripts/test.sh, after scripts/dist.sh): the artifact
@@ -37,11 +38,14 @@ junit=$root/target/py-junit.xml
 started=$(date +%s)
 
 tests=$root/bindings/python/tests
+# The PostgreSQL driver of examples/python/pg_guard.py and its test.
+PSYCOPG=3.3.9
 dist=${DLOCK_DIST:-}
 if [[ -z $dist ]]; then
   step "python: the test virtualenv ($venv)"
   [[ -x $py ]] || python3 -m venv "$venv"
   "$py" -c 'import maturin, pytest, mypy, hypothesis, prometheus_client' 2>/dev/null || "$py" -m pip install -q maturin pytest mypy hypothesis prometheus_client
+  "$py" -c "import psycopg; assert psycopg.__version__ == '$PSYCOPG'" 2>/dev/null || "$py" -m pip install -q "psycopg[binary]==$PSYCOPG"
 
   step "python: the scenario runner and the wheel"
   cargo build --release --locked -p dlock-scenarios
@@ -87,7 +91,7 @@ else
   t0=$(date +%s%N)
   "$venv/bin/pip" install -q --no-cache-dir --no-index --find-links "$dist" dlock-fence
   echo "cold pip install of the wheel: $((($(date +%s%N) - t0) / 1000000)) ms"
-  "$py" -m pip install -q pytest mypy hypothesis prometheus_client # the suite's tools, not the artifact
+  "$py" -m pip install -q pytest mypy hypothesis prometheus_client "psycopg[binary]==$PSYCOPG" # the suite's tools, not the artifact
 
   # The suite finds examples/, scenarios/ and core/tests/fixtures three
   # levels up from itself: a copy of those, where nothing leads to bindings/python/python.
@@ -118,12 +122,19 @@ assert m.__file__.startswith(sys.prefix), "dlock imported from outside the virtu
 fi
 
 step "python: the etcd test cluster"
-trap 'scripts/etcd-cluster.sh stop' EXIT
+trap 'scripts/pg-cluster.sh stop; scripts/etcd-cluster.sh stop' EXIT
 scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
 source target/etcd/env
 
-step "python: pytest (API, scenarios, etcd, examples, stubtest, mypy --strict)"
+# For tests/test_pg_guard.py (dlock.guard with psycopg): its own servers
+# (DLOCK_TEST_PG_PORT_BASE, DLOCK_TEST_PG_DIR as for scripts/pg-cluster.sh).
+step "python: the PostgreSQL test servers"
+scripts/pg-cluster.sh start
+# shellcheck disable=SC1091
+source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
+
+step "python: pytest (API, scenarios, etcd, PostgreSQL's guard, examples, stubtest, mypy --strict)"
 rc=0
 (cd "$tests" && "$py" -m pytest -q -p no:cacheprovider --junitxml="$junit" .) || rc=$?
 "$py" - "$junit" "$started" <<'PY'
