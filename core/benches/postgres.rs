@@ -5,13 +5,22 @@
 //! and the floor; per-round ops/s, the medians and their ratio (target
 //! >= 0.9). Figures only, never a gate.
 //!
+//! Then, in a child process of its own (so no RSS freed by the first part
+//! is counted): `DLOCK_BENCH_LOCKS` (10,000) locks held on one session,
+//! acquired 64 at a time with `acquire_async`: the time, the client's RSS
+//! per held lock (target <= 1 KiB), and over `DLOCK_BENCH_HOLD_INTERVALS`
+//! (3) keepalive intervals the server's cost: transactions committed and
+//! WAL bytes written per interval, beside the same window measured first
+//! with nothing of this bench holding (the server's own background).
+//!
 //! Run: `scripts/bench-postgres.sh` (starts the test servers), or
 //! `cargo bench -p dlock --bench postgres` with `DLOCK_TEST_PG_URL` set.
-//! Settings: `DLOCK_BENCH_ROUNDS` (7), `DLOCK_BENCH_CYCLES` (300).
+//! Settings: `DLOCK_BENCH_ROUNDS` (7), `DLOCK_BENCH_CYCLES` (300),
+//! `DLOCK_BENCH_LOCKS`, `DLOCK_BENCH_HOLD_INTERVALS`.
 
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, PostgresConfig};
+use dlock::{Client, ClientConfig, Lock, Options, PostgresConfig};
 use tokio_postgres::types::Type;
 
 fn setting(name: &str, default: usize) -> usize {
@@ -35,6 +44,10 @@ fn main() {
         eprintln!("postgres: DLOCK_TEST_PG_URL unset (scripts/bench-postgres.sh)");
         return;
     };
+    if std::env::args().any(|a| a == "--many") {
+        many(&url);
+        return;
+    }
     let rounds = setting("DLOCK_BENCH_ROUNDS", 7);
     let cycles = setting("DLOCK_BENCH_CYCLES", 300);
 
@@ -122,4 +135,152 @@ fn main() {
             .query("DELETE FROM dlock.leases WHERE id = $1", &[&lease])
             .await;
     });
+    drop(lock);
+    client.shutdown();
+
+    let exe = std::env::current_exe().expect("bench binary");
+    let status = std::process::Command::new(exe)
+        .args(["--bench", "--many"])
+        .status()
+        .expect("the --many child");
+    assert!(status.success(), "the --many child failed: {status}");
+}
+
+/// VmRSS of this process, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+/// The server's next transaction id and WAL position in bytes: both move
+/// at once (unlike the statistics, flushed up to seconds late), and a
+/// read assigns no transaction id of its own.
+async fn server_counts(c: &tokio_postgres::Client) -> (i64, i64) {
+    let row = c
+        .query_one(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::int8, \
+                    pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// The server's write transactions and WAL bytes per keepalive interval,
+/// over `intervals` of them; with the session given, also its keepalives
+/// sent per interval over the same window.
+fn server_cost(
+    rt: &tokio::runtime::Runtime,
+    c: &tokio_postgres::Client,
+    interval: Duration,
+    intervals: u32,
+    session: Option<&dlock::Session>,
+) -> (f64, f64, f64) {
+    let k0 = session.map_or(0, |s| s.stats().keepalives);
+    let (x0, w0) = rt.block_on(server_counts(c));
+    let t = Instant::now();
+    std::thread::sleep(interval * intervals);
+    let (x1, w1) = rt.block_on(server_counts(c));
+    let k1 = session.map_or(0, |s| s.stats().keepalives);
+    let per = t.elapsed().as_secs_f64() / interval.as_secs_f64();
+    (
+        (x1 - x0) as f64 / per,
+        (w1 - w0) as f64 / per,
+        (k1 - k0) as f64 / per,
+    )
+}
+
+/// The child: many locks on one session, their cost to the client and to
+/// the server.
+fn many(url: &str) {
+    let n = setting("DLOCK_BENCH_LOCKS", 10_000);
+    let intervals = setting("DLOCK_BENCH_HOLD_INTERVALS", 3) as u32;
+    let interval = Options::default().keepalive_interval;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reader = rt.block_on(async {
+        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        c
+    });
+    let (idle_x, idle_w, _) = server_cost(&rt, &reader, interval, intervals, None);
+    println!(
+        "postgres server, nothing of this bench holding: {idle_x:.2} write transactions and {idle_w:.0} WAL bytes per {interval:?}"
+    );
+
+    let client =
+        Client::connect(ClientConfig::postgres(PostgresConfig::parse(url).unwrap())).unwrap();
+    let session = client.session(Options::default()).unwrap();
+    let tag = std::process::id();
+    let warm = session.lock(&format!("bench/many-{tag}/warm")).unwrap();
+    warm.acquire(Duration::from_secs(10)).unwrap();
+    warm.release().unwrap();
+    drop(warm);
+    let rss_before = rss_kib();
+    let locks: Vec<Lock> = (0..n)
+        .map(|i| session.lock(&format!("bench/many-{tag}/{i}")).unwrap())
+        .collect();
+    let t = Instant::now();
+    let locks = rt.block_on(async move {
+        let mut set = tokio::task::JoinSet::new();
+        let mut out = Vec::with_capacity(n);
+        let mut todo = locks.into_iter();
+        loop {
+            while set.len() < 64 {
+                let Some(l) = todo.next() else { break };
+                set.spawn(async move {
+                    l.acquire_async(Some(Duration::from_secs(60)))
+                        .await
+                        .unwrap();
+                    l
+                });
+            }
+            match set.join_next().await {
+                Some(l) => out.push(l.unwrap()),
+                None => break,
+            }
+        }
+        out
+    });
+    let acquire_s = t.elapsed().as_secs_f64();
+    let rss_after = rss_kib();
+    let per_lock = (rss_after.saturating_sub(rss_before) * 1024) as f64 / n as f64;
+    println!(
+        "postgres: {n} locks on one session acquired in {acquire_s:.2} s ({:.0}/s, 64 in flight); VmRSS {rss_before} KiB before, {rss_after} KiB all held: {per_lock:.0} B per held lock (target <= 1024 B)",
+        n as f64 / acquire_s
+    );
+    let (held_x, held_w, sent) = server_cost(&rt, &reader, interval, intervals, Some(&session));
+    let holding = locks
+        .iter()
+        .filter(|l| l.state() == dlock::State::Holding)
+        .count();
+    println!(
+        "postgres server, {holding}/{n} held on one session: {held_x:.2} write transactions and {held_w:.0} WAL bytes per {interval:?} (background above: {idle_x:.2} and {idle_w:.0}); the session sent {sent:.2} keepalives per interval"
+    );
+    println!(
+        "postgres keepalive cost: {:.2} write transactions and {:.0} WAL bytes per session per interval, for {n} locks",
+        held_x - idle_x,
+        held_w - idle_w
+    );
+    let t = Instant::now();
+    for l in &locks {
+        l.release().unwrap();
+    }
+    println!(
+        "postgres: released the {n} in {:.2} s, one by one",
+        t.elapsed().as_secs_f64()
+    );
+    drop(locks);
+    session.close().unwrap();
 }
