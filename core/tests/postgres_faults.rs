@@ -102,8 +102,13 @@ struct Holder {
 
 impl Holder {
     fn start(s: &pg::Servers, sql: &pg::Sql, name: &str) -> Holder {
+        Holder::start_with(s, sql, name, "")
+    }
+
+    /// [`Holder::start`] with `query` (`?k=v&...`) added to its URL.
+    fn start_with(s: &pg::Servers, sql: &pg::Sql, name: &str, query: &str) -> Holder {
         let proxy = Proxy::start(pg::addr(&s.url));
-        let client = connect(&pg::via(&s.url, proxy.addr()));
+        let client = connect(&format!("{}{query}", pg::via(&s.url, proxy.addr())));
         let lock = client.lock(name).expect("lock handle");
         let (tx, rx) = mpsc::channel();
         let t = tx.clone();
@@ -507,6 +512,95 @@ fn fault_blip_shorter_than_the_slack() {
         h.proxy.set(Mode::Pass);
         cut
     });
+}
+
+/// The server process of the holder's keepalive connection stops (SIGSTOP:
+/// as a half-open connection, or a NAT that forgot it) while the network
+/// and the server are fine. The keepalive on it never returns; the retry
+/// must not queue behind it but open a new connection, so the holder
+/// drains and resumes, unfenced. (Queued behind it, the retries waited for
+/// the request timeout, 3 s, past the deadline: fenced for nothing.)
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn fault_keepalive_connection_stuck() {
+    let s = pg::servers();
+    let sql = pg::Sql::connect(&s.url);
+    let superuser = pg::superuser(&s.url);
+    repeat("keepalive_connection_stuck", "stop->resumed", |run| {
+        let name = unique("stuck", run);
+        let app = format!("dlock-stuck-{}-{run}", std::process::id());
+        let mut h = Holder::start_with(&s, &sql, &name, &format!("?application_name={app}"));
+        let c = Contender::start(&s, &name, TTL + INTERVAL);
+        h.after_keepalive();
+        let rows = superuser
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 \
+                 AND query LIKE 'UPDATE dlock.leases SET expires_at%'",
+                &[&app],
+            )
+            .unwrap();
+        assert_eq!(rows.len(), 1, "one keepalive connection of {app}");
+        let pid: i32 = rows[0].get(0);
+        let stopped = Stopped::new(pid);
+        let cut = system_now();
+        let mut r = Run::default();
+        let fence = h.wait(TTL + INTERVAL, |t, e| t >= cut && fenced(e));
+        drop(stopped);
+        let drain = h.first(cut, draining).map(|(t, _)| t);
+        r.drain = drain.map(|d| ms(cut, d));
+        r.check(
+            fence.is_none(),
+            format!(
+                "fenced {:?} ms after the keepalive connection stopped",
+                fence.map(|f| ms(cut, f))
+            ),
+        );
+        let resumed = drain.and_then(|d| {
+            h.first(
+                d,
+                |e| matches!(e, Ev::Change(c) if c.reason == Reason::Resumed),
+            )
+        });
+        r.check(resumed.is_some(), "drained but never resumed");
+        r.other = resumed.map(|(t, _)| ms(cut, t));
+        r.check(
+            h.lock.token() == Some(h.token),
+            format!("token {:?}, was {}", h.lock.token(), h.token),
+        );
+        let contender = c.result(EVENT);
+        r.check(
+            !matches!(contender, Some((Ok(_), _))),
+            format!("the contender acquired while the holder held: {contender:?}"),
+        );
+        c.finish();
+        if !r.broken.is_empty() {
+            r.broken
+                .push(format!("events (ms from the stop):{}", h.story(cut)));
+        }
+        r
+    });
+}
+
+/// A server process stopped (SIGSTOP) until dropped (SIGCONT).
+struct Stopped(i32);
+
+impl Stopped {
+    fn new(pid: i32) -> Stopped {
+        // SAFETY: plain kill(2) on a PostgreSQL backend of the test servers.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGSTOP) },
+            0,
+            "SIGSTOP {pid}"
+        );
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
 }
 
 /// An operator nulling a lock row or its lease: every column is NOT NULL,

@@ -1,6 +1,7 @@
 //! [`PostgresBackend`]: the [`Backend`] trait on the parts of this module.
 //! Three connections: one for keepalives alone (a keepalive never queues
-//! behind another statement), one for every other statement (so they run
+//! behind another statement, nor behind an earlier keepalive still
+//! unanswered: it goes on a new connection), one for every other statement (so they run
 //! in the order sent), and the listener's (to `dlock_listen` when the URL
 //! names one: the server itself behind a pooler in transaction mode).
 

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -33,6 +33,8 @@ pub(crate) struct Conn {
     /// WARNINGs of a cancelled wait for synchronous replication seen on
     /// this connection: a reply after one is not confirmed on the standby.
     pub sync_cancels: Arc<AtomicU64>,
+    /// Requests sent on it and not answered yet.
+    in_flight: AtomicUsize,
     task: tokio::task::AbortHandle,
 }
 
@@ -180,6 +182,7 @@ impl Connector {
         let conn = Conn {
             client,
             sync_cancels: cancels,
+            in_flight: AtomicUsize::new(0),
             task,
         };
         let checks = async {
@@ -367,9 +370,14 @@ pub(crate) struct Slot {
     connector: Arc<Connector>,
     current: Mutex<Option<Arc<Conn>>>,
     opening: tokio::sync::Mutex<()>,
-    /// Whether a request dropped before its reply (the core timed it out)
-    /// closes the connection: a keepalive must not queue behind a request
-    /// stuck on a dead link.
+    /// The keepalives' slot: a request never queues behind another. A
+    /// request dropped before its reply closes the connection, and a
+    /// request that finds one still unanswered (the core counted it failed
+    /// and retries) goes on a new connection rather than wait behind it on
+    /// what may be a dead link (a half-open connection, a stopped server
+    /// process) while a new one would be answered. The busy one is not
+    /// closed: after a blip it may answer first, and the next retry uses
+    /// it while the new one is still opening.
     drop_abandoned: bool,
 }
 
@@ -388,14 +396,23 @@ impl Slot {
         *lock(&self.current) = Some(Arc::new(conn));
     }
 
-    /// The open connection, opening one if needed.
-    pub async fn get(&self) -> Result<Arc<Conn>, BackendError> {
-        if let Some(c) = self.live() {
+    /// The open connection, opening one if needed. With `idle`, a connection with a request still unanswered does not
+    /// do: a new one is opened and becomes the slot's, and the busy one is
+    /// left to its request (closed when that returns or times out).
+    async fn get_with(&self, idle: bool) -> Result<Arc<Conn>, BackendError> {
+        let usable = |c: &Arc<Conn>| !idle || c.in_flight.load(Ordering::SeqCst) == 0;
+        if let Some(c) = self.live().filter(usable) {
             return Ok(c);
         }
         let _opening = self.opening.lock().await;
-        if let Some(c) = self.live() {
+        if let Some(c) = self.live().filter(usable) {
             return Ok(c);
+        }
+        if idle && self.live().is_some() {
+            tracing::debug!(
+                "PostgreSQL at {}: a keepalive still unanswered: the next goes on a new connection",
+                self.connector.target
+            );
         }
         let conn = Arc::new(
             self.connector
@@ -429,7 +446,8 @@ impl Slot {
         F: FnOnce(Arc<Conn>) -> Fut,
         Fut: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let conn = self.get().await?;
+        let conn = self.get_with(self.drop_abandoned).await?;
+        let _in_flight = InFlight::new(conn.clone());
         let mut guard = Abandoned {
             slot: self,
             conn: Some(conn.clone()),
@@ -453,6 +471,22 @@ impl Slot {
                 )))
             }
         }
+    }
+}
+
+/// Counts a request in flight on its connection while it lives.
+struct InFlight(Arc<Conn>);
+
+impl InFlight {
+    fn new(conn: Arc<Conn>) -> InFlight {
+        conn.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(conn)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
