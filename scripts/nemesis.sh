@@ -16,6 +16,13 @@
 #                           one election and an observer; every face's holder
 #                           campaigns, the `dlock run` one as `dlock elect`:
 #                           with --all-faces, one candidate of each face)
+#                           [--backend postgres] (the PostgreSQL mode: the
+#                           primary + synchronous standby of
+#                           scripts/pg-cluster.sh, started here unless
+#                           DLOCK_TEST_PG_URL names one (its env file
+#                           sourced: DLOCK_TEST_PG_DIR for the primary's
+#                           faults), or [--pg-url URL]; Rust and C holders
+#                           in turn unless --holder-cmds says otherwise)
 #                           (N default 3, H default 4; holders of the listed
 #                           commands in turn, the Rust holder by default;
 #                           target/nemesis/c-holder is the C one)
@@ -29,33 +36,48 @@ minutes=3
 args=()
 dir=
 all_faces=
+backend=etcd
 while (($#)); do
   case $1 in
     --all-faces) all_faces=1; shift ;;
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
-    --holders | --seed | --faults | --holder-cmds | --locks | --election) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --backend) backend=${2:?--backend needs etcd or postgres}; shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks | --election | --pg-url) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done
 [[ $minutes =~ ^[0-9]+$ ]] && ((minutes > 0)) || { echo "--minutes must be a whole number > 0, got '$minutes'" >&2; exit 2; }
+[[ $backend == etcd || $backend == postgres ]] || { echo "--backend is etcd or postgres, got '$backend'" >&2; exit 2; }
 dir=${dir:-target/nemesis/run-$(date -u +%Y%m%dT%H%M%S)}
 
 cargo build -p dlock-nemesis --release --locked --bins --quiet
-# The C holder, for --holder-cmds "rust;target/nemesis/c-holder".
+# The C holder, for --holder-cmds "rust;target/nemesis/c-holder" (libpq
+# for its guarded transactions on PostgreSQL).
+need_debs gcc=gcc /usr/include/postgresql/libpq-fe.h=libpq-dev
 cargo build -p dlock-ffi --release --locked --quiet
 . scripts/c-flags.sh
 mkdir -p target/nemesis
-gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
+gcc "${STRICT[@]}" -O2 -Iinclude -I/usr/include/postgresql examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}" -lpq
 if [[ -n $all_faces ]]; then
   args+=(--holder-cmds "$(nemesis/holders/build-faces.sh)")
   [[ " ${args[*]} " == *" --holders "* ]] || args+=(--holders 5)
 fi
-if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
+if [[ $backend == postgres ]]; then
+  [[ " ${args[*]} " == *" --holder-cmds "* ]] || args+=(--holder-cmds "rust;target/nemesis/c-holder")
+  args+=(--backend postgres)
+  if [[ -z ${DLOCK_TEST_PG_URL:-} && " ${args[*]} " != *" --pg-url "* ]]; then
+    trap 'scripts/pg-cluster.sh stop' EXIT
+    scripts/pg-cluster.sh start
+    pg_dir=${DLOCK_TEST_PG_DIR:-target/pg}
+    # shellcheck disable=SC1091
+    source "$pg_dir/env"
+  fi
+elif [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
   trap 'scripts/etcd-cluster.sh stop' EXIT
   scripts/etcd-cluster.sh start
   # shellcheck disable=SC1091
   source target/etcd/env
 fi
-echo "nemesis: $minutes min, history in $dir"
+echo "nemesis: $minutes min on $backend, history in $dir"
 target/release/nemesis run --dir "$dir" --seconds $((minutes * 60)) "${args[@]}"

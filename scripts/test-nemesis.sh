@@ -7,36 +7,44 @@
 # run` (nemesis/holders/), quorum loss,
 # paused past the TTL, the wall-clock step under libfaketime, CPU
 # starvation, flapping; the election mode: Rust and `dlock elect`
-# candidates), stops the cluster on any exit, prints the figures
-# of each case and one closing line `nemesis: N passed, M failed`.
+# candidates), stops the cluster, then starts the PostgreSQL primary +
+# synchronous standby of scripts/pg-cluster.sh (DLOCK_TEST_PG_PORT_BASE and
+# DLOCK_TEST_PG_DIR are honoured) and runs the nemesis on PostgreSQL
+# (nemesis/tests/nemesis_postgres.rs: Rust and C holders writing app.writes
+# under dlock.guard; a holder paused past its TTL refused by the database,
+# and its unguarded control caught by the checker), stops the servers on
+# any exit, prints the figures of each case and one closing line
+# `nemesis: N passed, M failed`.
 #
 # usage: scripts/test-nemesis.sh [LOGFILE]   (cargo test output is appended)
 # CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=60 (the
 # mix, one lock), DLOCK_NEMESIS_MANY_SECONDS=60 (the mix, 100 locks per
 # holder), DLOCK_NEMESIS_ELECTION_SECONDS=60 (the mix, one election),
 # DLOCK_NEMESIS_RUNS=10 (runs of each case),
-# DLOCK_NEMESIS_FLAP_SECONDS=60.
+# DLOCK_NEMESIS_FLAP_SECONDS=60, DLOCK_NEMESIS_PG_SECONDS=120 (the mix on
+# PostgreSQL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 need_build_tools
-need_debs faketime=faketime gcc=gcc
+need_debs faketime=faketime gcc=gcc /usr/include/postgresql/libpq-fe.h=libpq-dev
 
 log=${1:-$(mktemp)}
 out=$(mktemp)
-trap 'scripts/etcd-cluster.sh stop; rm -f "$out"' EXIT
+trap 'scripts/etcd-cluster.sh stop; scripts/pg-cluster.sh stop; rm -f "$out" "$out.pg"' EXIT
 # The election mode's minute is taken from the mix (120 s before it).
 export DLOCK_NEMESIS_SECONDS=${DLOCK_NEMESIS_SECONDS:-60} DLOCK_NEMESIS_MANY_SECONDS=${DLOCK_NEMESIS_MANY_SECONDS:-60}
 export DLOCK_NEMESIS_ELECTION_SECONDS=${DLOCK_NEMESIS_ELECTION_SECONDS:-60}
 export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
+export DLOCK_NEMESIS_PG_SECONDS=${DLOCK_NEMESIS_PG_SECONDS:-120}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
 
 printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target)"
 cargo build -p dlock-nemesis --locked --bins --tests --quiet
-cargo clippy -p dlock-nemesis --test nemesis_cases --locked --quiet -- -D warnings
+cargo clippy -p dlock-nemesis --test nemesis_cases --test nemesis_postgres --locked --quiet -- -D warnings
 
 printf '\n==> %s\n' "nemesis: the holders of every face (nemesis/holders/build-faces.sh)"
 # One holder of each face in the mix, in this order: h1 Rust, h2 C, h3
@@ -64,6 +72,24 @@ cat "$out" >>"$log"
 passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")))
 failed=$((failed + $(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out")))
 grep -q '^test result:' "$out" || { failed=$((failed + 1)); rc=1; }
+scripts/etcd-cluster.sh stop
+
+printf '\n==> %s\n' "nemesis on PostgreSQL: start the primary + synchronous standby (scripts/pg-cluster.sh)"
+scripts/pg-cluster.sh start
+# shellcheck disable=SC1091
+source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
+
+printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders) and a holder paused past its TTL"
+# Rust and C holders in turn (the C one with libpq, built by
+# build-faces.sh above).
+DLOCK_NEMESIS_PG_HOLDER_CMDS=${DLOCK_NEMESIS_PG_HOLDER_CMDS:-rust;$PWD/target/nemesis/c-holder} \
+  cargo test -p dlock-nemesis --locked --test nemesis_postgres -- --nocapture 2>&1 | tee "$out.pg" || rc=1
+cat "$out.pg" >>"$log"
+passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out.pg")))
+failed=$((failed + $(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out.pg")))
+grep -q '^test result:' "$out.pg" || { failed=$((failed + 1)); rc=1; }
+scripts/pg-cluster.sh stop
+cat "$out.pg" >>"$out"
 
 printf '\n==> %s\n' "nemesis: figures per case (ms, one shared clock)"
 printf '%-16s %-5s %s\n' case runs figures

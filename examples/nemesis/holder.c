@@ -10,15 +10,28 @@
  * would acquire, and as the leader proclaims ID:N every 100th permit (a
  * "proclaim" record). Only the leader writes: a permit is leadership.
  *
+ * On PostgreSQL (--endpoints postgres://..., the nemesis's --backend
+ * postgres): the client comes from DLOCK_ENDPOINTS (lk_client_from_env),
+ * and the write is the holder's own transaction through libpq on the
+ * direct connection --db URL (default: the endpoint):
+ *   BEGIN; SELECT dlock.guard(NAME, TOKEN);
+ *   INSERT INTO app.writes (run, h, seq, token) VALUES (KEY, ID, SEQ, TOKEN);
+ *   COMMIT;
+ * recorded as a write of "res":"pg": "ok", "fenced" (the guard raised
+ * SQLSTATE DL001), "unknown" (the COMMIT went out, the connection broke
+ * before its answer) or "error" (nothing committed).
+ *
  * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
  *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
  *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1
- *               --election 0|1]
+ *               --election 0|1 --db URL]
  *
  * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
- *   examples/nemesis/holder.c -Ltarget/release -ldlock -lpthread */
+ *   -I/usr/include/postgresql examples/nemesis/holder.c -Ltarget/release
+ *   -ldlock -lpq -lpthread */
 #define _GNU_SOURCE
 #include <dlock.h>
+#include <libpq-fe.h>
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <fcntl.h>
@@ -137,6 +150,68 @@ lost:
   return "unknown";
 }
 
+/* The guarded transaction on app.writes (PostgreSQL), over a connection of
+ * its own, reopened after an error; "ok", "fenced", "unknown" or "error",
+ * the SQLSTATE (or "io") in code. */
+static PGconn *db;
+static const char *db_url;
+
+static int pg_ok(PGresult *r, ExecStatusType want, char *code, size_t len) {
+  int ok = PQresultStatus(r) == want;
+  if (!ok) {
+    const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    snprintf(code, len, "%s", st ? st : "io");
+  }
+  PQclear(r);
+  return ok;
+}
+
+static const char *pg_write(const char *name, uint64_t token, const char *run, uint64_t seq, char *code,
+                            size_t len) {
+  code[0] = 0;
+  if (!db) {
+    const char *keys[] = {"dbname", "connect_timeout", NULL};
+    const char *vals[] = {db_url, "2", NULL};
+    db = PQconnectdbParams(keys, vals, 1);
+    if (PQstatus(db) != CONNECTION_OK) {
+      snprintf(code, len, "connect");
+      PQfinish(db);
+      db = NULL;
+      return "error";
+    }
+  }
+  char tok[24], sq[24];
+  snprintf(tok, sizeof tok, "%" PRIu64, token);
+  snprintf(sq, sizeof sq, "%" PRIu64, seq);
+  const char *guard[] = {name, tok};
+  const char *row[] = {run, id, sq, tok};
+  const char *out = "error";
+  if (!pg_ok(PQexec(db, "BEGIN"), PGRES_COMMAND_OK, code, len)) goto drop;
+  if (!pg_ok(PQexecParams(db, "SELECT dlock.guard($1, $2::bigint)", 2, NULL, guard, NULL, NULL, 0),
+             PGRES_TUPLES_OK, code, len)) {
+    if (strcmp(code, "DL001") != 0) goto drop;
+    /* Refused by the database: roll back, keep the connection. */
+    char ignored[8];
+    if (!pg_ok(PQexec(db, "ROLLBACK"), PGRES_COMMAND_OK, ignored, sizeof ignored)) {
+      PQfinish(db);
+      db = NULL;
+    }
+    return "fenced";
+  }
+  if (!pg_ok(PQexecParams(db, "INSERT INTO app.writes (run, h, seq, token) VALUES ($1, $2, $3::bigint, $4::bigint)",
+                          4, NULL, row, NULL, NULL, 0),
+             PGRES_COMMAND_OK, code, len))
+    goto drop;
+  if (pg_ok(PQexec(db, "COMMIT"), PGRES_COMMAND_OK, code, len)) return "ok";
+  /* No answer to the COMMIT: it may have committed. An error the server
+   * sent (a SQLSTATE) means it did not. */
+  out = strcmp(code, "io") == 0 ? "unknown" : "error";
+drop:
+  PQfinish(db);
+  db = NULL;
+  return out;
+}
+
 static void sleep_ms(uint64_t ms) {
   struct timespec t = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   nanosleep(&t, NULL);
@@ -183,6 +258,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "idle-ms")) NUM(idle);
     else if (!strcmp(k, "writes")) NUM(writes);
     else if (!strcmp(k, "election")) NUM(election);
+    else if (!strcmp(k, "db")) db_url = v;
     else {
       fprintf(stderr, "holder: unknown flag --%s\n", k);
       return 2;
@@ -200,14 +276,23 @@ int main(int argc, char **argv) {
   gate_addr.sin_family = AF_INET;
   gate_addr.sin_port = htons((uint16_t)atoi(colon + 1));
   if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
+  int pg = !strncmp(endpoints, "postgres://", 11) || !strncmp(endpoints, "postgresql://", 13);
+  if (pg && election) die("on PostgreSQL the holder takes a lock (no --election)");
+  if (pg && !db_url) db_url = endpoints;
   record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"election\":%s,\"ttl_ms\":%" PRIu64
-         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64,
+         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64 ",\"backend\":\"%s\"",
          (int)getpid(), name, (long long)time(NULL), election ? "true" : "false", o.ttl_ms, o.margin_ms,
-         o.keepalive_interval_ms);
+         o.keepalive_interval_ms, pg ? "postgres" : "etcd");
 
-  o.endpoints = endpoints;
   struct lk_client *client = NULL;
-  if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());
+  if (pg) {
+    /* The PostgreSQL URL through the environment, as any face's FromEnv. */
+    setenv("DLOCK_ENDPOINTS", endpoints, 1);
+    if (lk_client_from_env(&o, &client) != LK_OK) die(lk_last_error());
+  } else {
+    o.endpoints = endpoints;
+    if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());
+  }
   struct lk_election *candidate = NULL;
   if (election) {
     if (lk_election_new(client, name, &candidate) != LK_OK) die(lk_last_error());
@@ -277,11 +362,20 @@ int main(int argc, char **argv) {
       char value[128];
       int vn = snprintf(value, sizeof value, "%s:%" PRIu64 ":%" PRIu64, id, seq, token);
       uint64_t sent = now_ns();
-      s = lk_lock_guarded_put(lock, token, (const uint8_t *)key, strlen(key), (const uint8_t *)value, (size_t)vn);
-      const char *out = s == LK_OK ? "ok" : s == LK_FENCED ? "fenced" : s == LK_BACKEND ? "unknown" : "error";
-      record("write", "\"res\":\"etcd\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64
-             ",\"out\":\"%s\",\"code\":\"%s\"",
-             token, seq, sent, out, s == LK_OK ? "" : lk_status_name(s));
+      const char *out;
+      if (pg) {
+        char code[16];
+        out = pg_write(name, token, key, seq, code, sizeof code);
+        record("write", "\"res\":\"pg\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64
+               ",\"out\":\"%s\",\"code\":\"%s\"",
+               token, seq, sent, out, code);
+      } else {
+        s = lk_lock_guarded_put(lock, token, (const uint8_t *)key, strlen(key), (const uint8_t *)value, (size_t)vn);
+        out = s == LK_OK ? "ok" : s == LK_FENCED ? "fenced" : s == LK_BACKEND ? "unknown" : "error";
+        record("write", "\"res\":\"etcd\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64
+               ",\"out\":\"%s\",\"code\":\"%s\"",
+               token, seq, sent, out, s == LK_OK ? "" : lk_status_name(s));
+      }
       sleep_ms(unit / 2);
       sent = now_ns();
       out = gate_write(token, seq);

@@ -21,11 +21,12 @@ root=$PWD
 {
   need_build_tools
   need_python
-  need_debs gcc=gcc node=nodejs npm=npm
+  need_debs gcc=gcc node=nodejs npm=npm /usr/include/postgresql/libpq-fe.h=libpq-dev
   cargo build -p dlock-ffi -p dlock-cli --release --locked --quiet
   . scripts/c-flags.sh
   mkdir -p target/nemesis
-  gcc "${STRICT[@]}" -O2 -Iinclude examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}"
+  # libpq: the C holder's guarded transactions on PostgreSQL.
+  gcc "${STRICT[@]}" -O2 -Iinclude -I/usr/include/postgresql examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}" -lpq
   venv=$root/target/py-venv
   [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
   if [[ -n ${DLOCK_DIST:-} ]]; then

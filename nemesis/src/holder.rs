@@ -71,7 +71,13 @@ impl Flags {
 /// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
 /// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
 /// [--pause-self-after N] [--writes 0|1] [--locks N] [--election 0|1]
-/// [settings: --ttl-ms ...]`.
+/// [--db URL] [--guard 0|1] [settings: --ttl-ms ...]`.
+///
+/// A `postgres://` endpoint (the PostgreSQL mode): the write beside the
+/// gate is a transaction on the user table `app.writes` over the direct
+/// connection `--db` (default: the endpoint), `dlock.guard(NAME, TOKEN)`
+/// its first statement (`--guard 0`: none, the cases' control), `run` =
+/// `KEY`; recorded as a write of `res` `pg`.
 ///
 /// `--election 1`: a candidate of the election NAME (`session.election`)
 /// instead of a lock holder: it campaigns (value `ID`) where it would
@@ -115,9 +121,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if pg_mode && (election || n_locks > 1) {
         return Err("on PostgreSQL the holder takes one lock (no --locks, no --election)".into());
     }
+    // `--guard 0`: the cases' control, writes without the guard.
+    let guard = f.num("guard", 1)? == 1;
     let mut pg_writer = pg_mode.then(|| {
         let db = f.get("db", "");
-        crate::pg::GuardedWriter::new(if db.is_empty() { &endpoints } else { &db })
+        crate::pg::GuardedWriter::new(if db.is_empty() { &endpoints } else { &db }, guard)
     });
     let h = Arc::new(
         Writer::open(Path::new(&f.need("history")?), &id).map_err(|e| format!("--history: {e}"))?,

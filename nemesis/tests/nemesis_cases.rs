@@ -275,6 +275,7 @@ fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>,
         holder,
         locks,
         election,
+        backend: driver::Backend::Etcd,
     };
     println!(
         "nemesis {case}: seed {}, {locks} lock(s), history {}",
