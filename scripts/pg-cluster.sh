@@ -17,7 +17,10 @@
 #   - PgBouncer (Debian's pgbouncer, 1.18) in transaction pool mode in
 #     front of the primary's database `dlock` (port base+3), SCRAM for the
 #     user `dlock` (its secret copied from the primary: no plaintext
-#     password on disk); its URL is DLOCK_TEST_PG_BOUNCER_URL.
+#     password on disk); its URL is DLOCK_TEST_PG_BOUNCER_URL;
+#   - a lone server with a steppable wall clock (port base+5, libfaketime;
+#     DLOCK_TEST_PG_STEPPED_URL, the offset file DLOCK_TEST_PG_STEPPED_OFFSET)
+#     for the measurement of a clock step on the database host.
 # Data, logs and the sourceable env file live in DLOCK_TEST_PG_DIR (default
 # target/pg; an absolute path, or one relative to the repository), so
 # several clusters (each on its own DLOCK_TEST_PG_PORT_BASE) can run from
@@ -32,8 +35,9 @@
 #            file as DLOCK_TEST_PG_STANDBY_URL)
 #   psql     psql as the superuser on the primary, with ARGS
 #
-# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+4: primary,
-# standby, lone, PgBouncer, the lone server's asynchronous standby.
+# Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+5: primary,
+# standby, lone, PgBouncer, the lone server's asynchronous standby, the
+# stepped server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,18 +50,18 @@ env_file=$dir/env
 base=${DLOCK_TEST_PG_PORT_BASE:-25430}
 ver=15
 bin=/usr/lib/postgresql/$ver/bin
-names=(primary standby lone async)
+names=(primary standby lone async stepped)
 
 die() { echo "pg-cluster: $*" >&2; exit 1; }
 log() { echo "pg-cluster: $*" >&2; }
 
-last=4 # the highest port is base+last
+last=5 # the highest port is base+last
 [[ $base =~ ^[0-9]+$ ]] && ((base >= 1024 && base + last <= 65535)) ||
   die "DLOCK_TEST_PG_PORT_BASE must be a port number from 1024 to $((65535 - last)), got '$base'"
 
 port_of() {
   case $1 in
-  primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; bouncer) echo $((base + 3)) ;; async) echo $((base + 4)) ;;
+  primary) echo "$base" ;; standby) echo $((base + 1)) ;; lone) echo $((base + 2)) ;; bouncer) echo $((base + 3)) ;; async) echo $((base + 4)) ;; stepped) echo $((base + 5)) ;;
   esac
 }
 
@@ -67,7 +71,7 @@ as_pg() {
 }
 
 ensure_tools() {
-  need_debs "$bin/initdb=postgresql-$ver" /usr/sbin/pgbouncer=pgbouncer ss=iproute2 openssl=openssl ||
+  need_debs "$bin/initdb=postgresql-$ver" /usr/sbin/pgbouncer=pgbouncer ss=iproute2 openssl=openssl faketime=faketime ||
     die "cannot install PostgreSQL $ver and PgBouncer"
   if ((EUID == 0)); then
     id postgres >/dev/null 2>&1 || die "no postgres user (the postgresql-$ver package makes it)"
@@ -119,6 +123,22 @@ init_server() {
 }
 
 start_server() { pg_ctl_of "$1" -l "$dir/$1.log" start >/dev/null; }
+
+# The stepped server: a lone server whose wall clock (clock_timestamp(),
+# what decides a lease's expiry) runs at the offset written in
+# $dir/stepped.offset (libfaketime's format, `+0`, `+3`: seconds), read
+# again at every call; its monotonic clock is left alone. A test steps the
+# database host's clock by writing the file (core/tests/postgres_clockstep.rs).
+start_stepped() {
+  local lib
+  lib=$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$') || die "no libfaketimeMT.so.1 (package libfaketime)"
+  echo "+0" >"$dir/stepped.offset"
+  chmod 666 "$dir/stepped.offset"
+  init_server stepped
+  as_pg env LD_PRELOAD="$lib" FAKETIME_TIMESTAMP_FILE="$dir/stepped.offset" FAKETIME_NO_CACHE=1 \
+    FAKETIME_DONT_FAKE_MONOTONIC=1 "$bin/pg_ctl" -D "$dir/stepped" -w -t 30 -l "$dir/stepped.log" start >/dev/null
+  users stepped
+}
 
 # A CA and a server certificate for 127.0.0.1 (the lone server's TLS), and
 # a second CA that signed nothing (a wrong CA).
@@ -205,6 +225,8 @@ export DLOCK_TEST_PG_STANDBY_URL=$(url standby)
 export DLOCK_TEST_PG_LONE_URL=$(url lone)
 export DLOCK_TEST_PG_BOUNCER_URL=$(url bouncer)
 export DLOCK_TEST_PG_ASYNC_URL=$(url async)
+export DLOCK_TEST_PG_STEPPED_URL=$(url stepped)
+export DLOCK_TEST_PG_STEPPED_OFFSET=$dir/stepped.offset
 export DLOCK_TEST_PG_NOCREATE_URL=$(url lone dlock_nocreate dlock_empty)
 export DLOCK_TEST_PG_TLS_URL=$(url lone dlock_tls dlock_tls)
 export DLOCK_TEST_PG_CA=$dir/certs/ca.pem
@@ -292,13 +314,14 @@ primary_conninfo = 'host=$dir/sock port=$(port_of lone) user=postgres applicatio
 EOF
   start_server async
   wait_for "asynchronous streaming to the lone server's standby" streaming_async
+  start_stepped
   start_bouncer
   wait_for "PgBouncer" bouncer_up
   write_env
   trap - EXIT
   log "started: primary :$(port_of primary) (sync standby :$(port_of standby)), lone :$(port_of lone)," \
     "PgBouncer :$(port_of bouncer) (transaction mode, to the primary)," \
-    "async standby of lone :$(port_of async); env in $env_file"
+    "async standby of lone :$(port_of async), stepped clock :$(port_of stepped); env in $env_file"
 }
 
 postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
