@@ -26,13 +26,15 @@
 # several clusters (each on its own DLOCK_TEST_PG_PORT_BASE) can run from
 # one checkout.
 #
-# usage: scripts/pg-cluster.sh start|stop|status|promote|psql [ARGS]
+# usage: scripts/pg-cluster.sh start|stop|status|promote|restart [NAME]|psql [ARGS]
 #   start    install what is missing (Debian), init, start, wait until the
 #            standby streams synchronously, write $dir/env
 #   stop     stop every server and PgBouncer (also paused ones), remove $dir
 #   status   each server's state
 #   promote  kill the primary, promote the standby (its URL is in the env
 #            file as DLOCK_TEST_PG_STANDBY_URL)
+#   restart  restart server NAME (default primary) with a fast shutdown:
+#            every connection cut, the data kept
 #   psql     psql as the superuser on the primary, with ARGS
 #
 # Ports: DLOCK_TEST_PG_PORT_BASE (default 25430) .. base+5: primary,
@@ -377,11 +379,21 @@ cmd_promote() {
   log "standby promoted on :$(port_of standby)"
 }
 
+# Restarts server $1 (default primary) with a fast shutdown: every
+# connection is cut, the data stays.
+cmd_restart() {
+  local name=${1:-primary}
+  [[ -d $dir/$name ]] || die "no server $name in $dir (run start first)"
+  pg_ctl_of "$name" -m fast -l "$dir/$name.log" restart >/dev/null
+  log "$name restarted on :$(port_of "$name")"
+}
+
 case ${1:-} in
 start) cmd_start ;;
 stop) cmd_stop ;;
 status) cmd_status ;;
 promote) cmd_promote ;;
+restart) cmd_restart "${2:-primary}" ;;
 psql) shift; sql primary "$@" ;;
-*) die "usage: $0 start|stop|status|promote|psql [ARGS]" ;;
+*) die "usage: $0 start|stop|status|promote|restart [NAME]|psql [ARGS]" ;;
 esac
