@@ -100,3 +100,43 @@ fn migrate_creates_the_schema_or_names_what_is_missing() {
         "{r:?}"
     );
 }
+
+/// The longest TTL the options allow (`MAX_TTL`, about 285 years) fits
+/// PostgreSQL's `interval` and `timestamptz`: granted and kept alive as
+/// given, no overflow (a TTL above it is refused by the options, before
+/// anything connects).
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn the_longest_ttl_fits_postgres_interval() {
+    let s = pg::servers();
+    let options = Options {
+        ttl: dlock::MAX_TTL,
+        ..Options::default()
+    };
+    let backend = endpoints(&s.url, &s.password).backend().unwrap();
+    let client = Client::connect(ClientConfig {
+        backend: backend.clone(),
+        ..ClientConfig::from_env().with_options(options)
+    })
+    .unwrap();
+    let name = format!("pg/max-ttl-{}", std::process::id());
+    let lock = client.lock(&name).unwrap();
+    let token = lock.acquire(Duration::from_secs(10)).unwrap();
+    let reader = Reader::connect(endpoints(&s.url, &s.password)).unwrap();
+    let key = &reader.lock_keys(&format!("{name}/")).unwrap()[0];
+    assert_eq!(key.create_revision, token.get() as i64);
+    let ttl = reader.lease_ttl(key.lease).unwrap();
+    assert_eq!(ttl.granted_s as u64, dlock::MAX_TTL.as_secs());
+    assert!(ttl.left_s as u64 > dlock::MAX_TTL.as_secs() - 60, "{ttl:?}");
+    lock.release().unwrap();
+
+    let too_long = Options {
+        ttl: dlock::MAX_TTL + Duration::from_secs(1),
+        ..Options::default()
+    };
+    let r = Client::connect(ClientConfig {
+        backend,
+        ..ClientConfig::from_env().with_options(too_long)
+    });
+    assert!(matches!(r, Err(Error::InvalidOption { .. })), "{r:?}");
+}
