@@ -114,8 +114,8 @@ impl Listener {
         let probe = probe_channel();
         exec("LISTEN", format!("LISTEN dlock; LISTEN {probe}")).await?;
         // The probe goes through the statement connection, as every
-        // NOTIFY of the lock rows does. Not waiting for the standby: it
-        // writes nothing.
+        // NOTIFY of the lock rows does. Not waiting for the standby: its
+        // commit carries no lock state.
         let sent = ops
             .run(timeout, |c| {
                 let sql =
@@ -143,7 +143,8 @@ impl Listener {
                 "PostgreSQL at {}: the LISTEN connection received no notification within {} ms \
                  (a connection pooler in transaction mode, such as PgBouncer, cannot carry \
                  LISTEN): give the server's own address for the listener with \
-                 dlock_listen=HOST:PORT in the URL (every other statement may stay on the pooler)",
+                 dlock_listen=HOST:PORT in the URL (every other statement may stay on the pooler); \
+                 if the URL has one, it must name the server the statements reach",
                 connector.target,
                 timeout.as_millis()
             )));
