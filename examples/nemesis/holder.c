@@ -156,6 +156,13 @@ lost:
 static PGconn *db;
 static const char *db_url;
 
+/* libpq prints the server's notices (a WARNING as the primary shuts down)
+ * on stderr by default: the history has what matters. */
+static void quiet(void *u, const char *msg) {
+  (void)u;
+  (void)msg;
+}
+
 static int pg_ok(PGresult *r, ExecStatusType want, char *code, size_t len) {
   int ok = PQresultStatus(r) == want;
   if (!ok) {
@@ -179,6 +186,7 @@ static const char *pg_write(const char *name, uint64_t token, const char *run, u
       db = NULL;
       return "error";
     }
+    PQsetNoticeProcessor(db, quiet, NULL);
   }
   char tok[24], sq[24];
   snprintf(tok, sizeof tok, "%" PRIu64, token);

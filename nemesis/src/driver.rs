@@ -51,6 +51,7 @@ pub const PG_FAULTS: &[&str] = &[
     "holder_killed",
     "primary_paused",
     "primary_restarted",
+    "standby_paused",
     "lease_revoked",
     "key_deleted",
 ];
@@ -88,7 +89,7 @@ impl Backend {
             .iter()
             .filter(|k| {
                 !matches!(self, Backend::Postgres { primary: None, .. })
-                    || !k.starts_with("primary_")
+                    || !(k.starts_with("primary_") || k.starts_with("standby_"))
             })
             .map(|k| k.to_string())
             .collect()
@@ -529,7 +530,8 @@ impl Nemesis {
                 let face = self.faces.remove(i);
                 self.spawn(face)?;
             }
-            "primary_paused" | "primary_restarted" | "lease_revoked" | "key_deleted"
+            "primary_paused" | "primary_restarted" | "standby_paused" | "lease_revoked"
+            | "key_deleted"
                 if matches!(self.cfg.backend, Backend::Postgres { .. }) =>
             {
                 self.pg_fault(kind)?
@@ -618,16 +620,20 @@ impl Nemesis {
                 .ok_or_else(|| format!("{kind} needs the primary's directory (DLOCK_TEST_PG_DIR)"))
         };
         match kind {
-            "primary_paused" => {
-                // Every process of the primary stopped: no statement, no
+            "primary_paused" | "standby_paused" => {
+                // primary: every process of it stopped: no statement, no
                 // keepalive, no connection is answered; its clock goes on,
-                // so a pause past the TTL expires every lease.
+                // so a pause past the TTL expires every lease. standby:
+                // every commit on the primary waits for it (synchronous
+                // replication): keepalives, acquisitions and the guarded
+                // transactions' COMMITs hang, their locks held.
                 let primary = need_primary()?;
+                let server = kind.trim_end_matches("_paused");
                 let d = self
                     .rng
                     .between(Duration::from_secs(1), s.ttl + Duration::from_secs(1));
                 self.record("fault", kind, json!({"ms": d.as_millis() as u64}));
-                let pids = primary.pause();
+                let pids = primary.pause(server);
                 std::thread::sleep(d);
                 primary.resume(&pids);
             }

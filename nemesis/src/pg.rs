@@ -196,7 +196,8 @@ pub fn synchronous(url: &str) -> bool {
     .is_ok_and(|rows| !rows.is_empty())
 }
 
-/// The primary of `scripts/pg-cluster.sh` (its data in `dir`/primary).
+/// The primary and the standby of `scripts/pg-cluster.sh` (their data in
+/// `dir`/primary and `dir`/standby).
 #[derive(Clone, Debug)]
 pub struct Primary {
     /// `DLOCK_TEST_PG_DIR`.
@@ -206,9 +207,10 @@ pub struct Primary {
 const BIN: &str = "/usr/lib/postgresql/15/bin";
 
 impl Primary {
-    /// The postmaster's pid (the first line of `postmaster.pid`).
-    pub fn postmaster(&self) -> Option<i32> {
-        std::fs::read_to_string(self.dir.join("primary/postmaster.pid"))
+    /// The postmaster's pid of `server` (`primary`, `standby`): the first
+    /// line of its `postmaster.pid`.
+    pub fn postmaster(&self, server: &str) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join(server).join("postmaster.pid"))
             .ok()?
             .lines()
             .next()?
@@ -219,8 +221,8 @@ impl Primary {
 
     /// The postmaster and every process it forked (backends, walsender,
     /// checkpointer, ...), from /proc.
-    fn tree(&self) -> Vec<i32> {
-        let Some(pm) = self.postmaster() else {
+    fn tree(&self, server: &str) -> Vec<i32> {
+        let Some(pm) = self.postmaster(server) else {
             return Vec::new();
         };
         let mut pids = vec![pm];
@@ -245,13 +247,13 @@ impl Primary {
         pids
     }
 
-    /// SIGSTOPs the postmaster (first: it forks nothing more) and its
-    /// children; returns them for [`Primary::resume`].
-    pub fn pause(&self) -> Vec<i32> {
+    /// SIGSTOPs the postmaster of `server` (first: it forks nothing more)
+    /// and its children; returns them for [`Primary::resume`].
+    pub fn pause(&self, server: &str) -> Vec<i32> {
         let mut stopped = Vec::new();
         for _ in 0..2 {
             // Twice: a child forked just before the postmaster stopped.
-            for pid in self.tree() {
+            for pid in self.tree(server) {
                 if !stopped.contains(&pid) {
                     // SAFETY: kill(2) on a process of the test server.
                     unsafe { libc::kill(pid, libc::SIGSTOP) };
