@@ -123,34 +123,25 @@ impl EtcdConfig {
     }
 
     /// [`EtcdConfig::from_env`] over any source of variables (an empty
-    /// value counts as unset).
+    /// value counts as unset): [`crate::Endpoints::from_vars`], which must
+    /// name etcd here.
     pub fn from_vars(
         get: impl Fn(&str) -> Result<Option<String>, Error>,
     ) -> Result<Option<EtcdConfig>, Error> {
-        let var = |name: &str| -> Result<Option<String>, Error> {
-            Ok(get(name)?.filter(|v| !v.trim().is_empty()))
-        };
-        let Some(endpoints) = var("DLOCK_ENDPOINTS")? else {
+        let Some(endpoints) = crate::Endpoints::from_vars(get)? else {
             return Ok(None);
         };
-        let mut c = EtcdConfig::parse(&endpoints)
-            .map_err(|e| Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {e}")))?;
-        c.ca_file = var("DLOCK_CA_FILE")?.map(PathBuf::from);
-        c.cert_file = var("DLOCK_CERT_FILE")?.map(PathBuf::from);
-        c.key_file = var("DLOCK_KEY_FILE")?.map(PathBuf::from);
-        c.user = var("DLOCK_USER")?;
-        c.password = get("DLOCK_PASSWORD")?.filter(|p| !p.is_empty());
-        if let Some(v) = var("DLOCK_ALLOW_PLAINTEXT_PASSWORD")? {
-            c.allow_plaintext_password = parse_bool("DLOCK_ALLOW_PLAINTEXT_PASSWORD", &v)?;
+        let prefixed = |e: Error| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}")),
+            e => e,
+        };
+        match endpoints.backend().map_err(prefixed)? {
+            crate::BackendConfig::Etcd(c) => Ok(Some(c)),
+            _ => Err(Error::InvalidArgument(
+                "DLOCK_ENDPOINTS is a PostgreSQL URL, not etcd: use ClientConfig::from_env or dlock::Endpoints"
+                    .into(),
+            )),
         }
-        if let Some(v) = var("DLOCK_CONNECT_TIMEOUT_MS")? {
-            c.connect_timeout = parse_ms("DLOCK_CONNECT_TIMEOUT_MS", &v)?;
-        }
-        if let Some(v) = var("DLOCK_REQUEST_TIMEOUT_MS")? {
-            c.request_timeout = parse_ms("DLOCK_REQUEST_TIMEOUT_MS", &v)?;
-        }
-        c.validate()?;
-        Ok(Some(c))
     }
 
     /// Whether connections use TLS: a CA file, a client certificate or an
