@@ -106,6 +106,11 @@ fn run_show_list_and_migrate_on_postgres() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["holder"]["token"], token);
 
+    // Elections are not on PostgreSQL yet: one clear line, exit 122.
+    let elect = output(&["elect", "--endpoints", url, &name, "v", "--", "true"], pw);
+    assert_eq!(elect.status.code(), Some(122), "{elect:?}");
+    assert!(String::from_utf8_lossy(&elect.stderr).contains("not supported on PostgreSQL"));
+
     let busy = output(
         &["run", "--try", "--endpoints", url, &name, "--", "true"],
         pw,

@@ -140,3 +140,27 @@ fn the_longest_ttl_fits_postgres_interval() {
     });
     assert!(matches!(r, Err(Error::InvalidOption { .. })), "{r:?}");
 }
+
+/// Elections are not on PostgreSQL yet: creating a candidate or an
+/// observer is refused at once with a clear error (never a campaign that
+/// wins a plain lock and a proclaim that cannot succeed).
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn elections_are_refused_at_once_with_a_clear_error() {
+    let s = pg::servers();
+    let client = Client::connect(ClientConfig {
+        backend: endpoints(&s.url, &s.password).backend().unwrap(),
+        ..ClientConfig::from_env()
+    })
+    .unwrap();
+    let not_here = |r: Result<(), Error>| match r {
+        Err(Error::Backend(m)) => assert!(m.contains("not supported on PostgreSQL"), "{m}"),
+        other => panic!("{other:?}"),
+    };
+    not_here(client.election("pg/election").map(|_| ()));
+    not_here(client.observe("pg/election").map(|_| ()));
+    // The client is unharmed: a plain lock works.
+    let lock = client.lock("pg/after-election").unwrap();
+    lock.acquire(Duration::from_secs(10)).unwrap();
+    lock.release().unwrap();
+}

@@ -63,6 +63,10 @@ impl PostgresBackend {
 }
 
 impl Backend for PostgresBackend {
+    fn elections(&self) -> Result<(), String> {
+        Err("elections are not supported on PostgreSQL yet: campaign, proclaim and observe need etcd (or the embedded backend); a plain lock works".into())
+    }
+
     fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
     }
