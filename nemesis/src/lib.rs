@@ -4,7 +4,9 @@
 //! to a history, and an independent checker ([`check`]) reads the history
 //! alone and asserts the invariants G1-G4, liveness, and the fate of every
 //! acknowledged write. The holder protocol (command line and records) is in
-//! `docs/nemesis.md`, so a holder of another face can join.
+//! `docs/nemesis.md`, so a holder of another face can join. On PostgreSQL
+//! ([`driver::Backend::Postgres`], [`pg`]) the holders reach one primary
+//! through their proxies and write a user table under `dlock.guard`.
 #![warn(missing_docs)]
 
 pub mod bench;
