@@ -11,6 +11,6 @@ cd "$(dirname "$0")/.."
 trap 'scripts/pg-cluster.sh stop' EXIT
 scripts/pg-cluster.sh start
 # shellcheck disable=SC1091
-source target/pg/env
+source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
 cargo bench --quiet -p dlock --bench postgres --no-run
 cargo bench --quiet -p dlock --bench postgres -- "$@"

@@ -4,9 +4,11 @@
 # PgBouncer), runs every PostgreSQL test binary (core/tests/postgres*.rs:
 # the backend, the fault cases of postgres_faults.rs, PgBouncer in
 # postgres_bouncer.rs, the asynchronous standby's promotion in
-# postgres_async.rs, ...) with --ignored (they are #[ignore]d so a plain
-# `cargo test` does not count them; here a missing server fails them),
-# stops the servers on any exit, and prints the fault figures.
+# postgres_async.rs, elections in postgres_election.rs, a clock step on
+# the stepped server in postgres_clockstep.rs, ...) and the command's
+# (cli/tests/cli_postgres.rs) with --ignored (they are #[ignore]d so a
+# plain `cargo test` does not count them; here a missing server fails
+# them), stops the servers on any exit, and prints the fault figures.
 #
 # usage: scripts/test-postgres.sh [LOGFILE]   (cargo test output is appended
 #        to LOGFILE, as scripts/test-etcd.sh does)
@@ -47,6 +49,9 @@ for t in core/tests/postgres*.rs; do
 done
 rc=0
 cargo test -p dlock --locked "${tests[@]}" -- --ignored --nocapture 2>&1 | tee "$out" || rc=$?
+# The command on the same servers: run, show, list, elect, postgres migrate.
+printf '\n==> %s\n' "postgres: the dlock command (cli/tests/cli_postgres.rs)"
+cargo test -p dlock-cli --locked --test cli_postgres -- --ignored --nocapture 2>&1 | tee -a "$out" || rc=$?
 cat "$out" >>"$log"
 
 # Each alone, after the others: one stalls every commit on the primary,

@@ -61,7 +61,7 @@ fn run_show_list_and_migrate_on_postgres() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "dlock schema version 1\n"
+        format!("dlock schema version {}\n", dlock::SCHEMA_VERSION)
     );
 
     let name = format!("pg/cli-{}", std::process::id());
@@ -106,11 +106,6 @@ fn run_show_list_and_migrate_on_postgres() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["holder"]["token"], token);
 
-    // Elections are not on PostgreSQL yet: one clear line, exit 122.
-    let elect = output(&["elect", "--endpoints", url, &name, "v", "--", "true"], pw);
-    assert_eq!(elect.status.code(), Some(122), "{elect:?}");
-    assert!(String::from_utf8_lossy(&elect.stderr).contains("not supported on PostgreSQL"));
-
     let busy = output(
         &["run", "--try", "--endpoints", url, &name, "--", "true"],
         pw,
@@ -128,4 +123,67 @@ fn run_show_list_and_migrate_on_postgres() {
     let gone = output(&["show", "--endpoints", url, &name], pw);
     assert_eq!(gone.status.code(), Some(1), "{gone:?}");
     assert!(String::from_utf8_lossy(&gone.stdout).contains("not held"));
+}
+
+/// `dlock elect` on PostgreSQL: an observer (`--observe --json`) sees no
+/// leader, then the candidate's value and token once it leads.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn elect_and_observe_on_postgres() {
+    let (url, password) = split(&pg::servers().url);
+    let (url, pw) = (url.as_str(), password.as_str());
+    let name = format!("pg/cli-elect-{}", std::process::id());
+    let mut observer = Holder(
+        dlock(
+            &["elect", "--observe", "--json", "--endpoints", url, &name],
+            pw,
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock elect --observe"),
+    );
+    let mut lines = BufReader::new(observer.0.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        let line = lines.next().expect("an observer line").unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    };
+    assert_eq!(next()["event"], "no-leader");
+    let mut leader = Holder(
+        dlock(
+            &[
+                "elect",
+                "--endpoints",
+                url,
+                &name,
+                "primary-a",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$DLOCK_TOKEN\"; exec sleep 60",
+            ],
+            pw,
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn dlock elect"),
+    );
+    let mut line = String::new();
+    BufReader::new(leader.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let token: i64 = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("token line {line:?}"));
+    let seen = next();
+    assert_eq!(seen["event"], "leader", "{seen}");
+    assert_eq!(seen["value"], "primary-a");
+    assert_eq!(seen["token"], token);
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(leader.0.id() as i32, libc::SIGTERM) },
+        0
+    );
+    leader.0.wait().unwrap();
+    assert_eq!(next()["event"], "no-leader");
 }

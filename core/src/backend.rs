@@ -168,14 +168,6 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// `Err(why)` when this backend has no elections: [`crate::Session::election`]
-    /// and [`crate::Client::observe`] refuse at once with `why`, instead of
-    /// a campaign that wins a plain lock and a proclaim that can never
-    /// succeed. Etcd and the embedded backend have them.
-    fn elections(&self) -> Result<(), String> {
-        Ok(())
-    }
-
     /// [`Backend::lock`] for an election's candidate: the key is created
     /// holding `value` (an existing key gets `value`), as etcd's
     /// `Election.Campaign`. The default ignores the value.

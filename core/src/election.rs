@@ -72,7 +72,6 @@ impl Session {
     /// A candidate handle in the election `name` on this session (not
     /// campaigning yet). Same name rules as [`Session::lock`].
     pub fn election(&self, name: &str) -> Result<Election, Error> {
-        self.backend().elections().map_err(Error::Backend)?;
         let lock = self.lock(name)?;
         lock.metrics()
             .election
@@ -101,7 +100,6 @@ impl Client {
     /// observer ends its watch. [`Error::Shutdown`] on a shut-down client.
     pub fn observe(&self, name: &str) -> Result<Observer, Error> {
         check_name(name)?;
-        self.backend().elections().map_err(Error::Backend)?;
         self.default_session().open().map_err(|e| match e {
             Error::Released => Error::Shutdown,
             e => e,

@@ -75,5 +75,5 @@ pub use machine::{Reason, Refused, State, StateChange, Token};
 pub use memory::{MemoryBackend, MemoryService};
 pub use metrics::Snapshot as MetricsSnapshot;
 pub use options::{MAX_TTL, Options, PartialOptions};
-pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL};
+pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL, SCHEMA_VERSION};
 pub use reader::{Reader, migrate};

@@ -75,9 +75,15 @@ fn endpoints_with_a_password_beside_connect_and_the_reader_shows_the_holder() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn migrate_creates_the_schema_or_names_what_is_missing() {
     let s = pg::servers();
-    assert_eq!(migrate(endpoints(&s.url, &s.password)).unwrap(), 1);
+    assert_eq!(
+        migrate(endpoints(&s.url, &s.password)).unwrap(),
+        dlock::SCHEMA_VERSION
+    );
     // Idempotent.
-    assert_eq!(migrate(endpoints(&s.url, &s.password)).unwrap(), 1);
+    assert_eq!(
+        migrate(endpoints(&s.url, &s.password)).unwrap(),
+        dlock::SCHEMA_VERSION
+    );
     // A role without CREATE on its database: the privilege named.
     let r = migrate(Endpoints::new([format!(
         "{}?dlock_single_node=true",
@@ -141,26 +147,65 @@ fn the_longest_ttl_fits_postgres_interval() {
     assert!(matches!(r, Err(Error::InvalidOption { .. })), "{r:?}");
 }
 
-/// Elections are not on PostgreSQL yet: creating a candidate or an
-/// observer is refused at once with a clear error (never a campaign that
-/// wins a plain lock and a proclaim that cannot succeed).
+/// A database on the first schema (version 1, as an earlier dlock made
+/// it: core/tests/fixtures/dlock-schema-v1.sql) with a lock held on it is
+/// upgraded in place by the next client's connect: the held row keeps its
+/// token, and elections (version 2) work there.
 #[test]
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
-fn elections_are_refused_at_once_with_a_clear_error() {
+fn a_version_1_schema_is_upgraded_in_place() {
     let s = pg::servers();
+    let db = format!("dlock_v1_{}", std::process::id());
+    let admin = pg::superuser(&s.url);
+    admin
+        .batch(&format!("DROP DATABASE IF EXISTS {db}"))
+        .unwrap();
+    admin
+        .batch(&format!("CREATE DATABASE {db} OWNER dlock"))
+        .unwrap();
+    let url = {
+        let (base, _) = s.url.rsplit_once('/').unwrap();
+        format!("{base}/{db}")
+    };
+    let old = pg::Sql::connect(&url);
+    old.batch(include_str!("fixtures/dlock-schema-v1.sql"))
+        .unwrap();
+    let held: i64 = old
+        .query(
+            "WITH l AS (INSERT INTO dlock.leases (ttl, expires_at) \
+                        VALUES ('1 hour', clock_timestamp() + interval '1 hour') RETURNING id) \
+             SELECT token FROM l, dlock.acquire('v1/held', 'v1/held/' || to_hex(l.id), l.id)",
+            &[],
+        )
+        .unwrap()[0]
+        .get(0);
+
     let client = Client::connect(ClientConfig {
-        backend: endpoints(&s.url, &s.password).backend().unwrap(),
+        backend: Endpoints::new([url.clone()]).backend().unwrap(),
         ..ClientConfig::from_env()
     })
     .unwrap();
-    let not_here = |r: Result<(), Error>| match r {
-        Err(Error::Backend(m)) => assert!(m.contains("not supported on PostgreSQL"), "{m}"),
-        other => panic!("{other:?}"),
-    };
-    not_here(client.election("pg/election").map(|_| ()));
-    not_here(client.observe("pg/election").map(|_| ()));
-    // The client is unharmed: a plain lock works.
-    let lock = client.lock("pg/after-election").unwrap();
-    lock.acquire(Duration::from_secs(10)).unwrap();
-    lock.release().unwrap();
+    let version: i32 = old
+        .query("SELECT max(version) FROM dlock.schema_version", &[])
+        .unwrap()[0]
+        .get(0);
+    assert_eq!(version, dlock::SCHEMA_VERSION);
+    let token: i64 = old
+        .query("SELECT token FROM dlock.locks WHERE name = 'v1/held'", &[])
+        .unwrap()[0]
+        .get(0);
+    assert_eq!(token, held, "the held row kept its token");
+    let e = client.election("v1/elected").unwrap();
+    let t = e
+        .campaign(b"after the upgrade", Duration::from_secs(10))
+        .unwrap();
+    assert!(t.get() as i64 > held);
+    assert_eq!(e.leader().unwrap().unwrap().value, b"after the upgrade");
+    e.resign(Duration::ZERO).unwrap();
+    drop(e);
+    client.shutdown();
+    drop(old);
+    admin
+        .batch(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .unwrap();
 }

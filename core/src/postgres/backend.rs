@@ -13,9 +13,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::PostgresConfig;
 use super::conn::{Connector, Slot, listen_config};
 use super::watch::Listener;
-use super::{guarded, lease, mutex, schema};
+use super::{election, guarded, lease, mutex, schema};
 use crate::Error;
-use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch};
+use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
 use crate::machine::{LeaseId, Token};
 
 /// A PostgreSQL server as a lock service.
@@ -63,10 +63,6 @@ impl PostgresBackend {
 }
 
 impl Backend for PostgresBackend {
-    fn elections(&self) -> Result<(), String> {
-        Err("elections are not supported on PostgreSQL yet: campaign, proclaim and observe need etcd (or the embedded backend); a plain lock works".into())
-    }
-
     fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
     }
@@ -87,7 +83,59 @@ impl Backend for PostgresBackend {
             s.listener.wake(),
             name,
             lease,
+            None,
             wait,
+            s.timeout,
+        ))
+    }
+
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        value: &'a [u8],
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        let s = &self.0;
+        Box::pin(mutex::lock(
+            &s.ops,
+            s.listener.wake(),
+            name,
+            lease,
+            Some(value),
+            wait,
+            s.timeout,
+        ))
+    }
+
+    fn proclaim<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(election::proclaim(
+            &self.0.ops,
+            name,
+            lease,
+            token,
+            value,
+            self.0.timeout,
+        ))
+    }
+
+    fn next_leader<'a>(
+        &'a self,
+        name: &'a str,
+        last: Option<&'a Option<Leader>>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
+        let s = &self.0;
+        Box::pin(election::next_leader(
+            &s.ops,
+            s.listener.wake(),
+            name,
+            last,
             s.timeout,
         ))
     }

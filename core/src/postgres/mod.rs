@@ -13,6 +13,7 @@
 mod backend;
 mod config;
 mod conn;
+mod election;
 mod guarded;
 mod lease;
 mod mutex;
@@ -31,8 +32,12 @@ use crate::{Client, Error, Options};
 /// lock: the application's transaction must not commit.
 pub const GUARD_SQLSTATE: &str = "DL001";
 
-/// The schema file, as a DBA runs it (`core/sql/dlock-v1.sql`).
-pub const SCHEMA_SQL: &str = include_str!("../../sql/dlock-v1.sql");
+/// The version of the `dlock` schema this library speaks (2: elections);
+/// an older one is upgraded on connect, a newer one refused.
+pub const SCHEMA_VERSION: i32 = schema::VERSION;
+
+/// The schema file, as a DBA runs it (`core/sql/dlock.sql`).
+pub const SCHEMA_SQL: &str = include_str!("../../sql/dlock.sql");
 
 impl Client {
     /// A client of the PostgreSQL server in `config`. Blocks while it

@@ -19,12 +19,15 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// The lock key of `name` under `lease`: the one format of every backend.
 pub(crate) use crate::backend::lock_key;
 
-/// Acquires `name` under `lease` (see [`crate::Backend::lock`]).
+/// Acquires `name` under `lease` (see [`crate::Backend::lock`]); with a
+/// value, as an election's candidate carrying it (`dlock.campaign`, see
+/// [`crate::Backend::campaign`]).
 pub(crate) async fn lock(
     ops: &Slot,
     wake: &Notify,
     name: &str,
     lease: LeaseId,
+    value: Option<&[u8]>,
     wait: bool,
     timeout: Duration,
 ) -> Result<Token, BackendError> {
@@ -37,17 +40,33 @@ pub(crate) async fn lock(
             .run(timeout, |c| {
                 let key = key.clone();
                 async move {
-                    let row = c
-                        .client
-                        .query_typed_one(
-                            "SELECT token, retry_ms FROM dlock.acquire($1, $2, $3)",
-                            &[
-                                (&name, Type::TEXT),
-                                (&key, Type::TEXT),
-                                (&lease, Type::INT8),
-                            ],
-                        )
-                        .await?;
+                    let row = match value {
+                        None => {
+                            c.client
+                                .query_typed_one(
+                                    "SELECT token, retry_ms FROM dlock.acquire($1, $2, $3)",
+                                    &[
+                                        (&name, Type::TEXT),
+                                        (&key, Type::TEXT),
+                                        (&lease, Type::INT8),
+                                    ],
+                                )
+                                .await?
+                        }
+                        Some(v) => {
+                            c.client
+                                .query_typed_one(
+                                    "SELECT token, retry_ms FROM dlock.campaign($1, $2, $3, $4)",
+                                    &[
+                                        (&name, Type::TEXT),
+                                        (&key, Type::TEXT),
+                                        (&lease, Type::INT8),
+                                        (&v, Type::BYTEA),
+                                    ],
+                                )
+                                .await?
+                        }
+                    };
                     Ok((row.try_get(0)?, row.try_get(1)?))
                 }
             })

@@ -8,7 +8,7 @@ use super::conn::{Conn, describe};
 use crate::Error;
 
 /// The schema version this library speaks.
-pub(crate) const VERSION: i32 = 1;
+pub(crate) const VERSION: i32 = 2;
 
 /// Makes sure the schema is at [`VERSION`], running the schema file when it
 /// is missing or older.
@@ -57,7 +57,7 @@ pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
             Err(privilege(
                 target,
                 &e,
-                "CREATE on the database (to create schema dlock), or a DBA runs core/sql/dlock-v1.sql once",
+                "CREATE on the database (to create schema dlock), or a DBA runs core/sql/dlock.sql once",
             ))
         }
         Err(e) => {

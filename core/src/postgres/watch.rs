@@ -228,15 +228,17 @@ async fn run(
     }
 }
 
-/// `<token> <D|L>` from the trigger on dlock.locks.
+/// `<token> <D|L|V>` from the trigger on dlock.locks (V: an election's
+/// value changed, the row stays: it only wakes observers).
 fn on_notification(inner: &Inner, payload: &str) {
     let mut it = payload.split(' ');
     let token = it.next().and_then(|t| t.parse::<u64>().ok());
     let why = match it.next() {
-        Some("L") => LockGone::LeaseLost,
-        _ => LockGone::KeyDeleted,
+        Some("L") => Some(LockGone::LeaseLost),
+        Some("V") => None,
+        _ => Some(LockGone::KeyDeleted),
     };
-    if let Some(token) = token {
+    if let (Some(token), Some(why)) = (token, why) {
         let mut st = lock(&inner.state);
         if st.recent.len() == RECENT {
             st.recent.pop_front();

@@ -139,12 +139,13 @@ class Client(_dlock.Client):
     """A connection to a lock service.
 
     ``Client()`` is the embedded backend unless ``DLOCK_ENDPOINTS`` (and the
-    other ``DLOCK_*`` variables) name an etcd cluster; ``Client(endpoints)``
-    is etcd (a comma-separated string or a list); ``Client(memory=svc)`` is
-    the embedded service ``svc``. Timing keywords (``ttl``,
+    other ``DLOCK_*`` variables) name a service; ``Client(endpoints)`` is
+    etcd (a comma-separated string or a list) or, for one ``postgres://``
+    URL, PostgreSQL (the core decides); ``Client(memory=svc)`` is the
+    embedded service ``svc``. Timing keywords (``ttl``,
     ``keepalive_interval``, ``keepalive_timeout``, ``retry_interval``,
-    ``margin``: seconds; ``reacquire``) default to the core's; the etcd
-    keywords are ``ca_file``, ``cert_file``, ``key_file``, ``user``,
+    ``margin``: seconds; ``reacquire``) default to the core's; the
+    connection keywords are ``ca_file``, ``cert_file``, ``key_file``, ``user``,
     ``password``, ``allow_plaintext_password``, ``connect_timeout``,
     ``request_timeout``. Connecting to etcd blocks.
     """

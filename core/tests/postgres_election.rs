@@ -1,0 +1,215 @@
+//! Elections on PostgreSQL (`scripts/test-postgres.sh`): the same rules as
+//! on etcd (core/tests/etcd_election.rs). A candidate is a lock row that
+//! carries its value; a proclaim changes the value and keeps the token
+//! (and never fences its own leader); observers follow leaders, values and
+//! "no leader" (a lease expired: nothing fires then, the observer looks at
+//! the leader's remaining TTL); a leader cut off fences at least the
+//! margin before the next is elected; a fenced leader's proclaim is
+//! refused.
+//!
+//! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use dlock::{Client, ClientConfig, Error, Observed, Observer, Options, PostgresConfig, State};
+use dlock_testkit::pg;
+// Only the blackhole of the fault proxy is used here.
+#[allow(dead_code)]
+use dlock_testkit::proxy;
+
+use proxy::{Mode, Proxy};
+
+const TTL: Duration = Duration::from_secs(4);
+const MARGIN: Duration = Duration::from_secs(1);
+const SLACK: Duration = Duration::from_millis(300);
+const EVENT: Duration = Duration::from_secs(15);
+
+fn options() -> Options {
+    Options {
+        ttl: TTL,
+        keepalive_interval: Duration::from_secs(1),
+        keepalive_timeout: Duration::from_millis(500),
+        retry_interval: Duration::from_millis(250),
+        margin: MARGIN,
+        reacquire: true,
+    }
+}
+
+fn client_with(url: &str, options: Options) -> Client {
+    let config = PostgresConfig::parse(url).unwrap();
+    Client::connect(ClientConfig::postgres(config).with_options(options)).unwrap()
+}
+
+fn client(url: &str) -> Client {
+    client_with(url, options())
+}
+
+fn name(test: &str) -> String {
+    format!("pg/election-{test}-{}", std::process::id())
+}
+
+fn next(o: &mut Observer) -> Observed {
+    o.recv_blocking(Some(EVENT))
+        .expect("an observer event")
+        .expect("the observer is live")
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn campaign_proclaim_resign_and_observe() {
+    let url = pg::servers().url;
+    let name = name("basic");
+    let c1 = client(&url);
+    let c2 = client(&url);
+    let mut obs = client(&url).observe(&name).unwrap();
+    assert_eq!(next(&mut obs), Observed::NoLeader);
+
+    let e1 = c1.election(&name).unwrap();
+    let t1 = e1.campaign(b"one", EVENT).unwrap();
+    match next(&mut obs) {
+        Observed::Leader(l) => {
+            assert_eq!((l.token, l.value.as_slice()), (t1, &b"one"[..]));
+            assert_eq!(l.key, dlock::lock_key(&name, l.lease));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e1.leader().unwrap().map(|l| l.token), Some(t1));
+
+    // A second candidate waits; the leader proclaims: same token, new
+    // value, observed at once, and its own key watch does not fence it.
+    let (tx, rx) = mpsc::channel();
+    let n2 = name.clone();
+    let second = std::thread::spawn(move || {
+        let e2 = c2.election(&n2).unwrap();
+        let t = e2.campaign(b"two", EVENT);
+        tx.send(()).unwrap();
+        (e2, t, c2)
+    });
+    let proclaimed = Instant::now();
+    e1.proclaim(b"one again").unwrap();
+    match next(&mut obs) {
+        Observed::Proclaimed(l) => {
+            assert_eq!((l.token, l.value.as_slice()), (t1, &b"one again"[..]))
+        }
+        other => panic!("{other:?}"),
+    }
+    let seen = proclaimed.elapsed();
+    assert!(
+        seen < Duration::from_millis(900),
+        "observed {seen:?} after the proclaim"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        e1.state(),
+        State::Holding,
+        "a proclaim fenced its own leader"
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the second was elected beside the first"
+    );
+
+    // Resign: the second is elected with a higher token.
+    e1.resign(Duration::ZERO).unwrap();
+    let (e2, t2, _c2) = second.join().unwrap();
+    let t2 = t2.unwrap();
+    assert!(t2 > t1);
+    loop {
+        match next(&mut obs) {
+            Observed::Leader(l) if l.token == t2 => {
+                assert_eq!(l.value, b"two");
+                break;
+            }
+            Observed::NoLeader => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(e1.proclaim(b"late"), Err(Error::NotHeld));
+    e2.resign(Duration::ZERO).unwrap();
+    assert_eq!(next(&mut obs), Observed::NoLeader);
+    println!("ELECTION|pg proclaim -> observer event: {seen:?}");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn a_leader_cut_off_fences_before_the_next_is_elected_and_observers_say_so() {
+    let url = pg::servers().url;
+    let name = name("cut-off");
+    let p = Proxy::start(pg::addr(&url));
+    let lc = client(&pg::via(&url, p.addr()));
+    let leader = lc.election(&name).unwrap();
+    let (fence_tx, fenced) = mpsc::channel();
+    leader.on_fence(move |t, _| {
+        let _ = fence_tx.send((Instant::now(), t));
+    });
+    let t1 = leader.campaign(b"old", EVENT).unwrap();
+    let mut obs = client(&url).observe(&name).unwrap();
+    assert!(matches!(next(&mut obs), Observed::Leader(l) if l.token == t1));
+    let cc = client(&url);
+    let n2 = name.clone();
+    let candidate = std::thread::spawn(move || {
+        let e = cc.election(&n2).unwrap();
+        let t = e.campaign(b"new", Duration::from_secs(30));
+        (Instant::now(), t, e, cc)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    p.set(Mode::Blackhole);
+    let (fence_at, fenced_token) = fenced.recv_timeout(EVENT).expect("the leader fenced");
+    assert_eq!(fenced_token, t1);
+    let (elected_at, t2, _e, _cc) = candidate.join().unwrap();
+    let t2 = t2.expect("the candidate elected");
+    assert!(t2 > t1);
+    let lead = elected_at.saturating_duration_since(fence_at);
+    println!("ELECTION|pg cut-off: on_fence led the next leader by {lead:?} (margin {MARGIN:?})");
+    assert!(
+        elected_at > fence_at && lead + SLACK >= MARGIN,
+        "the old leader fenced only {lead:?} before the next was elected"
+    );
+    // The observer: no leader once the old lease expired, or the new one
+    // directly; never the old one again.
+    loop {
+        match next(&mut obs) {
+            Observed::Leader(l) if l.token == t2 => break,
+            Observed::Leader(l) | Observed::Proclaimed(l) => {
+                assert_ne!(l.token, t1, "the old leader after its lease expired")
+            }
+            Observed::NoLeader | Observed::Reconnecting => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    // A fenced leader's proclaim is refused.
+    assert!(matches!(
+        leader.proclaim(b"stale"),
+        Err(Error::Fenced(_)) | Err(Error::NotHeld)
+    ));
+    p.set(Mode::Pass);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn an_observer_says_no_leader_once_the_leaders_lease_expired() {
+    let url = pg::servers().url;
+    let name = name("no-leader");
+    let p = Proxy::start(pg::addr(&url));
+    let lc = client_with(
+        &pg::via(&url, p.addr()),
+        Options {
+            reacquire: false,
+            ..options()
+        },
+    );
+    let leader = lc.election(&name).unwrap();
+    let t1 = leader.campaign(b"only", EVENT).unwrap();
+    let mut obs = client(&url).observe(&name).unwrap();
+    assert!(matches!(next(&mut obs), Observed::Leader(l) if l.token == t1));
+    let cut = Instant::now();
+    p.set(Mode::Blackhole);
+    assert_eq!(next(&mut obs), Observed::NoLeader);
+    let took = cut.elapsed();
+    // The server expires the lease within a TTL of its last keepalive; the
+    // observer looks at the leader's remaining TTL (at most 1 s apart).
+    assert!(took <= TTL + Duration::from_millis(1500), "{took:?}");
+    assert_ne!(leader.state(), State::Holding);
+    p.set(Mode::Pass);
+}
