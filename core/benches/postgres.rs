@@ -1,9 +1,11 @@
 //! PostgreSQL: uncontended acquire + release per second on one live
 //! session, beside the floor: the same two statements dlock sends
 //! (`dlock.acquire`, then the delete of the lock row) through tokio-postgres
-//! directly, from this process, to the same server. Rounds alternate dlock
-//! and the floor; per-round ops/s, the medians and their ratio (target
-//! >= 0.9). Figures only, never a gate.
+//! directly, from this process, to the same server; and dlock's async API
+//! on the bench thread's runtime (the blocking call's hop to the driver
+//! thread left out). Rounds rotate the three; per-round ops/s, the medians,
+//! their ratios (target >= 0.9) and a bare thread round trip of the same
+//! run. Figures only, never a gate.
 //!
 //! Then, in a child process of its own (so no RSS freed by the first part
 //! is counted): `DLOCK_BENCH_LOCKS` (10,000) locks held on one session,
@@ -86,6 +88,20 @@ fn main() {
         }
         cycles as f64 / t.elapsed().as_secs_f64()
     };
+    // The same through the async API on this thread's runtime: what the
+    // blocking call's hop to the driver thread and back costs.
+    let run_async = || {
+        rt.block_on(async {
+            let t = Instant::now();
+            for _ in 0..cycles {
+                lock.acquire_async(Some(Duration::from_secs(5)))
+                    .await
+                    .unwrap();
+                lock.release_async().await.unwrap();
+            }
+            cycles as f64 / t.elapsed().as_secs_f64()
+        })
+    };
     let run_floor = || {
         rt.block_on(async {
             let t = Instant::now();
@@ -110,25 +126,35 @@ fn main() {
         })
     };
     run_dlock();
+    run_async();
     run_floor();
-    let (mut d, mut f) = (Vec::new(), Vec::new());
+    let (mut d, mut a, mut f) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        if round % 2 == 0 {
-            d.push(run_dlock());
-            f.push(run_floor());
-        } else {
-            f.push(run_floor());
-            d.push(run_dlock());
+        // The order turns every round.
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => d.push(run_dlock()),
+                1 => a.push(run_async()),
+                _ => f.push(run_floor()),
+            }
         }
         println!(
-            "round {round}: dlock {:.0}/s, floor {:.0}/s",
-            d[round], f[round]
+            "round {round}: dlock {:.0}/s, dlock async {:.0}/s, floor {:.0}/s",
+            d[round], a[round], f[round]
         );
     }
-    let (md, mf) = (median(d), median(f));
+    let (md, ma, mf) = (median(d), median(a), median(f));
+    let hop_us = thread_round_trip().as_secs_f64() * 1e6;
     println!(
-        "postgres acquire+release: dlock {md:.0}/s, floor (same statements through tokio-postgres) {mf:.0}/s, ratio {:.2} (target >= 0.9); {rounds} rounds of {cycles}",
-        md / mf
+        "postgres acquire+release: dlock {md:.0}/s, floor (same statements through tokio-postgres) {mf:.0}/s, ratio {:.2} (target >= 0.9); async API {ma:.0}/s, ratio {:.2}; {rounds} rounds of {cycles}",
+        md / mf,
+        ma / mf
+    );
+    println!(
+        "per cycle (2 calls): dlock {:.0} µs, async {:.0} µs, floor {:.0} µs; a bare thread round trip {hop_us:.1} µs in this run",
+        1e6 / md,
+        1e6 / ma,
+        1e6 / mf
     );
     rt.block_on(async {
         let _ = floor
@@ -144,6 +170,33 @@ fn main() {
         .status()
         .expect("the --many child");
     assert!(status.success(), "the --many child failed: {status}");
+}
+
+/// The median over 5 runs of 2,000 round trips between two threads over
+/// std channels: the floor of any blocking call answered by another thread.
+fn thread_round_trip() -> Duration {
+    let (to, from_main) = std::sync::mpsc::sync_channel::<u32>(1);
+    let (back, from_echo) = std::sync::mpsc::sync_channel::<u32>(1);
+    let echo = std::thread::spawn(move || {
+        while let Ok(x) = from_main.recv() {
+            if back.send(x).is_err() {
+                return;
+            }
+        }
+    });
+    let runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for i in 0..2000 {
+                to.send(i).expect("echo thread");
+                from_echo.recv().expect("echo thread");
+            }
+            t.elapsed().as_secs_f64() / 2000.0
+        })
+        .collect();
+    drop(to);
+    echo.join().expect("echo thread");
+    Duration::from_secs_f64(median(runs))
 }
 
 /// VmRSS of this process, in KiB.
