@@ -272,6 +272,7 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
             }
         }
         let kind = bag.pop().unwrap_or_default();
+        n.replace_exited()?;
         n.fault(&kind)?;
         let gap = n
             .rng
@@ -411,6 +412,25 @@ impl Nemesis {
             .record("holder", json!({"id": h.spec.id, "pid": h.pid()}));
         self.holders.push(h);
         self.faces.push(face);
+        Ok(())
+    }
+
+    /// A holder that exited by itself (it failed: no fault kills but
+    /// `holder_killed`, which replaces it at once) is recorded as
+    /// `holder_exited` and replaced by one of its face, so the run goes on
+    /// with as many holders; the cases count these records.
+    fn replace_exited(&mut self) -> Result<(), String> {
+        let mut i = 0;
+        while i < self.holders.len() {
+            if self.holders[i].exited() {
+                let h = self.holders.remove(i);
+                self.log.record("holder_exited", json!({"id": h.spec.id}));
+                let face = self.faces.remove(i);
+                self.spawn(face)?;
+            } else {
+                i += 1;
+            }
+        }
         Ok(())
     }
 

@@ -167,6 +167,15 @@ fn nemesis_postgres() {
             faults.len()
         ));
     }
+    // Every holder ran until it was killed or the run ended.
+    let exited: Vec<&str> = recs
+        .iter()
+        .filter(|v| s(v, "ev") == "holder_exited")
+        .map(|v| s(v, "id"))
+        .collect();
+    if !exited.is_empty() {
+        broken.push(format!("holders exited by themselves: {exited:?}"));
+    }
     // The ground truth was read and compared: rows, and acknowledged
     // writes found among them (the checker's "acknowledged writes kept").
     let rows = recs.iter().filter(|v| s(v, "ev") == "pg_row").count();
