@@ -33,7 +33,9 @@ pub fn main(cmd: PostgresCmd) -> Result<i32, Fail> {
         PostgresCmd::Schema => {
             let mut out = std::io::stdout();
             // A closed stdout (`| head`) is not an error worth a status.
-            let _ = out.write_all(dlock::SCHEMA_SQL.as_bytes()).and_then(|()| out.flush());
+            let _ = out
+                .write_all(dlock::SCHEMA_SQL.as_bytes())
+                .and_then(|()| out.flush());
             Ok(0)
         }
     }

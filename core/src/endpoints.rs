@@ -110,7 +110,11 @@ impl Endpoints {
             return self.postgres(url).map(BackendConfig::Postgres);
         }
         let joined = items.join(",");
-        if let Some(pg) = joined.split(',').map(str::trim).find(|e| is_postgres_url(e)) {
+        if let Some(pg) = joined
+            .split(',')
+            .map(str::trim)
+            .find(|e| is_postgres_url(e))
+        {
             return bad(format!(
                 "`{}…` is a PostgreSQL URL: it must be the only endpoint, not part of an etcd list",
                 &pg[..pg.find("://").map_or(pg.len(), |i| i + 3)]
@@ -226,10 +230,17 @@ mod tests {
     fn the_environment_names_either_backend() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |name: &str| -> Result<Option<String>, Error> {
-                Ok(pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string()))
+                Ok(pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string()))
             }
         };
-        assert!(Endpoints::from_vars(env(&[("DLOCK_ENDPOINTS", " ")])).unwrap().is_none());
+        assert!(
+            Endpoints::from_vars(env(&[("DLOCK_ENDPOINTS", " ")]))
+                .unwrap()
+                .is_none()
+        );
         let e = Endpoints::from_vars(env(&[
             ("DLOCK_ENDPOINTS", "postgres://h/db"),
             ("DLOCK_PASSWORD", "pw"),
@@ -246,7 +257,9 @@ mod tests {
             ("DLOCK_ENDPOINTS", "a:1"),
             ("DLOCK_REQUEST_TIMEOUT_MS", "soon"),
         ]));
-        assert!(matches!(bad, Err(Error::InvalidArgument(m)) if m.contains("DLOCK_REQUEST_TIMEOUT_MS")));
+        assert!(
+            matches!(bad, Err(Error::InvalidArgument(m)) if m.contains("DLOCK_REQUEST_TIMEOUT_MS"))
+        );
     }
 
     #[test]

@@ -67,7 +67,8 @@ pub fn migrate(endpoints: Endpoints) -> Result<i32, Error> {
     match endpoints.backend()? {
         BackendConfig::Postgres(c) => crate::postgres::migrate(&c),
         _ => Err(Error::InvalidArgument(
-            "migrate needs a PostgreSQL URL (postgres:// or postgresql://); etcd has no schema".into(),
+            "migrate needs a PostgreSQL URL (postgres:// or postgresql://); etcd has no schema"
+                .into(),
         )),
     }
 }

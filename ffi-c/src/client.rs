@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use dlock_core::{
-    BackendConfig, Client, ClientConfig, Endpoints, EtcdConfig, MemoryBackend, MemoryService, Options,
-    PartialOptions,
+    BackendConfig, Client, ClientConfig, Endpoints, EtcdConfig, MemoryBackend, MemoryService,
+    Options, PartialOptions,
 };
 
 use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};

@@ -100,7 +100,9 @@ pub(crate) async fn next_leader(
             return Ok(now);
         }
         let pause = left_ms
-            .map_or(MAX_PAUSE, |ms| Duration::from_secs_f64(ms.max(1.0) / 1000.0))
+            .map_or(MAX_PAUSE, |ms| {
+                Duration::from_secs_f64(ms.max(1.0) / 1000.0)
+            })
             .min(MAX_PAUSE);
         tokio::select! {
             _ = notified => {}

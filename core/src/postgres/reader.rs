@@ -10,9 +10,9 @@ use tokio_postgres::error::SqlState;
 use super::PostgresConfig;
 use super::conn::{Conn, Connector, describe};
 use super::schema;
+use crate::Error;
 use crate::etcd::{LeaseTtl, LockKey};
 use crate::machine::LeaseId;
-use crate::Error;
 
 /// A read-only connection to PostgreSQL: holds no lease, writes nothing.
 #[derive(Clone)]
@@ -46,7 +46,10 @@ impl PostgresReader {
             let conn = tokio::time::timeout(limit, connector.open(None))
                 .await
                 .map_err(|_| {
-                    Error::Backend(format!("PostgreSQL at {}: connect timed out", connector.target))
+                    Error::Backend(format!(
+                        "PostgreSQL at {}: connect timed out",
+                        connector.target
+                    ))
                 })??;
             Ok(PostgresReader {
                 conn: Arc::new(conn),
