@@ -20,6 +20,10 @@ CREATE SCHEMA IF NOT EXISTS dlock;
 CREATE TABLE IF NOT EXISTS dlock.schema_version (
     version int PRIMARY KEY
 );
+-- The oldest library version that may use this schema version: a version
+-- that only adds (as 2 does to 1) keeps older clients working through a
+-- rolling upgrade; one that does not raises it. (Version 2.)
+ALTER TABLE dlock.schema_version ADD COLUMN IF NOT EXISTS oldest_library int;
 
 -- A session's lease. Rows are deleted by revoke, or by a contender that
 -- finds them expired (with their locks: ON DELETE CASCADE).
@@ -225,5 +229,8 @@ BEGIN
     RETURN true;
 END $$;
 
-INSERT INTO dlock.schema_version (version) VALUES (2) ON CONFLICT DO NOTHING;
+-- Version 2 only adds (a nullable column, a function, a notification that
+-- names tokens no version-1 client holds): version-1 libraries keep working.
+INSERT INTO dlock.schema_version (version, oldest_library) VALUES (2, 1)
+    ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
 COMMIT;

@@ -209,3 +209,61 @@ fn a_version_1_schema_is_upgraded_in_place() {
         .batch(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .unwrap();
 }
+
+/// A newer schema admits this library when it says it only added (its
+/// `oldest_library` at or below this library's version: a rolling
+/// upgrade), and is refused, naming the version needed, when it does not.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn a_newer_schema_is_used_only_when_it_admits_this_library() {
+    let s = pg::servers();
+    let db = format!("dlock_v3_{}", std::process::id());
+    let admin = pg::superuser(&s.url);
+    admin
+        .batch(&format!("DROP DATABASE IF EXISTS {db}"))
+        .unwrap();
+    admin
+        .batch(&format!("CREATE DATABASE {db} OWNER dlock"))
+        .unwrap();
+    let url = {
+        let (base, _) = s.url.rsplit_once('/').unwrap();
+        format!("{base}/{db}")
+    };
+    assert_eq!(
+        migrate(Endpoints::new([url.clone()])).unwrap(),
+        dlock::SCHEMA_VERSION
+    );
+    let sql = pg::Sql::connect(&url);
+    let next = dlock::SCHEMA_VERSION + 1;
+    sql.batch(&format!(
+        "INSERT INTO dlock.schema_version (version, oldest_library) VALUES ({next}, {})",
+        dlock::SCHEMA_VERSION
+    ))
+    .unwrap();
+    let connect = || {
+        Client::connect(ClientConfig {
+            backend: Endpoints::new([url.clone()]).backend().unwrap(),
+            ..ClientConfig::from_env()
+        })
+    };
+    let client = connect().expect("a newer schema that admits this library");
+    let lock = client.lock("v3/works").unwrap();
+    lock.acquire(Duration::from_secs(10)).unwrap();
+    lock.release().unwrap();
+    client.shutdown();
+    sql.batch(&format!(
+        "UPDATE dlock.schema_version SET oldest_library = {next} WHERE version = {next}"
+    ))
+    .unwrap();
+    match connect() {
+        Err(Error::Backend(m)) => assert!(
+            m.contains(&format!("needs a library of version {next}")),
+            "{m}"
+        ),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    drop(sql);
+    admin
+        .batch(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .unwrap();
+}

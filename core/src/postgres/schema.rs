@@ -16,21 +16,33 @@ pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
     let fail = |what: &str, e: &tokio_postgres::Error| {
         Error::Backend(format!("PostgreSQL at {target}: {what}: {}", describe(e)))
     };
-    let found = match conn
+    // The newest version and the oldest library it admits (a column since
+    // version 2: read through to_jsonb, so a version-1 table reads too).
+    let (found, oldest) = match conn
         .client
-        .query_typed_one("SELECT max(version) FROM dlock.schema_version", &[])
+        .query_typed(
+            "SELECT version, (to_jsonb(s) ->> 'oldest_library')::int \
+             FROM dlock.schema_version s ORDER BY version DESC LIMIT 1",
+            &[],
+        )
         .await
     {
-        Ok(row) => row
-            .try_get::<_, Option<i32>>(0)
-            .map_err(|e| fail("reading the dlock schema version", &e))?,
+        Ok(rows) => match rows.first() {
+            None => (None, None),
+            Some(r) => (
+                r.try_get::<_, Option<i32>>(0)
+                    .map_err(|e| fail("reading the dlock schema version", &e))?,
+                r.try_get::<_, Option<i32>>(1)
+                    .map_err(|e| fail("reading the dlock schema version", &e))?,
+            ),
+        },
         Err(e)
             if matches!(
                 e.code(),
                 Some(c) if *c == SqlState::UNDEFINED_TABLE || *c == SqlState::INVALID_SCHEMA_NAME
             ) =>
         {
-            None
+            (None, None)
         }
         Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
             return Err(privilege(
@@ -43,9 +55,12 @@ pub(crate) async fn ensure(conn: &Conn, target: &str) -> Result<(), Error> {
     };
     match found {
         Some(v) if v == VERSION => return Ok(()),
+        // A newer schema that admits this library (it only added).
+        Some(v) if v > VERSION && oldest.is_some_and(|o| o <= VERSION) => return Ok(()),
         Some(v) if v > VERSION => {
             return Err(Error::Backend(format!(
-                "PostgreSQL at {target}: the dlock schema is version {v}, newer than this library's {VERSION}: upgrade dlock"
+                "PostgreSQL at {target}: the dlock schema is version {v}, which needs a library of version {} or newer; this one speaks {VERSION}: upgrade dlock",
+                oldest.map_or(v, |o| o.max(VERSION + 1))
             )));
         }
         _ => {}
