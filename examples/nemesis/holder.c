@@ -296,7 +296,16 @@ int main(int argc, char **argv) {
   if (pg) {
     /* The PostgreSQL URL through the environment, as any face's FromEnv. */
     setenv("DLOCK_ENDPOINTS", endpoints, 1);
-    if (lk_client_from_env(&o, &client) != LK_OK) die(lk_last_error());
+    /* A holder starting while the server restarts or stalls tries again
+     * for up to 60 s, as a real service would; bad input still ends it. */
+    for (int tries = 0;; tries++) {
+      enum lk_status st = lk_client_from_env(&o, &client);
+      if (st == LK_OK) break;
+      if (st != LK_BACKEND || tries >= 240) die(lk_last_error());
+      record("connect_failed", "\"error\":\"backend\"");
+      struct timespec pause = {0, 250 * 1000 * 1000};
+      nanosleep(&pause, NULL);
+    }
   } else {
     o.endpoints = endpoints;
     if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());

@@ -141,7 +141,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
     );
     let client = if pg_mode {
         let config = dlock::PostgresConfig::parse(&endpoints).map_err(|e| e.to_string())?;
-        Client::postgres(config, settings.options()).map_err(|e| e.to_string())?
+        // A service starting while the server restarts or stalls (a
+        // replacement holder during primary_restarted, primary_paused)
+        // tries again, as a real one would; bad input still ends it.
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match Client::postgres(config.clone(), settings.options()) {
+                Ok(c) => break c,
+                Err(e @ dlock::Error::Backend(_)) if std::time::Instant::now() < until => {
+                    h.record("connect_failed", json!({"error": e.to_string()}));
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     } else {
         let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
         Client::etcd(config, settings.options()).map_err(|e| e.to_string())?
