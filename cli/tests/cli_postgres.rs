@@ -51,6 +51,28 @@ impl Drop for Holder {
     }
 }
 
+/// Starts `dlock ARGS -- sh -c 'echo "$DLOCK_TOKEN"; exec sleep 60'` and
+/// waits for its command's first line: the token it holds (or leads) with.
+fn holding(args: &[&str], password: &str) -> (Holder, i64) {
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--", "sh", "-c", "echo \"$DLOCK_TOKEN\"; exec sleep 60"]);
+    let mut holder = Holder(
+        dlock(&all, password)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn dlock"),
+    );
+    let mut line = String::new();
+    BufReader::new(holder.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let token = line
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("token line {line:?}"));
+    (holder, token)
+}
+
 #[test]
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn run_show_list_and_migrate_on_postgres() {
@@ -65,32 +87,7 @@ fn run_show_list_and_migrate_on_postgres() {
     );
 
     let name = format!("pg/cli-{}", std::process::id());
-    let mut holder = Holder(
-        dlock(
-            &[
-                "run",
-                "--endpoints",
-                url,
-                &name,
-                "--",
-                "sh",
-                "-c",
-                "echo \"$DLOCK_TOKEN\"; exec sleep 60",
-            ],
-            pw,
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock run"),
-    );
-    let mut line = String::new();
-    BufReader::new(holder.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let token: i64 = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("token line {line:?}"));
+    let (mut holder, token) = holding(&["run", "--endpoints", url, &name], pw);
 
     let shown = output(&["show", "--json", "--endpoints", url, &name], pw);
     assert_eq!(shown.status.code(), Some(0), "{shown:?}");
@@ -148,33 +145,7 @@ fn elect_and_observe_on_postgres() {
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
     };
     assert_eq!(next()["event"], "no-leader");
-    let mut leader = Holder(
-        dlock(
-            &[
-                "elect",
-                "--endpoints",
-                url,
-                &name,
-                "primary-a",
-                "--",
-                "sh",
-                "-c",
-                "echo \"$DLOCK_TOKEN\"; exec sleep 60",
-            ],
-            pw,
-        )
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn dlock elect"),
-    );
-    let mut line = String::new();
-    BufReader::new(leader.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let token: i64 = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("token line {line:?}"));
+    let (mut leader, token) = holding(&["elect", "--endpoints", url, &name, "primary-a"], pw);
     let seen = next();
     assert_eq!(seen["event"], "leader", "{seen}");
     assert_eq!(seen["value"], "primary-a");
