@@ -38,6 +38,13 @@ pub(super) const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Why a watch left an endpoint that another call abandoned.
 pub(super) const ABANDONED: &str = "endpoint abandoned";
 
+/// Lock transactions in flight at once per backend. A session that lost
+/// its lease reacquires every lock together: a thousand transactions sent
+/// at once queued the session's own keepalive behind them past its
+/// timeout, on a two-core machine, and it fenced again, round after round.
+/// Only the transaction waits for a turn here, never the wait for a holder.
+pub(super) const LOCK_TXNS: usize = 32;
+
 /// The etcd backend. Clones share connections and streams.
 #[derive(Clone)]
 pub(crate) struct EtcdBackend(pub(super) Arc<Inner>);
@@ -63,6 +70,8 @@ pub(super) struct Inner {
     /// waits for them (see [`EtcdBackend::puts_done`]). An entry lives only
     /// while a request of its key is in flight.
     pub(super) puts: Mutex<HashMap<String, Flight>>,
+    /// [`LOCK_TXNS`] turns.
+    pub(super) lock_txns: Arc<tokio::sync::Semaphore>,
     /// Lease lookups made to tell a deleted key from a lost lease.
     #[cfg(test)]
     pub(super) why_asked: AtomicUsize,
@@ -143,6 +152,7 @@ impl EtcdBackend {
             retry_interval: options.retry_interval,
             leases: Mutex::new(HashMap::new()),
             puts: Mutex::new(HashMap::new()),
+            lock_txns: Arc::new(tokio::sync::Semaphore::new(LOCK_TXNS)),
             #[cfg(test)]
             why_asked: AtomicUsize::new(0),
             #[cfg(test)]

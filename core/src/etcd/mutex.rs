@@ -107,6 +107,8 @@ impl EtcdBackend {
         let value = value.to_vec();
         let request = tokio::spawn(async move {
             let _guard = guard;
+            // Never closed, so a turn always comes.
+            let _turn = b.0.lock_txns.clone().acquire_owned().await;
             b.unary(b.0.request_timeout, |mut c| {
                 let t = lock_txn(&key, &prefix, lease, &value);
                 async move { c.txn(t).await }
