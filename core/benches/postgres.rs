@@ -23,6 +23,7 @@
 use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Lock, Options, PostgresConfig};
+use dlock_testkit::bench::{median, thread_round_trip};
 use tokio_postgres::types::Type;
 
 fn setting(name: &str, default: usize) -> usize {
@@ -30,11 +31,6 @@ fn setting(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
 }
 
 fn main() {
@@ -143,7 +139,7 @@ fn main() {
             d[round], a[round], f[round]
         );
     }
-    let (md, ma, mf) = (median(d), median(a), median(f));
+    let (md, ma, mf) = (median(&d), median(&a), median(&f));
     let hop_us = thread_round_trip().as_secs_f64() * 1e6;
     println!(
         "postgres acquire+release: dlock {md:.0}/s, floor (same statements through tokio-postgres) {mf:.0}/s, ratio {:.2} (target >= 0.9); async API {ma:.0}/s, ratio {:.2}; {rounds} rounds of {cycles}",
@@ -170,33 +166,6 @@ fn main() {
         .status()
         .expect("the --many child");
     assert!(status.success(), "the --many child failed: {status}");
-}
-
-/// The median over 5 runs of 2,000 round trips between two threads over
-/// std channels: the floor of any blocking call answered by another thread.
-fn thread_round_trip() -> Duration {
-    let (to, from_main) = std::sync::mpsc::sync_channel::<u32>(1);
-    let (back, from_echo) = std::sync::mpsc::sync_channel::<u32>(1);
-    let echo = std::thread::spawn(move || {
-        while let Ok(x) = from_main.recv() {
-            if back.send(x).is_err() {
-                return;
-            }
-        }
-    });
-    let runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for i in 0..2000 {
-                to.send(i).expect("echo thread");
-                from_echo.recv().expect("echo thread");
-            }
-            t.elapsed().as_secs_f64() / 2000.0
-        })
-        .collect();
-    drop(to);
-    echo.join().expect("echo thread");
-    Duration::from_secs_f64(median(runs))
 }
 
 /// VmRSS of this process, in KiB.

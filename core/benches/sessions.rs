@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use dlock::memory::MemoryService;
 use dlock::{Client, ClientConfig, EtcdConfig, Lock, Options};
+use dlock_testkit::bench::{median, thread_round_trip};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -86,17 +87,6 @@ fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("VmRSS in /proc/self/status")
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -633,33 +623,6 @@ fn part_many(etcd: bool, concurrent: bool) -> Value {
     drop(locks);
     session.close().expect("close");
     out
-}
-
-/// The median over 5 runs of 2,000 round trips between two threads over
-/// std channels.
-fn thread_round_trip() -> Duration {
-    let (to, from_main) = std::sync::mpsc::sync_channel::<u32>(1);
-    let (back, from_echo) = std::sync::mpsc::sync_channel::<u32>(1);
-    let echo = std::thread::spawn(move || {
-        while let Ok(x) = from_main.recv() {
-            if back.send(x).is_err() {
-                return;
-            }
-        }
-    });
-    let runs: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for i in 0..2000 {
-                to.send(i).expect("echo thread");
-                from_echo.recv().expect("echo thread");
-            }
-            t.elapsed().as_secs_f64() / 2000.0
-        })
-        .collect();
-    drop(to);
-    echo.join().expect("echo thread");
-    Duration::from_secs_f64(median(&runs))
 }
 
 /// Acquires every lock with `acquire_async` on a current-thread tokio

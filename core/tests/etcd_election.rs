@@ -17,25 +17,18 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Observed, Observer, Options, State};
 
+use dlock_testkit::MARGIN;
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
 const TTL: Duration = Duration::from_secs(4);
-const MARGIN: Duration = Duration::from_secs(1);
 /// Scheduling slack of a timing bound on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
 fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: MARGIN,
-        reacquire: true,
-    }
+    dlock_testkit::options(TTL, true)
 }
 
 fn client(env: &Cluster) -> Client {

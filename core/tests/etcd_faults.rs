@@ -21,6 +21,7 @@ use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
 use dlock_testkit::proxy;
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
 
 use dlock_testkit::etcd as etcd_cluster;
 
@@ -28,10 +29,6 @@ use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
 
 const TTL: Duration = Duration::from_secs(4);
-const INTERVAL: Duration = Duration::from_secs(1);
-const TIMEOUT: Duration = Duration::from_millis(500);
-const RETRY: Duration = Duration::from_millis(250);
-const MARGIN: Duration = Duration::from_secs(1);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
@@ -39,14 +36,7 @@ const SLACK: Duration = Duration::from_millis(300);
 const EVENT: Duration = Duration::from_secs(20);
 
 fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: INTERVAL,
-        keepalive_timeout: TIMEOUT,
-        retry_interval: RETRY,
-        margin: MARGIN,
-        reacquire: true,
-    }
+    dlock_testkit::options(TTL, true)
 }
 
 fn runs() -> usize {

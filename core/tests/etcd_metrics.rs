@@ -21,14 +21,7 @@ use dlock_testkit::proxy::{Mode, Proxy};
 const EVENT: Duration = Duration::from_secs(20);
 
 fn options() -> Options {
-    Options {
-        ttl: Duration::from_secs(4),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: true,
-    }
+    dlock_testkit::options(Duration::from_secs(4), true)
 }
 
 /// The value of the series of `name` with label values `labels` (a

@@ -20,6 +20,7 @@ use dlock::{Client, EtcdConfig, Instant, Lock, Options, Reason, State, StateChan
 
 // This binary uses only a part of the proxy.
 use dlock_testkit::proxy;
+use dlock_testkit::{INTERVAL, MARGIN};
 
 use dlock_testkit::etcd as etcd_cluster;
 
@@ -27,10 +28,6 @@ use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
 
 const TTL: Duration = Duration::from_secs(4);
-const INTERVAL: Duration = Duration::from_secs(1);
-const TIMEOUT: Duration = Duration::from_millis(500);
-const RETRY: Duration = Duration::from_millis(250);
-const MARGIN: Duration = Duration::from_secs(1);
 /// The locks of the big cases.
 const N: usize = 1000;
 /// The longest wait for something that must happen (1,000 acquisitions on
@@ -38,14 +35,7 @@ const N: usize = 1000;
 const EVENT: Duration = Duration::from_secs(60);
 
 fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: INTERVAL,
-        keepalive_timeout: TIMEOUT,
-        retry_interval: RETRY,
-        margin: MARGIN,
-        reacquire: true,
-    }
+    dlock_testkit::options(TTL, true)
 }
 
 /// Cases that disturb the cluster (a member killed) or count its requests

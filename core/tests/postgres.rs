@@ -11,9 +11,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Error, Options, PostgresConfig, State, Token};
+use dlock::{Client, ClientConfig, Error, Options, State, Token};
 
-use dlock_testkit::pg;
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, fresh, pg};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -22,40 +22,17 @@ use pg::Sql;
 use proxy::{Mode, Proxy};
 
 const TTL: Duration = Duration::from_secs(4);
-const INTERVAL: Duration = Duration::from_secs(1);
-const TIMEOUT: Duration = Duration::from_millis(500);
-const MARGIN: Duration = Duration::from_secs(1);
 /// Scheduling slack of a timing bound on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
 
 fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: INTERVAL,
-        keepalive_timeout: TIMEOUT,
-        retry_interval: Duration::from_millis(250),
-        margin: MARGIN,
-        reacquire: true,
-    }
-}
-
-fn client_with(url: &str, options: Options) -> Client {
-    let config = PostgresConfig::parse(url).unwrap();
-    Client::connect(ClientConfig::postgres(config).with_options(options)).unwrap()
+    dlock_testkit::options(TTL, true)
 }
 
 fn client(url: &str) -> Client {
-    client_with(url, options())
-}
-
-fn fresh(what: &str) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = dlock::clock::system_now().as_nanos();
-    format!("pg/{what}-{}-{t}-{n}", std::process::id())
+    pg::client(url, options())
 }
 
 /// The lease of the row holding `name`.
@@ -90,7 +67,7 @@ fn fences(lock: &dlock::Lock) -> mpsc::Receiver<(Instant, Token)> {
 fn acquire_release_contention_and_token_order() {
     let s = pg::servers();
     let (a, b) = (client(&s.url), client(&s.url));
-    let name = fresh("order");
+    let name = fresh("pg/order");
     let la = a.lock(&name).unwrap();
     let lb = b.lock(&name).unwrap();
     let t1 = la.acquire(EVENT).unwrap();
@@ -128,7 +105,7 @@ fn keepalive_never_revives_an_expired_lease() {
     let s = pg::servers();
     let sql = Sql::connect(&s.url);
     let c = client(&s.url);
-    let name = fresh("revive");
+    let name = fresh("pg/revive");
     let lock = c.lock(&name).unwrap();
     let fenced = fences(&lock);
     let t1 = lock.acquire(EVENT).unwrap();
@@ -165,7 +142,7 @@ fn operator_delete_fences_within_one_round_trip() {
     let s = pg::servers();
     let sql = Sql::connect(&s.url);
     let c = client(&s.url);
-    let name = fresh("operator");
+    let name = fresh("pg/operator");
     let lock = c.lock(&name).unwrap();
     let fenced = fences(&lock);
     let t1 = lock.acquire(EVENT).unwrap();
@@ -207,8 +184,8 @@ fn guard_refuses_a_stale_holder_in_its_own_transaction() {
     admin
         .batch("CREATE TABLE IF NOT EXISTS guarded_jobs (name text PRIMARY KEY, writer bigint NOT NULL)")
         .unwrap();
-    let name = fresh("guard");
-    let holder = client_with(
+    let name = fresh("pg/guard");
+    let holder = pg::client(
         &s.url,
         Options {
             reacquire: false,
@@ -305,7 +282,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
     for run in 0..runs {
         let p = Proxy::start(pg::addr(&s.url));
         let holder = client(&pg::via(&s.url, p.addr()));
-        let name = fresh("blackhole");
+        let name = fresh("pg/blackhole");
         let h = holder.lock(&name).unwrap();
         let fenced = fences(&h);
         let (stx, srx) = mpsc::channel();
@@ -396,10 +373,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn refuses_a_server_without_synchronous_replication() {
     let s = pg::servers();
-    let connect = |url: &str| {
-        PostgresConfig::parse(url)
-            .and_then(|c| Client::connect(ClientConfig::postgres(c).with_options(options())))
-    };
+    let connect = |url: &str| pg::connect(url, options());
     match connect(&s.lone_url) {
         Err(Error::Backend(m)) => assert!(
             m.contains("synchronous") && m.contains("dlock_single_node"),
@@ -416,7 +390,7 @@ fn refuses_a_server_without_synchronous_replication() {
     }
     // Declared a single node: accepted, and it works.
     let c = connect(&format!("{}?dlock_single_node=true", s.lone_url)).unwrap();
-    let l = c.lock(&fresh("single")).unwrap();
+    let l = c.lock(&fresh("pg/single")).unwrap();
     l.acquire(EVENT).unwrap();
     l.release().unwrap();
 }
@@ -425,10 +399,7 @@ fn refuses_a_server_without_synchronous_replication() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn bad_input_is_one_clear_error_before_anything_is_held() {
     let s = pg::servers();
-    let connect = |url: &str| {
-        PostgresConfig::parse(url)
-            .and_then(|c| Client::connect(ClientConfig::postgres(c).with_options(options())))
-    };
+    let connect = |url: &str| pg::connect(url, options());
     match connect("postgres://127.0.0.1:notaport/db") {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("URL"), "{m}"),
         other => panic!("{:?}", other.map(|_| ())),
@@ -459,7 +430,7 @@ fn from_env_picks_postgres_for_a_postgres_url() {
     unsafe { std::env::set_var("DLOCK_ENDPOINTS", &s.url) };
     let c = Client::connect(ClientConfig::from_env().with_options(options())).unwrap();
     unsafe { std::env::remove_var("DLOCK_ENDPOINTS") };
-    let name = fresh("env");
+    let name = fresh("pg/env");
     let l = c.lock(&name).unwrap();
     l.acquire(EVENT).unwrap();
     let sql = Sql::connect(&s.url);
@@ -472,16 +443,13 @@ fn from_env_picks_postgres_for_a_postgres_url() {
 fn tls_verifies_the_server_and_refuses_plaintext_and_a_wrong_ca() {
     let s = pg::servers();
     let (tls, ca, other) = (&s.tls_url, &s.ca, &s.other_ca);
-    let connect = |url: String| {
-        PostgresConfig::parse(&url)
-            .and_then(|c| Client::connect(ClientConfig::postgres(c).with_options(options())))
-    };
+    let connect = |url: String| pg::connect(&url, options());
     // verify-full with the CA, SCRAM password: works, over TLS.
     let c = connect(format!(
         "{tls}?dlock_single_node=true&sslmode=verify-full&sslrootcert={ca}"
     ))
     .unwrap();
-    let l = c.lock(&fresh("tls")).unwrap();
+    let l = c.lock(&fresh("pg/tls")).unwrap();
     l.acquire(EVENT).unwrap();
     l.release().unwrap();
     // A CA that did not sign the server's certificate.

@@ -16,25 +16,14 @@ use std::thread;
 use std::time::Duration;
 
 use dlock::clock::system_now;
-use dlock::{Client, ClientConfig, Error, Instant, Options, PostgresConfig, Token};
+use dlock::{Client, Error, Instant, Token};
 
 use dlock_testkit::pg;
 
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    Options {
-        ttl: Duration::from_secs(6),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: false,
-    }
-}
-
 fn connect(url: &str) -> Result<Client, Error> {
-    Client::connect(ClientConfig::postgres(PostgresConfig::parse(url)?).with_options(options()))
+    pg::connect(url, dlock_testkit::options(Duration::from_secs(6), false))
 }
 
 /// One acquisition as a client saw it: the token, when `acquire` returned,

@@ -14,39 +14,19 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Error, Options, PostgresConfig, State, Token};
+use dlock::{Client, ClientConfig, Error, PostgresConfig, State, Token};
 
-use dlock_testkit::pg;
 use dlock_testkit::proxy::Proxy;
+use dlock_testkit::{fresh, pg};
 
 const TTL: Duration = Duration::from_secs(4);
-const INTERVAL: Duration = Duration::from_secs(1);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
-
-fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: INTERVAL,
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: true,
-    }
-}
 
 fn connect(url: &str) -> Result<Client, Error> {
     let mut config = PostgresConfig::parse(url)?;
     config.request_timeout = Duration::from_secs(1);
-    Client::connect(ClientConfig::postgres(config).with_options(options()))
-}
-
-fn fresh(what: &str) -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let t = dlock::clock::system_now().as_nanos();
-    format!("pg/bouncer-{what}-{}-{t}-{n}", std::process::id())
+    Client::connect(ClientConfig::postgres(config).with_options(dlock_testkit::options(TTL, true)))
 }
 
 /// The PgBouncer URL with the listener sent to `direct` (`host:port`).
@@ -128,7 +108,7 @@ fn through_pgbouncer_in_transaction_mode_with_a_direct_listener() {
     assert_eq!(direct.open(), 1, "the listener's connection");
     let b = connect(&url).unwrap();
 
-    let name = fresh("order");
+    let name = fresh("pg/bouncer-order");
     let la = a.lock(&name).unwrap();
     let lb = b.lock(&name).unwrap();
     let t1 = la.acquire(EVENT).unwrap();
@@ -243,7 +223,7 @@ fn through_pgbouncer_in_transaction_mode_with_a_direct_listener() {
 fn several_clients_through_pgbouncer_exclude_each_other() {
     let s = pg::servers();
     let url = pooled(&pg::bouncer_url(), &pg::addr(&s.url).to_string());
-    let name = fresh("many");
+    let name = fresh("pg/bouncer-many");
     let key = name.clone().into_bytes();
     let clients = 4;
     let rounds = 8;

@@ -20,15 +20,14 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Options, PostgresConfig};
-use dlock_testkit::pg;
+use dlock::Client;
+use dlock_testkit::{MARGIN, pg};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
 
 use proxy::{Mode, Proxy};
 
-const MARGIN: Duration = Duration::from_secs(1);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
 /// Scheduling slack on a loaded two-core machine, plus a waiter's longest
@@ -36,21 +35,9 @@ const EVENT: Duration = Duration::from_secs(15);
 const SLACK: Duration = Duration::from_millis(400);
 const WAITER_PAUSE: Duration = Duration::from_secs(1);
 
-fn options() -> Options {
-    Options {
-        ttl: Duration::from_secs(4),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: MARGIN,
-        reacquire: false,
-    }
-}
-
 fn client(url: &str) -> Client {
     let url = format!("{url}?dlock_single_node=true");
-    let config = PostgresConfig::parse(&url).unwrap();
-    Client::connect(ClientConfig::postgres(config).with_options(options())).unwrap()
+    pg::client(&url, dlock_testkit::options(Duration::from_secs(4), false))
 }
 
 /// Sets the stepped server's wall clock `secs` ahead of the host's.

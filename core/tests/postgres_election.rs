@@ -12,8 +12,8 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Error, Observed, Observer, Options, PostgresConfig, State};
-use dlock_testkit::pg;
+use dlock::{Client, Error, Observed, Observer, Options, State};
+use dlock_testkit::{MARGIN, pg};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -21,28 +21,15 @@ use dlock_testkit::proxy;
 use proxy::{Mode, Proxy};
 
 const TTL: Duration = Duration::from_secs(4);
-const MARGIN: Duration = Duration::from_secs(1);
 const SLACK: Duration = Duration::from_millis(300);
 const EVENT: Duration = Duration::from_secs(15);
 
 fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: MARGIN,
-        reacquire: true,
-    }
-}
-
-fn client_with(url: &str, options: Options) -> Client {
-    let config = PostgresConfig::parse(url).unwrap();
-    Client::connect(ClientConfig::postgres(config).with_options(options)).unwrap()
+    dlock_testkit::options(TTL, true)
 }
 
 fn client(url: &str) -> Client {
-    client_with(url, options())
+    pg::client(url, options())
 }
 
 fn name(test: &str) -> String {
@@ -192,7 +179,7 @@ fn an_observer_says_no_leader_once_the_leaders_lease_expired() {
     let url = pg::servers().url;
     let name = name("no-leader");
     let p = Proxy::start(pg::addr(&url));
-    let lc = client_with(
+    let lc = pg::client(
         &pg::via(&url, p.addr()),
         Options {
             reacquire: false,

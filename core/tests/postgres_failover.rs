@@ -10,22 +10,10 @@ use dlock_testkit::pg;
 
 use std::time::Duration;
 
-use dlock::{Client, ClientConfig, Options, PostgresConfig};
-
-fn options() -> Options {
-    Options {
-        ttl: Duration::from_secs(4),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: false,
-    }
-}
+use dlock::Client;
 
 fn connect(url: &str) -> Client {
-    let c = PostgresConfig::parse(url).unwrap();
-    Client::connect(ClientConfig::postgres(c).with_options(options())).unwrap()
+    pg::client(url, dlock_testkit::options(Duration::from_secs(4), false))
 }
 
 #[test]

@@ -17,37 +17,21 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use dlock::clock::system_now;
-use dlock::{Client, ClientConfig, Error, Instant, Lock, Options, PostgresConfig, Reason, State};
+use dlock::{Client, Error, Instant, Lock, Reason, State};
 use dlock::{StateChange, Token};
 
-use dlock_testkit::pg;
 use dlock_testkit::proxy::{Mode, Proxy};
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
 const TTL: Duration = Duration::from_secs(4);
-const INTERVAL: Duration = Duration::from_secs(1);
-const TIMEOUT: Duration = Duration::from_millis(500);
-const RETRY: Duration = Duration::from_millis(250);
-const MARGIN: Duration = Duration::from_secs(1);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
-    Options {
-        ttl: TTL,
-        keepalive_interval: INTERVAL,
-        keepalive_timeout: TIMEOUT,
-        retry_interval: RETRY,
-        margin: MARGIN,
-        reacquire: true,
-    }
-}
-
 fn connect(url: &str) -> Client {
-    let c = PostgresConfig::parse(url).expect("URL");
-    Client::connect(ClientConfig::postgres(c).with_options(options())).expect("connects")
+    pg::client(url, dlock_testkit::options(TTL, true))
 }
 
 /// A lock name of this run only.

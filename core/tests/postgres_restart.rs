@@ -11,22 +11,13 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Error, Options, PostgresConfig, State};
+use dlock::{Client, Error, State};
 use dlock_testkit::pg;
 
 const EVENT: Duration = Duration::from_secs(20);
 
 fn client(url: &str) -> Client {
-    let options = Options {
-        ttl: Duration::from_secs(8),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: false,
-    };
-    let config = PostgresConfig::parse(url).unwrap();
-    Client::connect(ClientConfig::postgres(config).with_options(options)).unwrap()
+    pg::client(url, dlock_testkit::options(Duration::from_secs(8), false))
 }
 
 #[test]

@@ -3,13 +3,47 @@
 //! switch that says it exists ([`etcd::cluster`]), the TCP fault proxy, the
 //! examples' typed stories, and the parity suite of both backends.
 
+pub mod bench;
 pub mod etcd;
 pub mod parity;
 pub mod pg;
 pub mod proxy;
 pub mod story;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+
+/// Keepalive interval of the backend tests (etcd and PostgreSQL).
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Keepalive timeout of the backend tests.
+pub const TIMEOUT: Duration = Duration::from_millis(500);
+/// Retry interval of the backend tests.
+pub const RETRY: Duration = Duration::from_millis(250);
+/// Margin of the backend tests.
+pub const MARGIN: Duration = Duration::from_secs(1);
+
+/// The settings of the backend tests with the test's own TTL and
+/// reacquire. One place, so a bound a test computes from [`INTERVAL`],
+/// [`TIMEOUT`] or [`MARGIN`] is the one its client runs with.
+pub fn options(ttl: Duration, reacquire: bool) -> dlock::Options {
+    dlock::Options {
+        ttl,
+        keepalive_interval: INTERVAL,
+        keepalive_timeout: TIMEOUT,
+        retry_interval: RETRY,
+        margin: MARGIN,
+        reacquire,
+    }
+}
+
+/// A lock name no other test, run or process uses:
+/// `{prefix}-{pid}-{nanos}-{n}` (the servers outlive a test run).
+pub fn fresh(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = dlock::clock::system_now().as_nanos();
+    format!("{prefix}-{}-{t}-{n}", std::process::id())
+}
 
 /// The short settings of the scenarios: TTL 2 s, keepalive every 500 ms,
 /// timeout 200 ms, retry every 200 ms, margin 500 ms.

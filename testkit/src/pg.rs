@@ -64,6 +64,17 @@ pub fn via(url: &str, hostport: SocketAddr) -> String {
     format!("{auth}@{hostport}/{db}")
 }
 
+/// A client of the server at `url` with `options`, or its error.
+pub fn connect(url: &str, options: dlock::Options) -> Result<dlock::Client, dlock::Error> {
+    let config = dlock::PostgresConfig::parse(url)?;
+    dlock::Client::connect(dlock::ClientConfig::postgres(config).with_options(options))
+}
+
+/// [`connect`], failing the test with the error.
+pub fn client(url: &str, options: dlock::Options) -> dlock::Client {
+    connect(url, options).unwrap_or_else(|e| panic!("connect to the test server: {e}"))
+}
+
 /// A blocking connection for the tests' own statements.
 pub struct Sql {
     rt: tokio::runtime::Runtime,
