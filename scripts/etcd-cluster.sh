@@ -5,7 +5,10 @@
 #     user auth (user root), whose auth tokens (JWT) expire after
 #     DLOCK_TEST_AUTH_TOKEN_TTL seconds (default 3) so re-authentication gets
 #     exercised.
-# Data, logs, certificates and the sourceable env file live in target/etcd/.
+# Data, logs, certificates and the sourceable env file live in
+# DLOCK_TEST_ETCD_DIR (default target/etcd; an absolute path, or one relative
+# to the repository), so several clusters (each on its own
+# DLOCK_TEST_PORT_BASE) can run side by side from one checkout.
 #
 # usage: scripts/etcd-cluster.sh start|stop|status|restart-member N|leader
 #   start            install what is missing (Debian), start, wait until
@@ -32,7 +35,9 @@ cd "$(dirname "$0")/.."
 
 root=$PWD
 . scripts/lib.sh
-dir=$root/target/etcd
+dir=${DLOCK_TEST_ETCD_DIR:-target/etcd}
+[[ $dir == /* ]] || dir=$root/$dir
+dir=${dir%/}
 env_file=$dir/env
 base=${DLOCK_TEST_PORT_BASE:-23790}
 token_ttl=${DLOCK_TEST_AUTH_TOKEN_TTL:-3}
@@ -226,6 +231,7 @@ export DLOCK_TEST_PASSWORD=$(<"$dir/password")
 export DLOCK_TEST_AUTH_TOKEN_TTL=$token_ttl
 export DLOCK_TEST_PORT_BASE=$base
 export DLOCK_TEST_ENV_FILE=$env_file
+export DLOCK_TEST_ETCD_DIR=$dir
 export DLOCK_TEST_CLUSTER_SCRIPT=$root/scripts/etcd-cluster.sh
 EOF
   mv "$tmp" "$env_file"

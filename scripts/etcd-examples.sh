@@ -10,10 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log=${1:-/dev/null}
 
-if [[ -z ${DLOCK_TEST_ETCD:-} && -f target/etcd/env ]]; then
+if [[ -z ${DLOCK_TEST_ETCD:-} && -f ${DLOCK_TEST_ETCD_DIR:-target/etcd}/env ]]; then
   # shellcheck disable=SC1091
-  source target/etcd/env
+  source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 fi
 [[ -n ${DLOCK_TEST_ETCD:-} ]] || { echo "etcd-examples: no cluster (run scripts/etcd-cluster.sh start)" >&2; exit 1; }
 
-cargo test -p dlock --locked --test examples_etcd -- --nocapture 2>&1 | tee -a "$log"
+. scripts/lib.sh
+ws_test --test examples_etcd -- --nocapture 2>&1 | tee -a "$log"

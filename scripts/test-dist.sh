@@ -202,9 +202,9 @@ step "npm platform package: the addon's glibc floor, no RPATH, os/cpu/libc, engi
 # holding what it needs up to its tool check, less one tool.
 fake=$work/fake-repo
 mkdir -p "$fake/scripts" "$fake/bin"
-cp scripts/dist.sh "$fake/scripts/"
+cp scripts/dist.sh scripts/build-release.sh scripts/lib.sh "$fake/scripts/"
 cp Cargo.toml "$fake/"
-for t in env bash dirname uname sed head date mkdir rm cat cargo node npm dpkg-deb objdump readelf; do
+for t in env bash dirname uname sed head date mkdir rm cat cargo node npm dpkg-deb objdump readelf md5sum cut; do
   ln -sf "$(PATH=$root_path command -v "$t")" "$fake/bin/$t"
 done
 ln -sf "$(python3 -c 'import sys; print(sys.executable)')" "$fake/bin/python3" # not pyenv's shim
@@ -212,7 +212,7 @@ dist_without() { # TOOL EXPECTED...: dist.sh refuses, naming each EXPECTED
   local tool=$1 out rc e
   shift
   mv "$fake/bin/$tool" "$fake/$tool" 2>/dev/null
-  out=$(PATH=$fake/bin PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$fake/scripts/dist.sh" 2>&1)
+  out=$(PATH=$fake/bin XDG_CACHE_HOME=$fake/cache PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$fake/scripts/dist.sh" 2>&1)
   rc=$?
   mv "$fake/$tool" "$fake/bin/$tool" 2>/dev/null
   printf '%s\n' "$out" | tail -4

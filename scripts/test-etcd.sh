@@ -16,6 +16,7 @@
 # DLOCK_FAULT_RUNS (default 3) repeats each fault case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 log=${1:-$(mktemp)}
 out=$(mktemp)
@@ -25,7 +26,7 @@ trap 'scripts/etcd-cluster.sh stop; rm -f "$out" "$lib_out"' EXIT
 printf '\n==> %s\n' "etcd: start the test cluster"
 scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
-source target/etcd/env
+source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 export DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
 
 printf '\n==> %s\n' "etcd: backend, fault and session tests (DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)"
@@ -34,12 +35,12 @@ for t in core/tests/etcd*.rs; do
   tests+=(--test "$(basename "$t" .rs)")
 done
 rc=0
-cargo test -p dlock --locked "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
+ws_test "${tests[@]}" -- --nocapture 2>&1 | tee "$out" || rc=$?
 cat "$out" >>"$log"
 
 printf '\n==> %s\n' "etcd: the backend's own tests (unlock, the key watch of a session)"
 # Their output in full only when one fails (they are quiet when they pass).
-if cargo test -p dlock --locked --lib etcd::cluster_tests:: -- --ignored >"$lib_out" 2>&1; then
+if ws_test --lib etcd::cluster_tests:: -- --ignored >"$lib_out" 2>&1; then
   grep -E '^test |test result' "$lib_out"
 else
   rc=1

@@ -16,11 +16,15 @@
 # any exit, prints the figures of each case and one closing line
 # `nemesis: N passed, M failed`.
 #
+# The etcd part and the PostgreSQL part run side by side (each on its own
+# servers; both mostly wait on timers).
+#
 # usage: scripts/test-nemesis.sh [LOGFILE]   (cargo test output is appended)
-# CI lengths (override in the environment): DLOCK_NEMESIS_SECONDS=60 (the
-# mix, one lock), DLOCK_NEMESIS_MANY_SECONDS=60 (the mix, 100 locks per
-# holder), DLOCK_NEMESIS_ELECTION_SECONDS=60 (the mix, one election),
-# DLOCK_NEMESIS_RUNS=10 (runs of each case),
+# Lengths (override in the environment; these defaults are the full tier's,
+# scripts/test.sh's fast tier sets shorter ones, docs/testing.md):
+# DLOCK_NEMESIS_SECONDS=60 (the mix, one lock), DLOCK_NEMESIS_MANY_SECONDS=60
+# (the mix, 100 locks per holder), DLOCK_NEMESIS_ELECTION_SECONDS=60 (the
+# mix, one election), DLOCK_NEMESIS_RUNS=10 (runs of each case),
 # DLOCK_NEMESIS_FLAP_SECONDS=60, DLOCK_NEMESIS_PG_SECONDS=120 (the mix on
 # PostgreSQL).
 set -euo pipefail
@@ -42,53 +46,53 @@ export DLOCK_NEMESIS_PG_SECONDS=${DLOCK_NEMESIS_PG_SECONDS:-120}
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
 
-printf '\n==> %s\n' "nemesis: build, clippy of the cluster tests (a test = false target)"
-cargo build -p dlock-nemesis --locked --bins --tests --quiet
-cargo clippy -p dlock-nemesis --test nemesis_cases --test nemesis_postgres --locked --quiet -- -D warnings
-
 printf '\n==> %s\n' "nemesis: the holders of every face (nemesis/holders/build-faces.sh)"
 # One holder of each face in the mix, in this order: h1 Rust, h2 C, h3
 # Python, h4 Node, h5 `dlock run` (a killed holder's replacement is of its
-# face).
+# face). The checker's own tests run in `cargo test --workspace`; the
+# cluster tests' lint is scripts/test.sh's one clippy.
 DLOCK_NEMESIS_HOLDER_CMDS=$(nemesis/holders/build-faces.sh)
 export DLOCK_NEMESIS_HOLDER_CMDS
-
-printf '\n==> %s\n' "nemesis: the checker's own tests"
-# Also part of `cargo test --workspace`: counted here, not appended to the
-# log a second time.
+ws_test --no-run --quiet --test nemesis_cases --test nemesis_postgres
 rc=0
-cargo test -p dlock-nemesis --locked --lib 2>&1 | tee "$out" || rc=1
-passed=$(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")
-failed=$(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out")
+
+# PostgreSQL, in the background: its own servers, its own output file.
+pg_part() {
+  printf '\n==> %s\n' "nemesis on PostgreSQL: start the primary + synchronous standby (scripts/pg-cluster.sh)"
+  scripts/pg-cluster.sh start || return 1
+  # shellcheck disable=SC1091
+  source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
+  printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders) and a holder paused past its TTL"
+  # Rust and C holders in turn (the C one with libpq, built by
+  # build-faces.sh above).
+  local prc=0
+  DLOCK_NEMESIS_PG_HOLDER_CMDS=${DLOCK_NEMESIS_PG_HOLDER_CMDS:-rust;$PWD/target/nemesis/c-holder} \
+    ws_test --test nemesis_postgres -- --nocapture || prc=1
+  scripts/pg-cluster.sh stop
+  return $prc
+}
+pg_part >"$out.pg" 2>&1 &
+pg_pid=$!
 
 printf '\n==> %s\n' "nemesis: start the test cluster"
 scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
-source target/etcd/env
+source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 
 printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
-cargo test -p dlock-nemesis --locked --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
+ws_test --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
 cat "$out" >>"$log"
-passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")))
-failed=$((failed + $(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out")))
+passed=$(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")
+failed=$(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out")
 grep -q '^test result:' "$out" || { failed=$((failed + 1)); rc=1; }
 scripts/etcd-cluster.sh stop
 
-printf '\n==> %s\n' "nemesis on PostgreSQL: start the primary + synchronous standby (scripts/pg-cluster.sh)"
-scripts/pg-cluster.sh start
-# shellcheck disable=SC1091
-source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
-
-printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders) and a holder paused past its TTL"
-# Rust and C holders in turn (the C one with libpq, built by
-# build-faces.sh above).
-DLOCK_NEMESIS_PG_HOLDER_CMDS=${DLOCK_NEMESIS_PG_HOLDER_CMDS:-rust;$PWD/target/nemesis/c-holder} \
-  cargo test -p dlock-nemesis --locked --test nemesis_postgres -- --nocapture 2>&1 | tee "$out.pg" || rc=1
+wait "$pg_pid" || rc=1
+cat "$out.pg"
 cat "$out.pg" >>"$log"
 passed=$((passed + $(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out.pg")))
 failed=$((failed + $(awk '/^test result:/ { f += $6 } END { print f + 0 }' "$out.pg")))
 grep -q '^test result:' "$out.pg" || { failed=$((failed + 1)); rc=1; }
-scripts/pg-cluster.sh stop
 cat "$out.pg" >>"$out"
 
 printf '\n==> %s\n' "nemesis: figures per case (ms, one shared clock)"

@@ -34,9 +34,8 @@ fail() {
 need_build_tools >>"$log" 2>&1 || fail "cannot install the Rust build's tools"
 need_debs node=nodejs npm=npm etcd=etcd-server etcdctl=etcd-client >>"$log" 2>&1 || fail "cannot install nodejs, npm, etcd"
 
-say "cargo clippy -p dlock-node --features scenarios (the test-only code; test.sh lints the default build)"
-cargo clippy -p dlock-node --features scenarios --all-targets --locked -- -D warnings 2>&1 | tee -a "$log"
-((PIPESTATUS[0] == 0)) || fail "clippy of the scenarios feature failed"
+# The scenarios feature's code is linted by scripts/test.sh's one clippy
+# (--all-features).
 
 cd bindings/node
 say "npm ci (node $(node --version), npm $(npm --version))"
@@ -109,7 +108,7 @@ trap '"$root/scripts/pg-cluster.sh" stop >>"$log" 2>&1; "$root/scripts/etcd-clus
 scripts/etcd-cluster.sh start 2>&1 | tee -a "$log"
 ((PIPESTATUS[0] == 0)) || fail "cannot start the etcd test cluster"
 # shellcheck disable=SC1091
-source target/etcd/env
+source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 
 # For test/pg-guard.test.js (dlock.guard with node-postgres): its own
 # servers (DLOCK_TEST_PG_PORT_BASE, DLOCK_TEST_PG_DIR as for pg-cluster.sh).

@@ -28,12 +28,16 @@ trap 'scripts/pg-cluster.sh stop; rm -f "$out" "$one" "$one.pg_guard"' EXIT
 printf '\n==> %s\n' "postgres: build examples/rust/pg_guard.rs and examples/c/pg_guard.c"
 . scripts/lib.sh
 need_debs gcc=gcc pkg-config=pkg-config /usr/include/postgresql/libpq-fe.h=libpq-dev
-cargo build -p dlock --locked --example pg_guard
-cargo build --release --locked -p dlock-ffi -p dlock-scenarios # as test-c.sh: no rebuild after it
+# The Rust example: built by the workspace's test build (cargo builds every
+# example with the tests), in the same feature set; the C one on the one
+# release build's libdlock.so.
+cargo build --workspace --all-features --locked --example pg_guard
+scripts/build-release.sh
+lib=$(release_dir)
 # shellcheck disable=SC2046
 gcc -std=c11 -Wall -Wextra -Werror -pedantic -O1 -Iinclude $(pkg-config --cflags libpq) examples/c/pg_guard.c \
-  -o "$one.pg_guard" -Ltarget/release -ldlock $(pkg-config --libs libpq) -Wl,-rpath,"$PWD/target/release"
-export DLOCK_PG_GUARD_RUST=$PWD/target/debug/examples/pg_guard DLOCK_PG_GUARD_C=$one.pg_guard
+  -o "$one.pg_guard" -L"$lib" -ldlock $(pkg-config --libs libpq) -Wl,-rpath,"$lib"
+export DLOCK_PG_GUARD_RUST=$(cargo_target_dir)/debug/examples/pg_guard DLOCK_PG_GUARD_C=$one.pg_guard
 
 printf '\n==> %s\n' "postgres: start the test servers"
 scripts/pg-cluster.sh start
@@ -48,17 +52,17 @@ for t in core/tests/postgres*.rs; do
   [[ $t == postgres_failover || $t == postgres_syncwait ]] || tests+=(--test "$t")
 done
 rc=0
-cargo test -p dlock --locked "${tests[@]}" -- --ignored --nocapture 2>&1 | tee "$out" || rc=$?
+ws_test "${tests[@]}" -- --ignored --nocapture 2>&1 | tee "$out" || rc=$?
 # The command on the same servers: run, show, list, elect, postgres migrate.
 printf '\n==> %s\n' "postgres: the dlock command (cli/tests/cli_postgres.rs)"
-cargo test -p dlock-cli --locked --test cli_postgres -- --ignored --nocapture 2>&1 | tee -a "$out" || rc=$?
+ws_test --test cli_postgres -- --ignored --nocapture 2>&1 | tee -a "$out" || rc=$?
 cat "$out" >>"$log"
 
 # Each alone, after the others: one stalls every commit on the primary,
 # the last kills it.
 alone() {
   printf '\n==> postgres: %s\n' "$1"
-  if ! cargo test -p dlock --locked --test "$2" -- --ignored --nocapture >"$one" 2>&1; then
+  if ! ws_test --test "$2" -- --ignored --nocapture >"$one" 2>&1; then
     rc=1
     cat "$one"
   else

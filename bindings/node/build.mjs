@@ -12,8 +12,11 @@
 // <arch>-unknown-linux-gnu.2.17`, target/<arch>-unknown-linux-gnu/release,
 // with NAPI_TYPE_DEF_TMP_FOLDER=TYPEDEFS), the build the packages ship.
 //
-// --features scenarios --out test/scenarios.node --addon-only builds the
-// test suite's addon (with the scenario runner export) beside the real one.
+// --debug --workspace --out test/scenarios.node --addon-only (`npm run
+// build:test`) builds the test suite's addon (with the scenario runner
+// export) beside the real one: the workspace's debug build with
+// --all-features, the build the Rust tests use (scripts/test.sh), so
+// nothing compiles a second time for it.
 
 import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -63,13 +66,18 @@ const typeDefDir = zigTypeDefs
   ? resolve(zigTypeDefs)
   : join(targetDir, 'napi-typedefs', `${profile}-${features ?? 'default'}`);
 mkdirSync(typeDefDir, { recursive: true });
-const cargoArgs = ['build', '--locked', '-p', 'dlock-node'];
+const workspace = flag('--workspace');
+const cargoArgs = workspace
+  ? ['build', '--locked', '--workspace', '--all-features']
+  : ['build', '--locked', '-p', 'dlock-node'];
 if (profile === 'release') cargoArgs.push('--release');
-if (features) cargoArgs.push('--features', features);
+if (features && !workspace) cargoArgs.push('--features', features);
 // Without definitions on disk (a fresh folder) the crate must be compiled
-// again to write them: a changed variable makes cargo do that.
-const env = { ...process.env, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
-if (readdirSync(typeDefDir).length === 0) env.NAPI_FORCE_BUILD_DLOCK_NODE = String(Date.now());
+// again to write them: a changed variable makes cargo do that. An
+// --addon-only build needs none, and leaves the environment as the other
+// builds of the workspace have it (a changed variable rebuilds the crate).
+const env = flag('--addon-only') ? process.env : { ...process.env, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
+if (!flag('--addon-only') && readdirSync(typeDefDir).length === 0) env.NAPI_FORCE_BUILD_DLOCK_NODE = String(Date.now());
 if (!zigTypeDefs) run('cargo', cargoArgs, env);
 
 const platform = (() => {

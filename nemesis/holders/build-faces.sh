@@ -8,7 +8,7 @@
 #   target/nemesis/c-holder               examples/nemesis/holder.c on the release libdlock.so
 #   target/py-venv/bin/python holder.py   `import dlock` (the wheel, installed into target/py-venv)
 #   node holder.js                        `require` of the built bindings/node
-#   python run_holder.py --dlock PATH     `dlock run` (target/release/dlock); its command run_child.py
+#   python run_holder.py --dlock PATH     `dlock run` (the release build's); its command run_child.py
 #
 # The Python and Node builds are those of scripts/test-python.sh and
 # test-node.sh (which scripts/test.sh runs first: then they are cheap);
@@ -22,7 +22,8 @@ root=$PWD
   need_build_tools
   need_python
   need_debs gcc=gcc node=nodejs npm=npm /usr/include/postgresql/libpq-fe.h=libpq-dev
-  cargo build -p dlock-ffi -p dlock-cli --release --locked --quiet
+  # The one release build (libdlock.so, the `dlock` command).
+  scripts/build-release.sh
   . scripts/c-flags.sh
   mkdir -p target/nemesis
   # libpq: the C holder's guarded transactions on PostgreSQL.
@@ -51,4 +52,4 @@ node=$(command -v node)
 printf '%s' "rust;$root/target/nemesis/c-holder"
 printf '%s' ";$root/target/py-venv/bin/python $root/nemesis/holders/holder.py"
 printf '%s' ";$node $root/nemesis/holders/holder.js"
-printf '%s\n' ";$root/target/py-venv/bin/python $root/nemesis/holders/run_holder.py --dlock $root/target/release/dlock"
+printf '%s\n' ";$root/target/py-venv/bin/python $root/nemesis/holders/run_holder.py --dlock $(release_dir)/dlock"
