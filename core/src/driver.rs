@@ -253,7 +253,7 @@ pub(crate) struct Shared {
     /// Locks of the session (handles not yet finished).
     pub(crate) locks: AtomicU64,
     /// Histograms and keepalive results for `Client::snapshot`.
-    pub(crate) metrics: crate::metrics::SessionMetrics,
+    pub(crate) metrics: Arc<crate::metrics::SessionMetrics>,
 }
 
 /// A backend call in flight, to drop when the machine abandons it or a new

@@ -308,22 +308,99 @@ impl Observed {
     }
 }
 
+/// Events an [`Observer`] keeps for a reader that lags (issue 32): past
+/// this many, or past [`OBSERVER_BACKLOG_BYTES`] of keys and values, the
+/// oldest are dropped, and the event read next is made the change from the
+/// state last read to its own (a leader, a proclaim, no leader; nothing
+/// when the two are the same). Memory stays flat however many changes
+/// nobody reads; a reader always ends at the newest state.
+pub const OBSERVER_BACKLOG: usize = 64;
+/// The bytes of keys and values an [`Observer`] keeps unread (the newest
+/// event is kept whatever its size).
+pub const OBSERVER_BACKLOG_BYTES: usize = 4 * 1024 * 1024;
+
+/// What an event keeps in memory, for the backlog's bound.
+fn event_bytes(e: &Observed) -> usize {
+    e.leader().map_or(0, |l| l.key.len() + l.value.len()) + 64
+}
+
+#[derive(Default)]
+struct Backlog {
+    events: VecDeque<Observed>,
+    ended: bool,
+    /// [`event_bytes`] of `events`.
+    bytes: usize,
+    /// The state after the last event read (None: none read yet).
+    read: Option<Option<Leader>>,
+}
+
+impl Backlog {
+    fn push(&mut self, e: Observed) {
+        self.bytes += event_bytes(&e);
+        self.events.push_back(e);
+        while self.events.len() > OBSERVER_BACKLOG
+            || (self.bytes > OBSERVER_BACKLOG_BYTES && self.events.len() > 1)
+        {
+            self.drop_front();
+            self.rebase();
+        }
+    }
+
+    fn drop_front(&mut self) -> Option<Observed> {
+        let e = self.events.pop_front()?;
+        self.bytes -= event_bytes(&e);
+        Some(e)
+    }
+
+    /// Makes the first event the change from the state last read (the
+    /// events between were dropped), or drops it when it changes nothing.
+    fn rebase(&mut self) {
+        while let Some(head) = self.events.front() {
+            let now = match head {
+                Observed::Leader(l) | Observed::Proclaimed(l) => Some(l.clone()),
+                Observed::NoLeader => None,
+                // What follows a reconnect is the state then, whatever it is.
+                Observed::Reconnecting => return,
+            };
+            match change(self.read.as_ref(), &now) {
+                Some(e) => {
+                    self.events[0] = e;
+                    return;
+                }
+                None => {
+                    self.drop_front();
+                }
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Observed> {
+        let e = self.drop_front()?;
+        match &e {
+            Observed::Leader(l) | Observed::Proclaimed(l) => self.read = Some(Some(l.clone())),
+            Observed::NoLeader => self.read = Some(None),
+            Observed::Reconnecting => {}
+        }
+        Some(e)
+    }
+}
+
 #[derive(Default)]
 struct Queue {
-    inner: Mutex<(VecDeque<Observed>, bool)>,
+    inner: Mutex<Backlog>,
     grew: Condvar,
     notify: Notify,
 }
 
 impl Queue {
     fn push(&self, e: Observed) {
-        crate::sync::lock(&self.inner).0.push_back(e);
+        crate::sync::lock(&self.inner).push(e);
         self.grew.notify_all();
         self.notify.notify_one();
     }
 
     fn end(&self) {
-        crate::sync::lock(&self.inner).1 = true;
+        crate::sync::lock(&self.inner).ended = true;
         self.grew.notify_all();
         self.notify.notify_one();
     }
@@ -393,10 +470,10 @@ impl Observer {
             notified.as_mut().enable();
             {
                 let mut q = crate::sync::lock(&self.queue.inner);
-                if let Some(e) = q.0.pop_front() {
+                if let Some(e) = q.pop() {
                     return Some(e);
                 }
-                if q.1 {
+                if q.ended {
                     return None;
                 }
             }
@@ -410,10 +487,10 @@ impl Observer {
         let limit = timeout.map(|t| std::time::Instant::now() + t);
         let mut q = crate::sync::lock(&self.queue.inner);
         loop {
-            if let Some(e) = q.0.pop_front() {
+            if let Some(e) = q.pop() {
                 return Ok(Some(e));
             }
-            if q.1 {
+            if q.ended {
                 return Ok(None);
             }
             q = match limit {
@@ -431,7 +508,7 @@ impl Observer {
 
     /// The next event if one is waiting.
     pub fn try_recv(&mut self) -> Option<Observed> {
-        crate::sync::lock(&self.queue.inner).0.pop_front()
+        crate::sync::lock(&self.queue.inner).pop()
     }
 
     /// Ends the observation: the stream ends after the events queued.
@@ -458,6 +535,45 @@ mod tests {
             token: Token(token),
             lease: token as i64,
         })
+    }
+
+    #[test]
+    fn the_backlog_is_bounded_and_rebased_on_what_was_read() {
+        let mut b = Backlog::default();
+        b.push(Observed::Leader(leader(5, "a").unwrap()));
+        assert!(matches!(b.pop(), Some(Observed::Leader(_))));
+        // A new leader, then many proclaims: the leader's event is dropped,
+        // and the first kept is told as a new leader (never read).
+        b.push(Observed::Leader(leader(9, "b0").unwrap()));
+        for i in 1..1000 {
+            b.push(Observed::Proclaimed(leader(9, &format!("b{i}")).unwrap()));
+        }
+        assert!(b.events.len() <= OBSERVER_BACKLOG);
+        assert!(matches!(b.pop(), Some(Observed::Leader(l)) if l.token == Token(9)));
+        let mut last = None;
+        while let Some(e) = b.pop() {
+            assert!(matches!(e, Observed::Proclaimed(_)), "{e:?}");
+            last = e.leader().cloned();
+        }
+        assert_eq!(last.unwrap().value, b"b999");
+        // Back to the state read: nothing to tell.
+        b.push(Observed::Proclaimed(leader(9, "x").unwrap()));
+        for _ in 0..OBSERVER_BACKLOG {
+            b.push(Observed::Proclaimed(leader(9, "b999").unwrap()));
+        }
+        let kept: Vec<_> = std::iter::from_fn(|| b.pop()).collect();
+        assert!(kept.len() < OBSERVER_BACKLOG, "{}", kept.len());
+        // Large values: bounded by bytes, the newest always kept.
+        let big = "v".repeat(1024 * 1024);
+        for i in 0..20 {
+            b.push(Observed::Proclaimed(
+                leader(9, &format!("{i}{big}")).unwrap(),
+            ));
+        }
+        assert!(b.bytes <= OBSERVER_BACKLOG_BYTES + 2 * 1024 * 1024);
+        assert!(b.events.len() <= 5, "{}", b.events.len());
+        let newest = std::iter::from_fn(|| b.pop()).last().unwrap();
+        assert!(newest.leader().unwrap().value.starts_with(b"19v"));
     }
 
     #[test]

@@ -44,9 +44,13 @@ pub(crate) struct Snapshot {
     pub(crate) deadline: Instant,
 }
 
-/// Counters read by `Lock::stats()`; written by the driver only.
+/// Counters read by `Lock::stats()` and the metrics; written by the driver
+/// (and a refused permit). Shared with the session's metrics list, so a
+/// client's counts outlive the lock's handle (issue 32).
 #[derive(Default)]
 pub(crate) struct Counters {
+    /// Permits refused, by [`crate::metrics::REFUSALS`].
+    pub(crate) refused: [AtomicU64; 4],
     pub(crate) acquisitions: AtomicU64,
     pub(crate) drains: AtomicU64,
     pub(crate) resumes: AtomicU64,
@@ -75,7 +79,7 @@ pub(crate) struct Gate {
     pub(crate) drained: Arc<Notify>,
     /// The reference the permits in flight share once the handle is gone.
     kept: Mutex<Option<Arc<Gate>>>,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
     pub(crate) metrics: crate::metrics::LockMetrics,
 }
 
@@ -92,7 +96,7 @@ impl Gate {
             drained,
             kept: Mutex::new(None),
             clock,
-            counters: Counters::default(),
+            counters: Arc::default(),
             metrics: Default::default(),
         }
     }
@@ -182,7 +186,7 @@ impl Gate {
     #[cold]
     #[inline(never)]
     fn refused(&self, r: Refused) {
-        self.metrics.refused[crate::metrics::refusal_index(r)].fetch_add(1, Relaxed);
+        self.counters.refused[crate::metrics::refusal_index(r)].fetch_add(1, Relaxed);
     }
 
     /// Ends one unit of work: one `fetch_sub`. Once the count is given up

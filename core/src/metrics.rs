@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::driver::Shared;
-use crate::gate::Gate;
+use crate::gate::{Counters, Gate};
 use crate::machine::{Refused, State, Token};
 
 /// Per-lock series kept by default; the locks past it (in name order) are
@@ -126,11 +126,9 @@ pub(crate) fn refusal_index(r: Refused) -> usize {
     }
 }
 
-/// Per-lock figures beside [`crate::gate::Counters`], written by the driver
-/// (and a refused permit).
+/// Per-lock figures beside [`crate::gate::Counters`], written by the driver.
 #[derive(Default)]
 pub(crate) struct LockMetrics {
-    pub(crate) refused: [AtomicU64; 4],
     /// When the current hold began (clock ns), 0: not holding.
     pub(crate) held_since: AtomicU64,
     /// The last deadline published (clock ns), for the fence lateness.
@@ -149,9 +147,18 @@ pub(crate) struct SessionMetrics {
     pub(crate) fence_lateness: Histogram,
     pub(crate) hold: Histogram,
     /// The session's locks, for the snapshot (a lock is added once, when
-    /// its handle is made; dead ones are dropped at scrape time).
-    pub(crate) locks: Mutex<Vec<(Arc<str>, Weak<Gate>)>>,
+    /// its handle is made). The counters are held here too: a lock whose
+    /// gate is gone has its counts folded into `gone` and is dropped from
+    /// the list, so the client's counters never go down (issue 32).
+    pub(crate) locks: Mutex<Vec<LockEntry>>,
+    /// The counts of the session's locks already gone (always locked after
+    /// `locks`).
+    gone: Mutex<Counts>,
 }
+
+/// A lock of a session's list: its name, its gate while it lives, its
+/// counters for as long as the entry is kept.
+pub(crate) type LockEntry = (Arc<str>, Weak<Gate>, Arc<Counters>);
 
 impl Default for SessionMetrics {
     fn default() -> SessionMetrics {
@@ -164,6 +171,7 @@ impl Default for SessionMetrics {
             fence_lateness: Histogram::new(LATENCY_BOUNDS),
             hold: Histogram::new(HOLD_BOUNDS),
             locks: Mutex::new(Vec::new()),
+            gone: Mutex::new(Counts::default()),
         }
     }
 }
@@ -181,14 +189,121 @@ impl SessionMetrics {
     }
 }
 
-/// The sessions of every client, by client id, for
-/// [`crate::Client::snapshot`]; weak, so nothing here keeps one alive.
-static SESSIONS: Mutex<Vec<(u64, Weak<Shared>)>> = Mutex::new(Vec::new());
+/// The sessions of every client, for [`crate::Client::snapshot`]: weak,
+/// so nothing here keeps a session alive; its metrics are held until the
+/// session is gone and they are folded into its client's `ended`.
+struct Registry {
+    sessions: Vec<(u64, Weak<Shared>, Arc<SessionMetrics>)>,
+    /// By client id: the sessions of the client already gone, summed; kept
+    /// while the client has a live session (its default one lives as long
+    /// as the client).
+    ended: Vec<(u64, SessionSnapshot)>,
+    /// The clients already gone, summed, for [`process_snapshot`].
+    clients_ended: Option<SessionSnapshot>,
+}
+
+static SESSIONS: Mutex<Registry> = Mutex::new(Registry {
+    sessions: Vec::new(),
+    ended: Vec::new(),
+    clients_ended: None,
+});
+
+fn add_into(into: &mut Option<SessionSnapshot>, s: &SessionSnapshot) {
+    match into {
+        Some(e) => e.add(s),
+        None => *into = Some(s.clone()),
+    }
+}
+
+impl Registry {
+    /// Folds the sessions that are gone into their client's `ended` (and a
+    /// client gone into `clients_ended`), and returns the live sessions of
+    /// the clients `want`ed.
+    fn sweep(&mut self, want: impl Fn(u64) -> bool) -> Vec<Arc<Shared>> {
+        let mut live = Vec::new();
+        let mut gone = Vec::new();
+        self.sessions.retain(|(c, s, m)| match s.upgrade() {
+            Some(s) => {
+                if want(*c) {
+                    live.push(s);
+                }
+                true
+            }
+            None => {
+                gone.push((*c, read_session(m).retire()));
+                false
+            }
+        });
+        for (c, s) in gone {
+            match self.ended.iter_mut().find(|(e, _)| *e == c) {
+                Some((_, e)) => e.add(&s),
+                None => self.ended.push((c, s)),
+            }
+        }
+        let sessions = &self.sessions;
+        let clients_ended = &mut self.clients_ended;
+        self.ended.retain(|(c, e)| {
+            let live = sessions.iter().any(|(s, _, _)| s == c);
+            if !live {
+                add_into(clients_ended, e);
+            }
+            live
+        });
+        live
+    }
+}
 
 pub(crate) fn register(client: u64, shared: &Arc<Shared>) {
     let mut all = crate::sync::lock(&SESSIONS);
-    all.retain(|(_, s)| s.strong_count() > 0);
-    all.push((client, Arc::downgrade(shared)));
+    all.sweep(|_| false);
+    all.sessions
+        .push((client, Arc::downgrade(shared), shared.metrics.clone()));
+}
+
+/// Counts of lock handles already gone (released, closed, dropped), summed:
+/// they stay in the client's counters, which never go down for the
+/// client's lifetime (Prometheus reads a drop as a reset).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Acquisitions, first and after fences.
+    pub acquisitions: u64,
+    /// Drains begun.
+    pub drains: u64,
+    /// Drains ended by a confirmed keepalive.
+    pub resumes: u64,
+    /// Fences by [`FENCE_REASONS`].
+    pub fences: [u64; 3],
+    /// Permits refused, by [`REFUSALS`].
+    pub refused: [u64; 4],
+}
+
+impl Counts {
+    fn read(c: &Counters) -> Counts {
+        Counts {
+            acquisitions: c.acquisitions.load(Relaxed),
+            drains: c.drains.load(Relaxed),
+            resumes: c.resumes.load(Relaxed),
+            fences: [
+                c.fences_deadline.load(Relaxed),
+                c.fences_lease_lost.load(Relaxed),
+                c.fences_lock_lost.load(Relaxed),
+            ],
+            refused: std::array::from_fn(|i| c.refused[i].load(Relaxed)),
+        }
+    }
+
+    fn add(&mut self, o: &Counts) {
+        self.acquisitions += o.acquisitions;
+        self.drains += o.drains;
+        self.resumes += o.resumes;
+        for (a, b) in self.fences.iter_mut().zip(o.fences) {
+            *a += b;
+        }
+        for (a, b) in self.refused.iter_mut().zip(o.refused) {
+            *a += b;
+        }
+    }
 }
 
 /// One lock as read at scrape time.
@@ -226,6 +341,8 @@ pub struct LockSnapshot {
 pub struct SessionSnapshot {
     /// Its locks, in name order.
     pub locks: Vec<LockSnapshot>,
+    /// The counts of its locks already gone.
+    pub gone: Counts,
     /// Keepalives confirmed, failed, answered "lease not found".
     pub keepalives: [u64; 3],
     /// Keepalive round trips.
@@ -244,16 +361,80 @@ pub struct SessionSnapshot {
 pub struct Snapshot {
     /// The client's sessions.
     pub sessions: Vec<SessionSnapshot>,
+    /// The client's sessions already gone (closed, dropped), summed: their
+    /// counters and histograms, no locks (their locks' counts are in
+    /// [`SessionSnapshot::gone`]).
+    pub ended: Option<SessionSnapshot>,
+}
+
+impl SessionSnapshot {
+    /// The session once gone: its locks' counts moved into `gone`.
+    fn retire(mut self) -> SessionSnapshot {
+        for l in std::mem::take(&mut self.locks) {
+            self.gone.add(&Counts {
+                acquisitions: l.acquisitions,
+                drains: l.drains,
+                resumes: l.resumes,
+                fences: l.fences,
+                refused: l.refused,
+            });
+        }
+        self
+    }
+
+    /// Adds a retired session's counts and histograms.
+    fn add(&mut self, o: &SessionSnapshot) {
+        self.gone.add(&o.gone);
+        for (a, b) in self.keepalives.iter_mut().zip(o.keepalives) {
+            *a += b;
+        }
+        self.keepalive_rtt.add(&o.keepalive_rtt);
+        for (a, b) in self.acquire_wait.iter_mut().zip(&o.acquire_wait) {
+            a.add(b);
+        }
+        self.fence_lateness.add(&o.fence_lateness);
+        self.hold.add(&o.hold);
+    }
 }
 
 pub(crate) fn snapshot(client: u64) -> Snapshot {
-    let shared: Vec<Arc<Shared>> = crate::sync::lock(&SESSIONS)
-        .iter()
-        .filter(|(c, _)| *c == client)
-        .filter_map(|(_, s)| s.upgrade())
-        .collect();
+    // Sessions gone are folded under the registry's lock, the live ones
+    // held (so none can go) while they are read: nothing is counted twice
+    // or missed.
+    let (shared, ended) = {
+        let mut all = crate::sync::lock(&SESSIONS);
+        let live = all.sweep(|c| c == client);
+        let ended = all
+            .ended
+            .iter()
+            .find(|(c, _)| *c == client)
+            .map(|(_, e)| e.clone());
+        (live, ended)
+    };
     Snapshot {
         sessions: shared.iter().map(|s| read_session(&s.metrics)).collect(),
+        ended,
+    }
+}
+
+/// Every client of the process at once, as one client (issue 32: several
+/// clients in one process export one page): every live session of every
+/// client, and the sessions and clients already gone in `ended`, so its
+/// counters never go down for the life of the process. What the Python
+/// and Node collectors export.
+pub fn process_snapshot() -> Snapshot {
+    let (shared, ended) = {
+        let mut all = crate::sync::lock(&SESSIONS);
+        let live = all.sweep(|_| true);
+        let mut ended = all.clients_ended.clone();
+        for (_, e) in &all.ended {
+            add_into(&mut ended, e);
+        }
+        (live, ended)
+    };
+    Snapshot {
+        sessions: shared.iter().map(|s| read_session(&s.metrics)).collect(),
+        ended,
     }
 }
 
@@ -264,24 +445,42 @@ pub(crate) fn snapshot(client: u64) -> Snapshot {
 pub(crate) fn add_lock(m: &SessionMetrics, name: Arc<str>, gate: &Arc<Gate>) {
     let mut locks = crate::sync::lock(&m.locks);
     if locks.len() >= 64 && locks.len().is_power_of_two() {
-        locks.retain(|(_, g)| g.strong_count() > 0);
+        sweep_locks(m, &mut locks);
     }
-    locks.push((name, Arc::downgrade(gate)));
+    locks.push((name, Arc::downgrade(gate), gate.counters.clone()));
+}
+
+/// Folds the counts of the locks whose gate is gone into `m.gone` and
+/// drops them from `locks`; returns the live ones.
+fn sweep_locks(m: &SessionMetrics, locks: &mut Vec<LockEntry>) -> Vec<(Arc<str>, Arc<Gate>)> {
+    let mut gone = crate::sync::lock(&m.gone);
+    let mut live = Vec::with_capacity(locks.len());
+    locks.retain(|(n, g, c)| match g.upgrade() {
+        Some(g) => {
+            live.push((n.clone(), g));
+            true
+        }
+        None => {
+            gone.add(&Counts::read(c));
+            false
+        }
+    });
+    live
 }
 
 fn read_session(m: &SessionMetrics) -> SessionSnapshot {
-    let gates: Vec<(Arc<str>, Arc<Gate>)> = {
+    // The live gates are held while read and the gone ones folded under
+    // the list's lock: a lock dropped during a scrape is counted once.
+    let (gates, gone) = {
         let mut locks = crate::sync::lock(&m.locks);
-        locks.retain(|(_, g)| g.strong_count() > 0);
-        locks
-            .iter()
-            .filter_map(|(n, g)| Some((n.clone(), g.upgrade()?)))
-            .collect()
+        let live = sweep_locks(m, &mut locks);
+        (live, crate::sync::lock(&m.gone).clone())
     };
     let mut locks: Vec<LockSnapshot> = gates.iter().map(|(n, g)| read_lock(n, g)).collect();
     locks.sort_by(|a, b| a.name.cmp(&b.name));
     SessionSnapshot {
         locks,
+        gone,
         keepalives: [
             m.keepalives_ok.load(Relaxed),
             m.keepalives_failed.load(Relaxed),
@@ -312,7 +511,7 @@ fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
             c.fences_lease_lost.load(Relaxed),
             c.fences_lock_lost.load(Relaxed),
         ],
-        refused: std::array::from_fn(|i| g.metrics.refused[i].load(Relaxed)),
+        refused: std::array::from_fn(|i| c.refused[i].load(Relaxed)),
         election: g.metrics.election.load(Relaxed),
     }
 }

@@ -279,3 +279,32 @@ fn a_refused_proclaim_names_the_token_won_by_campaign_then() {
     }
     assert_eq!(ea.proclaim(b"v2").unwrap_err(), Error::Fenced(t1.get()));
 }
+
+/// Issue 32, item 3: an observer nobody reads keeps a bounded backlog, not
+/// every change: after 3,000 proclaims unread, the reader gets a handful
+/// of events (the first one a new leader, as it never read that leader),
+/// ending at the newest value.
+#[test]
+fn an_observer_nobody_reads_keeps_a_bounded_backlog() {
+    let service = MemoryService::new();
+    let a = client(&service);
+    let watcher = client(&service);
+    let mut obs = watcher.observe("el/backlog").unwrap();
+    assert_eq!(next(&mut obs), Observed::NoLeader);
+    let ea = a.election("el/backlog").unwrap();
+    ea.campaign(b"first", ms(2000)).unwrap();
+    for i in 0..3000 {
+        ea.proclaim(format!("value {i}").as_bytes()).unwrap();
+    }
+    let mut read = vec![next(&mut obs)];
+    assert!(
+        matches!(read[0], Observed::Leader(_)),
+        "the first event names the leader the reader never saw: {:?}",
+        read[0]
+    );
+    while read.last().unwrap().leader().unwrap().value != b"value 2999" {
+        read.push(next(&mut obs));
+        assert!(read.len() <= 200, "{} events kept", read.len());
+    }
+    ea.resign(ms(1000)).unwrap();
+}

@@ -587,3 +587,120 @@ fn the_log_reaches_a_faces_sink() {
     dlock::log::forward(dlock::log::Level::DEBUG, None).unwrap();
     lock.release().unwrap();
 }
+
+/// Every counter's series and every histogram's count of `c`, by family
+/// and label values.
+fn counts(c: &Client) -> Vec<(String, Vec<String>, f64)> {
+    let mut out = Vec::new();
+    for f in c.snapshot().families() {
+        for (l, v) in f.series {
+            match (f.kind, v) {
+                (Kind::Counter, Value::Number(n)) => out.push((f.name.to_owned(), l, n)),
+                (Kind::Histogram, Value::Histogram(h)) => {
+                    out.push((format!("{}_count", f.name), l, h.count as f64))
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Issue 32, item 1: a client's counters never go down, whatever happens
+/// to its handles: locks and sessions dropped or closed keep their counts
+/// in the client's figures (Prometheus reads a drop as a reset).
+#[test]
+fn counters_never_go_down_when_handles_are_dropped() {
+    let service = MemoryService::new();
+    let c = client(&service);
+    let session = c.session(common::short()).unwrap();
+    let mut locks = Vec::new();
+    for i in 0..3 {
+        let lock = c.lock(&format!("metrics/gone/{i}")).unwrap();
+        lock.acquire(ms(2000)).unwrap();
+        locks.push(lock);
+    }
+    let other = session.lock("metrics/gone/session").unwrap();
+    assert_eq!(other.permit().unwrap_err(), Refused::NotHeld);
+    other.acquire(ms(2000)).unwrap();
+    // An operator deletes a key: a `lock_lost` fence, then a reacquisition.
+    assert!(service.delete_lock_key("metrics/gone/0"));
+    assert!(eventually(ms(3000), || {
+        value(&c, "dlock_fences_total", &["lock_lost"]) == 1.0
+            && value(&c, "dlock_acquisitions_total", &[]) == 5.0
+    }));
+    assert!(eventually(ms(3000), || value(
+        &c,
+        "dlock_keepalives_total",
+        &["ok"]
+    ) >= 2.0));
+    let before = counts(&c);
+    locks[1].release().unwrap();
+    drop(locks);
+    drop(other);
+    session.close().unwrap();
+    drop(session);
+    // Every handle but the client's default session is gone.
+    assert!(eventually(ms(3000), || {
+        value(&c, "dlock_session_locks", &[]) == 0.0 && value(&c, "dlock_sessions", &[]) == 1.0
+    }));
+    let after = counts(&c);
+    for (name, labels, was) in &before {
+        let now = after
+            .iter()
+            .find(|(n, l, _)| n == name && l == labels)
+            .map_or(0.0, |(_, _, v)| *v);
+        assert!(now >= *was, "{name}{labels:?} went down: {was} -> {now}");
+    }
+    assert_eq!(value(&c, "dlock_acquisitions_total", &[]), 5.0);
+    assert_eq!(value(&c, "dlock_fences_total", &["lock_lost"]), 1.0);
+    assert_eq!(value(&c, "dlock_permits_refused_total", &["not_held"]), 1.0);
+}
+
+/// Issue 32, item 2: every client of the process as one page (what the
+/// Python and Node collectors export): each family once, both clients'
+/// locks in it, and its counters never go down when a client is dropped.
+#[test]
+fn the_process_snapshot_is_every_client_as_one() {
+    let service = MemoryService::new();
+    let (a, b) = (client(&service), client(&service));
+    let la = a.lock("metrics/process/a").unwrap();
+    la.acquire(ms(2000)).unwrap();
+    let lb = b.lock("metrics/process/b").unwrap();
+    lb.acquire(ms(2000)).unwrap();
+    let e = a.election("metrics/process/e").unwrap();
+    e.campaign(b"a", ms(2000)).unwrap();
+    let snap = dlock::metrics::process_snapshot();
+    // The strict reader refuses a family typed twice.
+    assert_matches_fixture("process_snapshot", &parse(&snap.to_text()));
+    let fs = snap.families();
+    let held = family(&fs, "dlock_lock_held");
+    for name in ["metrics/process/a", "metrics/process/b"] {
+        assert!(
+            held.series
+                .iter()
+                .any(|(l, v)| l[0] == name && *v == Value::Number(1.0)),
+            "{name} not in {:?}",
+            held.series
+        );
+    }
+    let acquisitions = || {
+        let fs = dlock::metrics::process_snapshot().families();
+        match family(&fs, "dlock_acquisitions_total").series[0].1 {
+            Value::Number(n) => n,
+            _ => unreachable!(),
+        }
+    };
+    let before = acquisitions();
+    drop(lb);
+    drop(b);
+    assert!(eventually(ms(3000), || {
+        let fs = dlock::metrics::process_snapshot().families();
+        !family(&fs, "dlock_lock_state")
+            .series
+            .iter()
+            .any(|(l, _)| l[0] == "metrics/process/b")
+    }));
+    // Other tests of this process only add to it.
+    assert!(acquisitions() >= before, "{} < {before}", acquisitions());
+}

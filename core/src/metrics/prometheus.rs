@@ -56,8 +56,21 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
         Some(a) => a.add(h),
         None => *into = Some(h.clone()),
     };
-    for s in &snap.sessions {
-        locks += s.locks.len() as u64;
+    // The sessions gone count in the counters and histograms, not in the
+    // gauges: a client's counters never go down (issue 32).
+    for (i, s) in snap.sessions.iter().chain(&snap.ended).enumerate() {
+        if i < snap.sessions.len() {
+            locks += s.locks.len() as u64;
+        }
+        acq += s.gone.acquisitions;
+        drains += s.gone.drains;
+        resumes += s.gone.resumes;
+        for (a, b) in fences.iter_mut().zip(s.gone.fences) {
+            *a += b;
+        }
+        for (a, b) in refused.iter_mut().zip(s.gone.refused) {
+            *a += b;
+        }
         for (a, b) in keepalives.iter_mut().zip(s.keepalives) {
             *a += b;
         }
