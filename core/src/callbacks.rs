@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use crate::events::{EventStream, LockEvent, Queue};
 use crate::machine::{StateChange, Token};
@@ -229,26 +229,25 @@ impl Callbacks {
     }
 }
 
-/// Queues `job` on the callback thread, starting it on first use. A forked
-/// child has no callback thread and must not start one: there the job is
-/// dropped.
+/// Queues `job` on the callback thread, starting it on first use (in a
+/// child of fork() that inherited no handle, its own). A forked child has
+/// no callback thread and must not start one: there the job is dropped.
 pub(crate) fn dispatch(job: Job) {
-    static TX: OnceLock<std_mpsc::Sender<Job>> = OnceLock::new();
+    static TX: crate::fork::PerFork<std_mpsc::Sender<Job>> = crate::fork::PerFork::new();
     if crate::forked() {
         return;
     }
-    let tx = TX.get_or_init(|| {
-        let (tx, rx) = std_mpsc::channel::<Job>();
+    let tx = TX.get(std_mpsc::channel::<Job>, |rx| {
         std::thread::Builder::new()
             .name("dlock-callbacks".into())
             .spawn(move || {
+                crate::signals::block_stop();
                 IN_CALLBACK.set(true);
                 for job in rx {
                     guarded("job", job);
                 }
             })
             .expect("dlock: cannot spawn the callback thread");
-        tx
     });
     let _ = tx.send(job);
 }

@@ -20,7 +20,10 @@ use crate::machine::{LeaseId, LockId, Refused, State, StateChange, Token};
 use crate::memory::{MemoryBackend, MemoryService};
 use crate::{Error, EtcdConfig, Options};
 
-/// Longest lock name accepted.
+/// Longest lock (and election) name accepted, in bytes, on every engine:
+/// with [`crate::election::MAX_VALUE_LEN`] it keeps every request within
+/// etcd's default request limit, and a PostgreSQL key within its index's
+/// row limit. Refused before anything is sent ([`Error::InvalidArgument`]).
 pub const MAX_NAME_LEN: usize = 1024;
 
 /// Which lock service a [`Client`] talks to.
@@ -202,6 +205,9 @@ impl Client {
         options: Options,
         clock: Clock,
     ) -> Result<Client, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
         options.validate()?;
         let link = (&backend as &dyn std::any::Any)
             .downcast_ref::<MemoryBackend>()
@@ -337,6 +343,8 @@ struct SessionInner {
     shut: Arc<std::sync::atomic::AtomicBool>,
     /// The service, for an election's reads (`Election::leader`).
     backend: Arc<dyn Backend>,
+    /// A fork while the session lives makes the child forked.
+    _live: crate::fork::Live,
 }
 
 impl Drop for SessionInner {
@@ -379,6 +387,8 @@ impl Session {
         clock: Clock,
         default_of: Option<u64>,
     ) -> Session {
+        // A stop signal releases what the process holds (issue 32, 8).
+        crate::signals::install(options.keepalive_timeout);
         let shared = Arc::new(Shared::default());
         let drained = Arc::new(tokio::sync::Notify::new());
         let service = backend.clone();
@@ -400,6 +410,7 @@ impl Session {
                 closed: std::sync::atomic::AtomicBool::new(false),
                 shut: Arc::default(),
                 backend: service,
+                _live: crate::fork::Live::new(),
             }),
         };
         match default_of {

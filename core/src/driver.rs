@@ -11,9 +11,9 @@
 //! never delays the deadline timer.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -30,26 +30,29 @@ use crate::machine::{
 };
 use crate::{Error, Options};
 
-/// The driver runtime's handle, creating the runtime thread on first use.
+/// The driver runtime's handle, creating the runtime thread on first use
+/// (in a child of fork(), its own: the parent's thread did not follow it).
 pub(crate) fn runtime() -> &'static tokio::runtime::Handle {
-    static RT: OnceLock<tokio::runtime::Handle> = OnceLock::new();
-    RT.get_or_init(|| {
-        crate::fork::watch();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("dlock: cannot build the driver runtime");
-        let handle = rt.handle().clone();
-        std::thread::Builder::new()
-            .name("dlock-driver".into())
-            .spawn(move || {
-                block_sigpipe();
-                ON_DRIVER.set(true);
-                rt.block_on(std::future::pending::<()>())
-            })
-            .expect("dlock: cannot spawn the driver thread");
-        handle
-    })
+    static RT: crate::fork::PerFork<tokio::runtime::Handle> = crate::fork::PerFork::new();
+    RT.get(
+        || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("dlock: cannot build the driver runtime");
+            (rt.handle().clone(), rt)
+        },
+        |rt| {
+            std::thread::Builder::new()
+                .name("dlock-driver".into())
+                .spawn(move || {
+                    block_signals();
+                    ON_DRIVER.set(true);
+                    rt.block_on(std::future::pending::<()>())
+                })
+                .expect("dlock: cannot spawn the driver thread");
+        },
+    )
 }
 
 thread_local! {
@@ -89,7 +92,9 @@ pub(crate) fn block_on<T: Send + 'static>(
 /// instead of killing the process: Rust programs ignore SIGPIPE, but a C
 /// host linking libdlock keeps the default action. The signal is
 /// thread-directed, so the application's own threads keep their setting.
-fn block_sigpipe() {
+/// The stop signals are blocked too ([`crate::signals::block_stop`]): their
+/// handler waits for the driver, so it must never run on it.
+pub(crate) fn block_signals() {
     // SAFETY: plain libc calls on a local, initialised signal set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -97,6 +102,7 @@ fn block_sigpipe() {
         libc::sigaddset(&mut set, libc::SIGPIPE);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+    crate::signals::block_stop();
 }
 
 /// A completion run once on the callback thread.

@@ -17,9 +17,17 @@ use crate::driver::{Candidate, Command, Reply};
 use crate::machine::{State, Token};
 use crate::{Acquisition, Client, Error, Lock, Session};
 
-/// The longest value a candidate may carry: etcd refuses requests over
-/// 1.5 MiB, and the key and transaction need some room.
-pub const MAX_VALUE_LEN: usize = 1536 * 1024 - 4096;
+/// The longest value a candidate may carry (1 MiB), on every engine. With
+/// the longest name ([`crate::MAX_NAME_LEN`]) a campaign must still fit
+/// etcd's default request limit (`--max-request-bytes`, 1.5 MiB): the
+/// lock transaction names the key about seven times, and etcd counts its
+/// own framing, so a campaign costs about value + 7 × name + 160 bytes
+/// (measured on etcd 3.4: a 1,024-byte name takes at most 1,565,544 bytes
+/// of value; the old limit, 1.5 MiB − 4 KiB, failed with names over about
+/// 560 bytes, retried until the timeout). 1 MiB leaves half a MiB for
+/// that, and for a cluster's auth fields. Refused before anything is sent
+/// ([`Error::InvalidArgument`], naming the limit).
+pub const MAX_VALUE_LEN: usize = 1024 * 1024;
 
 /// The grace every face uses for a resign that names none (Python's
 /// `RESIGN_GRACE`, Node's `RESIGN_GRACE_MS`, C's `LK_RESIGN_GRACE_MS`):
@@ -31,7 +39,7 @@ pub const RESIGN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 fn check_value(value: &[u8]) -> Result<(), Error> {
     if value.len() > MAX_VALUE_LEN {
         return Err(Error::InvalidArgument(format!(
-            "election value must be at most {MAX_VALUE_LEN} bytes (etcd's request limit is 1.5 MiB), got {}",
+            "election value must be at most {MAX_VALUE_LEN} bytes (MAX_VALUE_LEN: with the longest name it fits every engine's request limit), got {}",
             value.len()
         )));
     }
@@ -412,6 +420,8 @@ impl Queue {
 pub struct Observer {
     queue: Arc<Queue>,
     task: tokio::task::AbortHandle,
+    /// A fork while the observer lives makes the child forked.
+    _live: crate::fork::Live,
 }
 
 impl std::fmt::Debug for Observer {
@@ -459,6 +469,7 @@ impl Observer {
         Observer {
             queue,
             task: task.abort_handle(),
+            _live: crate::fork::Live::new(),
         }
     }
 

@@ -54,6 +54,7 @@ pub mod metrics;
 mod options;
 mod postgres;
 mod reader;
+mod signals;
 mod sync;
 
 pub use backend::{Backend, lock_key};

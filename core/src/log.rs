@@ -6,6 +6,7 @@
 //! keeps its own subscriber instead (the command's is `DLOCK_LOG`).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
@@ -30,9 +31,29 @@ pub type Sink = Box<dyn Fn(Record) + Send>;
 
 /// The face's sink; `None`: events are dropped (and not formatted).
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
-/// The channel to the `dlock-log` thread, and whether the subscriber
-/// could be installed.
-static TX: OnceLock<(Mutex<mpsc::Sender<Record>>, bool)> = OnceLock::new();
+/// Whether [`SINK`] holds a sink (read without its lock, which the
+/// `dlock-log` thread of a parent may have held at a fork).
+static SINK_ON: AtomicBool = AtomicBool::new(false);
+/// Whether the subscriber could be installed.
+static INSTALLED: OnceLock<bool> = OnceLock::new();
+/// The channel to the `dlock-log` thread (a child of fork() starts its own).
+static TX: crate::fork::PerFork<mpsc::Sender<Record>> = crate::fork::PerFork::new();
+
+/// The `dlock-log` thread's channel, starting the thread on first use.
+fn log_thread() -> &'static mpsc::Sender<Record> {
+    TX.get(mpsc::channel::<Record>, |rx| {
+        let _ = std::thread::Builder::new()
+            .name("dlock-log".into())
+            .spawn(move || {
+                crate::signals::block_stop();
+                for r in rx {
+                    if let Some(sink) = crate::sync::lock(&SINK).as_ref() {
+                        sink(r);
+                    }
+                }
+            });
+    })
+}
 
 struct Forward {
     max: Level,
@@ -76,7 +97,7 @@ impl Subscriber for Forward {
     fn event(&self, e: &Event<'_>) {
         // A forked child has no `dlock-log` thread, and the parent's may
         // have held the sink's lock at the fork.
-        if crate::forked() || crate::sync::lock(&SINK).is_none() {
+        if crate::forked() || !SINK_ON.load(Ordering::SeqCst) {
             return;
         }
         let mut f = Fields::default();
@@ -86,9 +107,7 @@ impl Subscriber for Forward {
             target: e.metadata().target().to_owned(),
             message: f.message + &f.rest,
         };
-        if let Some((tx, _)) = TX.get() {
-            let _ = crate::sync::lock(tx).send(record);
-        }
+        let _ = log_thread().send(record);
     }
     fn enter(&self, _: &span::Id) {}
     fn exit(&self, _: &span::Id) {}
@@ -106,26 +125,17 @@ pub fn forward(max: Level, sink: Option<Sink>) -> Result<(), crate::Error> {
         return Err(crate::Error::Forked);
     }
     crate::fork::watch();
-    let (_, installed) = TX.get_or_init(|| {
-        let installed = tracing::subscriber::set_global_default(Forward { max }).is_ok();
-        let (tx, rx) = mpsc::channel::<Record>();
-        let _ = std::thread::Builder::new()
-            .name("dlock-log".into())
-            .spawn(move || {
-                for r in rx {
-                    if let Some(sink) = crate::sync::lock(&SINK).as_ref() {
-                        sink(r);
-                    }
-                }
-            });
-        (Mutex::new(tx), installed)
-    });
+    let installed =
+        *INSTALLED.get_or_init(|| tracing::subscriber::set_global_default(Forward { max }).is_ok());
+    log_thread();
     if !installed {
         return Err(crate::Error::InvalidArgument(
             "dlock cannot route its log: another tracing subscriber is the process's global one"
                 .into(),
         ));
     }
-    *crate::sync::lock(&SINK) = sink;
+    let mut now = crate::sync::lock(&SINK);
+    SINK_ON.store(sink.is_some(), Ordering::SeqCst);
+    *now = sink;
     Ok(())
 }

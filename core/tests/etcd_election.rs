@@ -304,6 +304,38 @@ fn an_observer_says_no_leader_once_the_leaders_lease_expired_where_etcdctl_is_si
     leader.close().unwrap();
 }
 
+/// Issue 32, 6: the longest name with the longest value fits etcd's
+/// default request limit: the campaign and a proclaim succeed (the old
+/// limit, 1.5 MiB − 4 KiB, made etcd answer "request is too large" to
+/// names over about 560 bytes, and the campaign retried until its
+/// timeout); a value over the limit is refused before anything is sent.
+#[test]
+fn the_longest_name_with_the_longest_value_fits_etcd() {
+    let env = cluster();
+    let c = client(&env);
+    let prefix = name("longest");
+    let long = format!("{prefix}{}", "n".repeat(dlock::MAX_NAME_LEN - prefix.len()));
+    let e = c.election(&long).unwrap();
+    let max = vec![b'v'; dlock::election::MAX_VALUE_LEN];
+    let started = std::time::Instant::now();
+    e.campaign(&max, Duration::from_secs(10))
+        .expect("the largest campaign fits etcd's request limit");
+    e.proclaim(&max).expect("so does the largest proclaim");
+    let over = vec![b'v'; dlock::election::MAX_VALUE_LEN + 1];
+    let err = e.proclaim(&over).unwrap_err();
+    assert_eq!(err.code(), "invalid_argument", "{err}");
+    assert!(err.to_string().contains("1048576"), "{err}");
+    e.resign(Duration::ZERO).unwrap();
+    let other = c.election(&format!("{long:.1000}-x")).unwrap();
+    let err = other.campaign(&over, Duration::from_secs(10)).unwrap_err();
+    assert_eq!(err.code(), "invalid_argument", "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn proclaim_from_a_fenced_leader_is_refused() {
     let env = cluster();

@@ -42,6 +42,27 @@ fn next(o: &mut Observer) -> Observed {
         .expect("the observer is live")
 }
 
+/// Issue 32, 6: the documented limits hold on PostgreSQL too: the longest
+/// name with the longest value is taken, a value over it refused before
+/// anything is sent.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn the_longest_name_with_the_longest_value_fits() {
+    let url = pg::servers().url;
+    let c = client(&url);
+    let prefix = name("longest");
+    let long = format!("{prefix}{}", "n".repeat(dlock::MAX_NAME_LEN - prefix.len()));
+    let e = c.election(&long).unwrap();
+    let max = vec![b'v'; dlock::election::MAX_VALUE_LEN];
+    e.campaign(&max, EVENT).unwrap();
+    e.proclaim(&max).unwrap();
+    let over = vec![b'v'; dlock::election::MAX_VALUE_LEN + 1];
+    let err = e.proclaim(&over).unwrap_err();
+    assert_eq!(err.code(), "invalid_argument", "{err}");
+    assert!(err.to_string().contains("1048576"), "{err}");
+    e.resign(Duration::ZERO).unwrap();
+}
+
 #[test]
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn campaign_proclaim_resign_and_observe() {

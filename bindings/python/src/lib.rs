@@ -33,6 +33,7 @@ use pyo3::prelude::*;
 fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_NAME_LEN", dlock::MAX_NAME_LEN)?;
+    m.add("MAX_VALUE_LEN", dlock::election::MAX_VALUE_LEN)?;
     m.add("RESIGN_GRACE", dlock::election::RESIGN_GRACE.as_secs_f64())?;
     m.add_class::<client::Client>()?;
     m.add_class::<session::Session>()?;

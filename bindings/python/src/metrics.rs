@@ -61,14 +61,17 @@ pub(crate) fn metrics_families(client: &Client, max_locks: usize) -> Vec<FamilyT
 
 /// The Prometheus text format of `client`'s snapshot.
 #[pyfunction]
-pub(crate) fn metrics_text(client: &Client) -> String {
-    client.inner.snapshot().to_text()
+pub(crate) fn metrics_text(py: Python<'_>, client: &Client) -> PyResult<String> {
+    // In a forked child the parent's numbers are not this process's.
+    crate::error::not_forked(py)?;
+    Ok(client.inner.snapshot().to_text())
 }
 
 /// `Lock.healthy(max_overdue)`: false once holding or draining more than
 /// `max_overdue` seconds past the deadline.
 #[pyfunction]
-pub(crate) fn lock_healthy(lock: &Lock, max_overdue: f64) -> PyResult<bool> {
+pub(crate) fn lock_healthy(py: Python<'_>, lock: &Lock, max_overdue: f64) -> PyResult<bool> {
+    crate::error::not_forked(py)?;
     let d = std::time::Duration::try_from_secs_f64(max_overdue)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("max_overdue: {e}")))?;
     Ok(lock.inner.healthy(d))

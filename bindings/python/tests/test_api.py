@@ -489,7 +489,18 @@ def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
             if permit.valid():
                 code |= 16
             permit.end()
-            for call in (lock.permit, lock.release, lock.close, lambda: lock.acquire(1), lambda: c.lock("x")):
+            for call in (
+                lock.permit,
+                lock.release,
+                lock.close,
+                lambda: lock.acquire(1),
+                lambda: c.lock("x"),
+                # issue 32, 4: the getters say so too, and a new client
+                # is refused while an inherited one lives
+                c.metrics_text,
+                lambda: lock.healthy(1.0),
+                lambda: dlock.Client(**FAST),  # type: ignore[arg-type]
+            ):
                 try:
                     call()
                     code |= 1
@@ -557,6 +568,51 @@ def test_shutdown_releases_everything_and_handles_behave_as_closed() -> None:
                 pass
             lock.release(); lock.close()       # harmless
         try:
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+@pytest.mark.parametrize("before", ["import", "dropped client"])
+def test_a_child_forked_after_import_makes_clients(before: str) -> None:
+    """Issue 32, 4: a child forked from a process that only imported dlock
+    (gunicorn --preload, celery prefork, multiprocessing with fork), or
+    whose clients were all dropped, makes clients and locks of its own; it
+    is not `forked()`. In a fresh interpreter, so that no client of this
+    test process is inherited."""
+    code = textwrap.dedent(
+        """
+        import gc, os, sys
+        import dlock
+        if sys.argv[1] == "dropped client":
+            c = dlock.Client()
+            with c.lock("parent"):
+                pass
+            del c
+            gc.collect()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                assert not dlock.forked()
+                svc = dlock.MemoryService()
+                c = dlock.Client(memory=svc)
+                lock = c.lock("child")
+                token = lock.acquire(5)
+                with lock.permit() as p:
+                    assert p.token == token and svc.holder("child") == token
+                assert "dlock_acquisitions_total" in c.metrics_text()
+                assert lock.healthy(1.0)
+                lock.release()
+                assert svc.holder("child") is None
+                code = 0
+            except BaseException as e:
+                print("child:", repr(e), flush=True)
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code, before], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
             idle.acquire(1); raise SystemExit("acquired after shutdown")
         except dlock.Shutdown as e:
             assert e.code == "shutdown"

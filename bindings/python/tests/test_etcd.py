@@ -89,6 +89,26 @@ def test_etcdctl_del_fences_at_once_and_reacquires() -> None:
     lock.close()
 
 
+def test_the_longest_name_with_the_longest_value_campaigns() -> None:
+    """Issue 32, 6: a campaign with the longest name and the longest value
+    fits etcd's request limit (a 1,024-byte name with a value under the old
+    limit made etcd answer "request is too large", retried until the
+    timeout); a value over `MAX_VALUE_LEN` is `InvalidArgument` naming the
+    limit, before anything is sent."""
+    assert (dlock.MAX_NAME_LEN, dlock.MAX_VALUE_LEN) == (1024, 1024 * 1024)
+    c = dlock.Client(MEMBERS)
+    prefix = name()
+    longest = prefix + "n" * (dlock.MAX_NAME_LEN - len(prefix.encode()))
+    e = c.election(longest)
+    with e.campaign(b"v" * dlock.MAX_VALUE_LEN, WITHIN):
+        e.proclaim(b"w" * dlock.MAX_VALUE_LEN)
+        with pytest.raises(dlock.InvalidArgument) as err:
+            e.proclaim(b"w" * (dlock.MAX_VALUE_LEN + 1))
+        assert "1048576" in str(err.value) and err.value.code == "invalid_argument"
+    with pytest.raises(dlock.InvalidArgument, match="1048576"):
+        c.election(name()).campaign(b"v" * (dlock.MAX_VALUE_LEN + 1), WITHIN)
+
+
 def test_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLOCK_ENDPOINTS", MEMBERS or "")
     c = dlock.Client(**FAST)  # type: ignore[arg-type]

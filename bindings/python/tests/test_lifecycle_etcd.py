@@ -106,6 +106,13 @@ CHILD = textwrap.dedent(
         held.wait(10)
     else:
         lock.acquire(10)
+    if mode == "app-handler":                # the application's own stop handler
+        import signal
+        def stop(sig, frame):
+            print("handled", sig, flush=True)
+            sys.exit(4)
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
     print("held", flush=True)
     sys.stdin.readline()
     atexit.register(lambda: print("exiting", time.monotonic(), flush=True))
@@ -174,6 +181,58 @@ def test_baseline_an_exit_without_hooks_waits_out_the_lease(capsys: pytest.Captu
     # No upper bound but the contender's own: etcd extends every lease by
     # its TTL when a new leader is elected (10.6 s seen under load).
     assert took > BOUND
+
+
+def stopped_by(sig: signal.Signals, mode: str) -> "tuple[float, int, str]":
+    """A child holding `n` (`mode`: "signal", no handler of its own, or
+    "app-handler") gets `sig` while a contender waits: seconds from the
+    signal to the contender's acquisition, the child's return code, its
+    output."""
+    n = name()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, MEMBERS or "", n, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "held"
+        contender = Contender(n)
+        until("the contender waits in etcd's queue", lambda: len(keys(n)) == 2)
+        sent = time.monotonic()
+        child.send_signal(sig)
+        got = contender.join()
+        out, err = child.communicate(timeout=WITHIN)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return got - sent, child.returncode, out + err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_frees_the_lock_and_ends_the_process_by_it(
+    sig: signal.Signals, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32, 8: SIGTERM (the stop signal of systemd, Kubernetes,
+    Docker) or SIGINT to a process with no handler of its own: the lock is
+    free within one keepalive timeout, and the process dies of the signal."""
+    took, code, out = stopped_by(sig, "signal")
+    figure(capsys, f"EXIT|python-{sig.name}|{took * 1000:.1f}")
+    assert code == -sig, f"{sig.name}: return code {code}, expected killed by it: {out}"
+    assert took < BOUND, f"{sig.name}: the contender acquired {took:.3f} s after the signal (bound {BOUND} s)"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_still_runs_the_applications_handler(sig: signal.Signals) -> None:
+    """The application's handler (installed after the client) runs and
+    decides: it exits 4, and that exit releases at once."""
+    took, code, out = stopped_by(sig, "app-handler")
+    assert f"handled {int(sig)}" in out, out
+    assert code == 4, out
+    assert took < BOUND, f"{sig.name}: the contender acquired {took:.3f} s after the signal (bound {BOUND} s)"
 
 
 def test_a_cancelled_async_acquire_leaves_nothing_held(capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Generator, Optional, Type, TypeVar, Unio
 from . import _dlock
 from ._dlock import (
     MAX_NAME_LEN,
+    MAX_VALUE_LEN,
     Event,
     FenceGate,
     Leader,
@@ -69,6 +70,7 @@ __version__: str = _dlock.__version__
 
 __all__ = [
     "MAX_NAME_LEN",
+    "MAX_VALUE_LEN",
     "AlreadyHeld",
     "BackendError",
     "Client",

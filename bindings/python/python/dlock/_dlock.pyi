@@ -9,6 +9,7 @@ from typing_extensions import disjoint_base
 __all__ = [
     "__version__",
     "MAX_NAME_LEN",
+    "MAX_VALUE_LEN",
     "RESIGN_GRACE",
     "Client",
     "Session",
@@ -42,6 +43,7 @@ __version__: str
 MAX_NAME_LEN: int
 RESIGN_GRACE: float
 
+MAX_VALUE_LEN: int
 _F = TypeVar("_F", bound=Callable[..., Any])
 _StrPath = Union[str, "os.PathLike[str]"]
 
