@@ -173,3 +173,52 @@ for (const mode of ['end', 'exit', 'sigkill']) {
     await lock.close();
   });
 }
+
+// Issue 32, 8: a stop signal (SIGTERM: systemd, Kubernetes, Docker;
+// SIGINT: Ctrl-C) to a holder with no handler of its own releases within
+// one keepalive timeout and the process still dies of the signal; with
+// the application's handler installed, that handler runs and decides (it
+// exits 4), and the lock is free as fast.
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  for (const handler of [false, true]) {
+    test(`etcd: ${sig} to a holder ${handler ? "with the application's handler" : 'with no handler'} frees the lock within a keepalive timeout`, { skip }, async () => {
+      const name = unique(`signal-${sig}-${handler}`);
+      const child = spawn(process.execPath, [path.join(__dirname, 'fixtures', 'exit-holding.js'), name, handler ? 'app-handler' : 'end'], {
+        env: { ...process.env, DLOCK_ENDPOINTS: members },
+        stdio: ['pipe', 'pipe', 'inherit'],
+      });
+      const exited = once(child, 'exit');
+      const out = [];
+      const lines = readline.createInterface({ input: child.stdout });
+      const held = new Promise((resolve) =>
+        lines.on('line', (l) => {
+          out.push(l);
+          if (l.startsWith('held ')) resolve(BigInt(l.slice(5)));
+        }),
+      );
+      const token0 = await held;
+      const client = new dlock.Client({ endpoints: members, ...FAST, reacquire: false });
+      const lock = client.lock(name);
+      const acquiring = lock.acquire({ timeout: 20_000 }).then((token) => ({ token, at: process.hrtime.bigint() }));
+      for (let i = 0; lockKeys(name).length < 2; i++) {
+        assert.ok(i < 1000, 'the contender never queued');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      const sent = process.hrtime.bigint();
+      child.kill(sig);
+      const { token, at } = await acquiring;
+      const ms = Number(at - sent) / 1e6;
+      console.log(`EXIT|node-${sig}${handler ? '-handler' : ''}|${ms.toFixed(1)}`);
+      const [code, signal] = await exited;
+      assert.ok(token > token0);
+      if (handler) {
+        assert.equal(code, 4, out.join('\n'));
+        assert.ok(out.includes(`handled ${sig}`), out.join('\n'));
+      } else {
+        assert.equal(signal, sig, `exit code ${code}, signal ${signal}: killed by ${sig} expected`);
+      }
+      assert.ok(ms < KEEPALIVE_TIMEOUT_MS + SLACK_MS, `the contender acquired ${ms} ms after ${sig}`);
+      await lock.close();
+    });
+  }
+}
