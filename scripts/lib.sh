@@ -61,3 +61,17 @@ build_tools_venv() {
   tag=$(printf '%s\n' "${BUILD_TOOLS[@]}" | md5sum | cut -c1-10)
   echo "${XDG_CACHE_HOME:-$HOME/.cache}/dlock/build-tools-$tag"
 }
+
+# wait_release: under scripts/test.sh, waits until the other lane's release
+# build is done (DLOCK_RELEASE_READY names the file it makes; a file
+# DLOCK_RELEASE_READY.failed says it failed), so a suite can start its
+# tests that need no release build first. Run alone: returns at once.
+wait_release() {
+  [[ -n ${DLOCK_RELEASE_READY:-} ]] || return 0
+  local t0=$SECONDS
+  until [[ -e $DLOCK_RELEASE_READY ]]; do
+    [[ ! -e $DLOCK_RELEASE_READY.failed ]] || { echo "the release build failed" >&2; return 1; }
+    sleep 1
+  done
+  ((SECONDS - t0 < 2)) || echo "(waited $((SECONDS - t0)) s for the release build)" >&2
+}

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The CLI face (issue 12, cli/): the `dlock` command.
-#   - clippy -D warnings on the cluster tests (cli/tests/cli_etcd.rs is a
-#     test = false target, so the workspace clippy of scripts/test.sh does
-#     not see it);
 #   - `cargo install --path cli` (debug profile, into a temporary root,
-#     sharing target/) and the installed binary answering --version;
-#   - the tests that need no service (cli/tests/cli.rs, unit tests);
+#     sharing the target folder) and the installed binary answering
+#     --version: the full tier only (DLOCK_FULL=1), as it compiles the
+#     command a second time;
 #   - the cluster tests: starts the 3-member test cluster
-#     (scripts/etcd-cluster.sh, honours DLOCK_TEST_PORT_BASE), runs
-#     cli_etcd (a missing cluster fails it), stops the cluster on any exit,
-#     and prints the cut-off figures (`CLI|...` lines).
+#     (scripts/etcd-cluster.sh, honours DLOCK_TEST_PORT_BASE and
+#     DLOCK_TEST_ETCD_DIR), runs cli_etcd and elect_etcd (a missing cluster
+#     fails them), stops the cluster on any exit, and prints the cut-off
+#     figures (`CLI|...` lines).
+# The tests that need no service run in scripts/test.sh's `cargo test
+# --workspace`; the cluster tests' lint is its one clippy.
 # Pass/fail is decided by the Rust tests; this script only counts.
 #
 # usage: scripts/test-cli.sh [LOGFILE]   (the cluster tests' cargo output is

@@ -32,6 +32,7 @@ need_debs gcc=gcc pkg-config=pkg-config /usr/include/postgresql/libpq-fe.h=libpq
 # example with the tests), in the same feature set; the C one on the one
 # release build's libdlock.so.
 cargo build --workspace --all-features --locked --example pg_guard
+wait_release
 scripts/build-release.sh
 lib=$(release_dir)
 # shellcheck disable=SC2046

@@ -14,12 +14,13 @@
 # (scripts/build-release.sh, zig: it serves the packages, the C and C++
 # tests, the command and the nemesis holders).
 #
-# After the builds, two lanes run side by side:
-#   timers  the suites that mostly wait on timers, at normal priority: the
-#           unit, property and scenario tests, PostgreSQL, etcd, the nemesis
+# After the builds, three lanes run side by side:
+#   timers  suites that mostly wait on timers, at normal priority: the
+#           unit, property and scenario tests, etcd, PostgreSQL, the nemesis
 #   work    the CPU-bound rest, niced: the release build and packing,
-#           clippy, docs, the faces (C, C++, packages, Python, Node, the
-#           command), the alert rules
+#           clippy, docs, C, the packages installed, C++, the alert rules
+#   faces   the faces whose suites wait on their own clusters, at normal
+#           priority, once the packages exist: Python, Node, the command
 # Each lane's servers are its own (ports and folders apart), so a fault
 # case never shares a cluster with another lane's tests. A lane's output
 # goes to target/test-logs/LANE.log and is printed when the lane ends.
@@ -100,11 +101,11 @@ print_table() {
 # not cargo's (C, C++, the packages, Python, Node, the alert rules: their
 # closing lines, from the lanes' output), the last line of each.
 counts() {
-  awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }' "$main_log" "$logs"/timers.log "$logs"/work.log 2>/dev/null |
+  awk '/^test result:/ { p += $4; f += $6 } END { print p + 0, f + 0 }' "$main_log" "$logs"/{timers,work,faces}.log 2>/dev/null |
     { read -r p f
       awk -v p="$p" -v f="$f" '
         match($0, /^(c|c-etcd|cpp|dist|python|node|alerts): [0-9]+ passed, [0-9]+ failed/) { split($0, w, /[ :,]+/); pp[w[1]] = w[2]; ff[w[1]] = w[4] }
-        END { for (k in pp) { p += pp[k]; f += ff[k] }; print p, f }' "$logs"/timers.out "$logs"/work.out 2>/dev/null; }
+        END { for (k in pp) { p += pp[k]; f += ff[k] }; print p, f }' "$logs"/{timers,work,faces}.out 2>/dev/null; }
 }
 
 # --- the builds ---------------------------------------------------------------
@@ -140,6 +141,7 @@ fi
 # --- two lanes ------------------------------------------------------------------
 sync=$logs/sync
 mkdir -p "$sync"
+export DLOCK_RELEASE_READY=$sync/release
 # wait_for_release: the timers lane waits here for the work lane's release
 # build (its C and PostgreSQL tests link it) and for the packages (the
 # nemesis holders install them).
@@ -154,11 +156,13 @@ timers_lane() {
   local log=$logs/timers.log rc=0
   timed timers "cargo test --workspace (unit, property: PROPTEST_CASES=$PROPTEST_CASES, scenarios, drivers, examples)" \
     ws_test 2>&1 | tee -a "$log" || rc=1
-  wait_for release || return 1
-  # Servers of this lane: the scripts' default ports and folders.
+  # Servers of this lane: the scripts' default ports and folders. etcd
+  # first: its Rust suites need no release build, and its C part waits for
+  # the work lane's (wait_release in scripts/lib.sh).
+  timed timers "etcd (scripts/test-etcd.sh: Rust, C, examples, DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)" \
+    ./scripts/test-etcd.sh "$log" || rc=1
   timed timers "PostgreSQL (scripts/test-postgres.sh, DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)" \
     ./scripts/test-postgres.sh "$log" || rc=1
-  timed timers "etcd (scripts/test-etcd.sh: Rust, C, examples)" ./scripts/test-etcd.sh "$log" || rc=1
   wait_for dist || return 1
   timed timers "nemesis (scripts/test-nemesis.sh: etcd and PostgreSQL side by side, every face)" \
     ./scripts/test-nemesis.sh "$log" || rc=1
@@ -172,16 +176,13 @@ timers_lane() {
 
 work_lane() {
   local log=$logs/work.log rc=0
-  # Niced: the timers lane's suites get the CPU at once when they wake.
+  # Niced: the other lanes' suites get the CPU at once when they wake.
   renice -n 10 -p "$BASHPID" >/dev/null
-  # Servers of this lane: ports and folders apart from the timers lane's.
-  export DLOCK_TEST_PORT_BASE=27790 DLOCK_TEST_ETCD_DIR=target/etcd-work
-  export DLOCK_TEST_PG_PORT_BASE=28430 DLOCK_TEST_PG_DIR=target/pg-work
   # The packages (issue 21): one release build (scripts/build-release.sh,
   # which fails on a native file above the glibc floor or a missing
   # SONAME), packed by scripts/dist.sh; the faces below install them.
   if ! timed work "the release build (scripts/build-release.sh)" scripts/build-release.sh; then
-    touch "$sync/work-failed-early"
+    touch "$sync/work-failed-early" "$sync/release.failed"
     return 1
   fi
   touch "$sync/release"
@@ -205,9 +206,24 @@ work_lane() {
   timed work "C (scripts/test-c.sh)" ./scripts/test-c.sh "$log" || rc=1
   timed work "packages (scripts/test-dist.sh)" ./scripts/test-dist.sh "$log" || rc=1
   local face
-  for face in cpp python node cli alerts; do
+  for face in cpp alerts; do
     [[ -e scripts/test-$face.sh ]] || continue
     timed work "$face (scripts/test-$face.sh)" "./scripts/test-$face.sh" "$log" || rc=1
+  done
+  return $rc
+}
+
+# The faces whose suites mostly wait on their own clusters' timers: the
+# installed packages (DLOCK_DIST) of Python and Node, and the command.
+faces_lane() {
+  local log=$logs/faces.log rc=0 face
+  # Servers of this lane: ports and folders apart from the timers lane's.
+  export DLOCK_TEST_PORT_BASE=27790 DLOCK_TEST_ETCD_DIR=target/etcd-faces
+  export DLOCK_TEST_PG_PORT_BASE=28430 DLOCK_TEST_PG_DIR=target/pg-faces
+  wait_for dist || return 1
+  export DLOCK_DIST=$root/dist
+  for face in python node cli; do
+    timed faces "$face (scripts/test-$face.sh)" "./scripts/test-$face.sh" "$log" || rc=1
   done
   return $rc
 }
@@ -233,11 +249,14 @@ exec 3>&1
 timers_pid=$!
 (work_lane >"$logs/work.out" 2>&1) &
 work_pid=$!
+(faces_lane >"$logs/faces.out" 2>&1) &
+faces_pid=$!
 
 rc=0
 wait "$timers_pid" || rc=1
 wait "$work_pid" || rc=1
-for lane in timers work; do
+wait "$faces_pid" || rc=1
+for lane in timers work faces; do
   printf '\n==================== the %s lane ====================\n' "$lane"
   cat "$logs/$lane.out"
 done
