@@ -18,9 +18,10 @@
 #   timers  suites that mostly wait on timers, at normal priority: the
 #           unit, property and scenario tests, etcd, PostgreSQL, the nemesis
 #   work    the CPU-bound rest, niced: the release build and packing,
-#           clippy, docs, C, the packages installed, C++, the alert rules
-#   faces   the faces whose suites wait on their own clusters, at normal
-#           priority, once the packages exist: Python, Node, the command
+#           clippy, docs, C, C++, the alert rules
+#   faces   once the packages exist, the faces whose suites wait on their
+#           own clusters, at normal priority: Python, Node, the command;
+#           then the packages installed as users do (niced)
 # Each lane's servers are its own (ports and folders apart), so a fault
 # case never shares a cluster with another lane's tests. A lane's output
 # goes to target/test-logs/LANE.log and is printed when the lane ends.
@@ -164,6 +165,8 @@ timers_lane() {
   timed timers "PostgreSQL (scripts/test-postgres.sh, DLOCK_FAULT_RUNS=$DLOCK_FAULT_RUNS)" \
     ./scripts/test-postgres.sh "$log" || rc=1
   wait_for dist || return 1
+  # The nemesis holders install the packages (nemesis/holders/build-faces.sh).
+  export DLOCK_DIST=$root/dist
   timed timers "nemesis (scripts/test-nemesis.sh: etcd and PostgreSQL side by side, every face)" \
     ./scripts/test-nemesis.sh "$log" || rc=1
   if [[ -n $full ]]; then
@@ -204,7 +207,6 @@ work_lane() {
     env CARGO_TARGET_DIR="$check_dir" RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --locked --quiet || rc=1
   timed work "PostgreSQL servers from a checkout under a mode-700 folder (scripts/pg-cluster.sh)" pg_in_private_folder || rc=1
   timed work "C (scripts/test-c.sh)" ./scripts/test-c.sh "$log" || rc=1
-  timed work "packages (scripts/test-dist.sh)" ./scripts/test-dist.sh "$log" || rc=1
   local face
   for face in cpp alerts; do
     [[ -e scripts/test-$face.sh ]] || continue
@@ -225,6 +227,9 @@ faces_lane() {
   for face in python node cli; do
     timed faces "$face (scripts/test-$face.sh)" "./scripts/test-$face.sh" "$log" || rc=1
   done
+  # The packages installed as users do: CPU-bound (compiles of the C and
+  # C++ workers), so niced like the work lane.
+  timed faces "packages (scripts/test-dist.sh)" nice -n 10 ./scripts/test-dist.sh "$log" || rc=1
   return $rc
 }
 

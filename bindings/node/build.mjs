@@ -76,7 +76,19 @@ if (features && !workspace) cargoArgs.push('--features', features);
 // again to write them: a changed variable makes cargo do that. An
 // --addon-only build needs none, and leaves the environment as the other
 // builds of the workspace have it (a changed variable rebuilds the crate).
-const env = flag('--addon-only') ? process.env : { ...process.env, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
+// `npm run` adds its own variables and node_modules/.bin folders to PATH;
+// build scripts that watch them (pyo3's finds Python on PATH) would rerun,
+// and the workspace's crates compile again: cargo gets the caller's own.
+const callerEnv = Object.fromEntries(
+  Object.entries(process.env)
+    .filter(([k]) => !/^npm_/i.test(k) && !['INIT_CWD', 'NODE', 'COLOR', 'EDITOR'].includes(k))
+    .map(([k, v]) =>
+      k === 'PATH'
+        ? [k, v.split(':').filter((d) => !/node_modules[/]\.bin$|node-gyp-bin$/.test(d)).join(':')]
+        : [k, v],
+    ),
+);
+const env = flag('--addon-only') ? callerEnv : { ...callerEnv, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
 if (!flag('--addon-only') && readdirSync(typeDefDir).length === 0) env.NAPI_FORCE_BUILD_DLOCK_NODE = String(Date.now());
 if (!zigTypeDefs) run('cargo', cargoArgs, env);
 
