@@ -7,7 +7,10 @@
 #                                       libdlock.a, include/dlock.h + dlock.hpp,
 #                                       lib/pkgconfig/dlock.pc (relocatable),
 #                                       lib/cmake/dlock/ (find_package), bin/dlock,
-#                                       share/doc/dlock/ (licences)
+#                                       share/doc/dlock/ (licences, metrics.md),
+#                                       share/dlock/prometheus/ (alert rules and
+#                                       their promtool tests), share/dlock/grafana/
+#                                       (the dashboard)
 #   dist/libdlock_V_ARCH.deb            the same tree under /usr (ldconfig on install)
 #   dist/dlock_fence-V-cp39-abi3-manylinux_2_17_ARCH.whl   `import dlock`
 #                                       (scripts/wheel.py packs the module built here)
@@ -121,6 +124,12 @@ c_tree() { # PREFIX: the installed layout (lib, include, bin, share)
   sed "s/@VERSION@/$version/" packaging/cmake/dlockConfigVersion.cmake.in \
     >"$p/lib/cmake/dlock/dlockConfigVersion.cmake"
   licences "$p/share/doc/dlock"
+  # The alert rules, their tests and the dashboard (docs/metrics.md, the
+  # runbook the alerts point to).
+  install -d "$p/share/dlock/prometheus" "$p/share/dlock/grafana"
+  install -m 644 packaging/prometheus/dlock-alerts.yml packaging/prometheus/dlock-alerts.test.yml "$p/share/dlock/prometheus/"
+  install -m 644 packaging/grafana/dlock-dashboard.json "$p/share/dlock/grafana/"
+  install -m 644 docs/metrics.md "$p/share/doc/dlock/metrics.md"
 }
 
 say "the libdlock archive"
@@ -146,6 +155,9 @@ main=$stage/npm-main
 mkdir -p "$main"
 cp bindings/node/index.js bindings/node/index.d.ts bindings/node/native.d.ts \
   bindings/node/prometheus.js bindings/node/prometheus.d.ts LICENSE "$main/"
+install -d "$main/data"
+install -m 644 packaging/prometheus/dlock-alerts.yml packaging/prometheus/dlock-alerts.test.yml \
+  packaging/grafana/dlock-dashboard.json "$main/data/"
 # The published package.json: the repository's, with the platform
 # packages as optional dependencies (napi-rs's layout); npm installs the
 # one whose os/cpu/libc match.
@@ -156,6 +168,8 @@ const p = JSON.parse(fs.readFileSync(src, "utf8"));
 delete p.devDependencies;
 delete p.scripts;
 p.files = p.files.filter((f) => !f.endsWith(".node")); // the addon: in the platform package
+p.files.push("data/"); // the alert rules, their tests, the dashboard
+p.exports["./data/*"] = "./data/*";
 p.optionalDependencies = { [`${p.name}-linux-${arch}-gnu`]: p.version };
 fs.writeFileSync(dst, JSON.stringify(p, null, 2) + "\n");
 ' bindings/node/package.json "$main/package.json" "$node_arch"

@@ -197,6 +197,24 @@ step "npm platform package: the addon's glibc floor, no RPATH, os/cpu/libc, engi
     eq([p.engines.node, m.engines.node], [\">=20\", \">=20\"], \"engines\");
     console.log(p.name, p.os, p.cpu, p.libc, \"engines\", m.engines.node);" "$1"' _ "$work"
 
+# --- the alert rules and the dashboard, in every package --------------------------
+# Each package carries the same three files (docs/metrics.md); the rules'
+# promtool tests pass on the archive's installed copy.
+alerts_in_packages() {
+  local f where rc=0
+  for f in prometheus/dlock-alerts.yml prometheus/dlock-alerts.test.yml grafana/dlock-dashboard.json; do
+    for where in "$ar/share/dlock/$f" "$work/deb/usr/share/dlock/$f" "$work/wheel/dlock/data/${f##*/}" "$work/npm/main/data/${f##*/}"; do
+      if cmp -s "$where" "$root/packaging/$f"; then echo "${where#"$work"/}: as in packaging/$f"; else echo "${where#"$work"/}: missing or not packaging/$f"; rc=1; fi
+    done
+  done
+  [[ -f $ar/share/doc/dlock/metrics.md ]] || { echo "no share/doc/dlock/metrics.md (the alerts' runbook)"; rc=1; }
+  if command -v promtool >/dev/null; then
+    (cd "$ar/share/dlock/prometheus" && promtool test rules dlock-alerts.test.yml | tail -1) || rc=1
+  fi
+  return $rc
+}
+step "alert rules, their tests and the dashboard in the archive, the .deb, the wheel and the npm package" alerts_in_packages
+
 # --- bad input -------------------------------------------------------------------
 # dist.sh from a copy of itself (so no run here can touch dist/), on a PATH
 # holding what it needs up to its tool check, less one tool.

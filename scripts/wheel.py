@@ -62,6 +62,10 @@ def main() -> None:
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
             files.append((f"{package}/{path.relative_to(source).as_posix()}", path.read_bytes()))
     files.append((f"{package}/{native}.abi3.so", Path(module).read_bytes()))
+    # The alert rules, their promtool tests and the dashboard (docs/metrics.md).
+    for extra in ("packaging/prometheus/dlock-alerts.yml", "packaging/prometheus/dlock-alerts.test.yml",
+                  "packaging/grafana/dlock-dashboard.json"):
+        files.append((f"{package}/data/{Path(extra).name}", Path(extra).read_bytes()))
     licence = Path("LICENSE")
     files.append((f"{info}/licenses/LICENSE", licence.read_bytes()))
     files.append((f"{info}/METADATA", metadata(project, "LICENSE").encode()))
