@@ -96,6 +96,14 @@ impl Drop for Election {
     }
 }
 
+/// `grace` checked as `resign` checks it (`InvalidArgument` for a
+/// negative, NaN or infinite one): `campaign(grace=...)` refuses a bad
+/// grace before campaigning, not on leaving its block (issue 32).
+#[pyfunction]
+pub(crate) fn check_grace(py: Python<'_>, grace: f64) -> PyResult<f64> {
+    seconds(py, "grace", Code::InvalidArgument, grace).map(|d| d.as_secs_f64())
+}
+
 /// A candidate's value: bytes, bytearray or str (UTF-8).
 fn value_arg(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     bytes_arg("an election value", v)
@@ -132,6 +140,7 @@ impl Election {
         let handle: LockHandle = election.clone();
         Ok(PyClassInitializer::from(Lock {
             inner: ManuallyDrop::new(handle),
+            handlers: Default::default(),
         })
         .add_subclass(Election {
             inner: ManuallyDrop::new(election),

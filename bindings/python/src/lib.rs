@@ -43,6 +43,7 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<acquisition::Acquisition>()?;
     m.add_class::<election::Election>()?;
     m.add_class::<election::Leader>()?;
+    m.add_function(wrap_pyfunction!(election::check_grace, m)?)?;
     m.add_class::<observer::Observer>()?;
     m.add_class::<observer::Observed>()?;
     m.add_class::<permit::Permit>()?;
@@ -56,6 +57,7 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(process::forked, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_families, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::process_metrics_text, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::lock_healthy, m)?)?;
     m.add_function(wrap_pyfunction!(log::route_logs, m)?)?;
     m.add_function(wrap_pyfunction!(vocab::codes, m)?)?;

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyString, PyTuple};
 
 use crate::acquisition::Acquisition;
-use crate::callback::call_back;
+use crate::callback::{Handlers, add_handler, call_each};
 use crate::client::Client;
 use crate::complete::{Outcome, Pending, spawn};
 use crate::convert::{bytes_arg, instant_secs, py_opt, secs_f64, timeout_arg, type_name};
@@ -69,6 +69,19 @@ pub(crate) struct Lock {
     /// `self.inner.clone()` is a `ManuallyDrop` that never drops, and the
     /// lock would outlive its Python object (found by the soak).
     pub(crate) inner: ManuallyDrop<LockHandle>,
+    /// The handlers registered, by kind: they add up (issue 32).
+    pub(crate) handlers: LockHandlers,
+}
+
+/// A lock's Python handlers, one list per kind of callback; the core's
+/// callback of a kind is set with the first handler and calls them all.
+#[derive(Default)]
+pub(crate) struct LockHandlers {
+    fence: Handlers,
+    state_change: Handlers,
+    acquired: Handlers,
+    drained: Handlers,
+    event: Handlers,
 }
 
 impl Drop for Lock {
@@ -103,6 +116,7 @@ impl Lock {
         };
         Ok(Lock {
             inner: ManuallyDrop::new(Arc::new(Box::new(lock.or_raise(py)?))),
+            handlers: LockHandlers::default(),
         })
     }
 
@@ -221,52 +235,70 @@ impl Lock {
         }
     }
 
-    /// `fn(token, in_flight)` once per fenced token.
-    fn on_fence(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
-        let g = f.clone_ref(py);
-        self.inner.on_fence(move |token, in_flight| {
-            call_back(&g, "on_fence", |py| {
-                (token.get(), in_flight).into_pyobject(py)
+    /// `fn(token, in_flight)` once per fenced token. Handlers add up,
+    /// called in the order registered (as every `on_*`); a handler that is
+    /// not callable is a `TypeError` here.
+    fn on_fence(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let all = &self.handlers.fence;
+        if add_handler(py, all, "on_fence", &f)? {
+            let all = all.clone();
+            self.inner.on_fence(move |token, in_flight| {
+                call_each(&all, "on_fence", |py| {
+                    (token.get(), in_flight).into_pyobject(py)
+                });
             });
-        });
-        f
+        }
+        Ok(f)
     }
 
     /// `fn(from_state, to_state, reason)` (words) on every state change.
-    fn _on_state_change_words(&self, f: Py<PyAny>) {
-        self.inner.on_state_change(move |c| {
-            call_back(&f, "on_state_change", |py| {
-                (c.from.as_str(), c.to.as_str(), c.reason.as_str()).into_pyobject(py)
+    fn _on_state_change_words(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<()> {
+        let all = &self.handlers.state_change;
+        if add_handler(py, all, "on_state_change", &f)? {
+            let all = all.clone();
+            self.inner.on_state_change(move |c| {
+                call_each(&all, "on_state_change", |py| {
+                    (c.from.as_str(), c.to.as_str(), c.reason.as_str()).into_pyobject(py)
+                });
             });
-        });
+        }
+        Ok(())
     }
 
     /// `fn(token)` on every acquisition.
-    fn on_acquired(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
-        let g = f.clone_ref(py);
-        self.inner.on_acquired(move |token| {
-            call_back(&g, "on_acquired", |py| (token.get(),).into_pyobject(py));
-        });
-        f
+    fn on_acquired(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let all = &self.handlers.acquired;
+        if add_handler(py, all, "on_acquired", &f)? {
+            let all = all.clone();
+            self.inner.on_acquired(move |token| {
+                call_each(&all, "on_acquired", |py| (token.get(),).into_pyobject(py));
+            });
+        }
+        Ok(f)
     }
 
     /// `fn()` once the lock left Holding and no permit is in flight.
-    fn on_drained(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
-        let g = f.clone_ref(py);
-        self.inner.on_drained(move || {
-            call_back(&g, "on_drained", |py| Ok(PyTuple::empty(py)));
-        });
-        f
+    fn on_drained(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let all = &self.handlers.drained;
+        if add_handler(py, all, "on_drained", &f)? {
+            let all = all.clone();
+            self.inner.on_drained(move || {
+                call_each(&all, "on_drained", |py| Ok(PyTuple::empty(py)));
+            });
+        }
+        Ok(f)
     }
 
     /// `fn(event)` with every event (an `Event`).
-    fn on_event(&self, py: Python<'_>, f: Py<PyAny>) -> Py<PyAny> {
-        let g = f.clone_ref(py);
-        self.inner.on_event(move |e| {
-            let e = Event::from(e);
-            call_back(&g, "on_event", |py| (e,).into_pyobject(py));
-        });
-        f
+    fn on_event(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<Py<PyAny>> {
+        let all = &self.handlers.event;
+        if add_handler(py, all, "on_event", &f)? {
+            let all = all.clone();
+            self.inner.on_event(move |e| {
+                call_each(&all, "on_event", |py| (Event::from(e),).into_pyobject(py));
+            });
+        }
+        Ok(f)
     }
 
     /// The lock's events from now on (ends with the close).

@@ -21,13 +21,21 @@ type Series = (
 /// `counter`, `gauge` or `histogram`.
 type FamilyTuple = (String, String, String, Vec<String>, Vec<Series>);
 
-/// The families of `client`'s snapshot, per-lock series capped at
-/// `max_locks`.
+/// The core's snapshot of `client`, or with None of every client of the
+/// process (`dlock::metrics::process_snapshot`, issue 32).
+fn snapshot(client: Option<&Client>) -> dlock::MetricsSnapshot {
+    match client {
+        Some(c) => c.inner.snapshot(),
+        None => dlock::metrics::process_snapshot(),
+    }
+}
+
+/// The families of `client`'s snapshot (None: every client of the
+/// process), per-lock series capped at `max_locks`.
 #[pyfunction]
-pub(crate) fn metrics_families(client: &Client, max_locks: usize) -> Vec<FamilyTuple> {
-    client
-        .inner
-        .snapshot()
+#[pyo3(signature = (client, max_locks))]
+pub(crate) fn metrics_families(client: Option<&Client>, max_locks: usize) -> Vec<FamilyTuple> {
+    snapshot(client)
         .families_capped(max_locks)
         .into_iter()
         .map(|f| {
@@ -67,12 +75,18 @@ pub(crate) fn metrics_text(py: Python<'_>, client: &Client) -> PyResult<String> 
     Ok(client.inner.snapshot().to_text())
 }
 
+/// The Prometheus text format of every client of the process, as one
+/// (what `dlock.prometheus.Collector` exports; issue 32).
+#[pyfunction]
+pub(crate) fn process_metrics_text() -> String {
+    dlock::metrics::process_snapshot().to_text()
+}
+
 /// `Lock.healthy(max_overdue)`: false once holding or draining more than
 /// `max_overdue` seconds past the deadline.
 #[pyfunction]
 pub(crate) fn lock_healthy(py: Python<'_>, lock: &Lock, max_overdue: f64) -> PyResult<bool> {
     crate::error::not_forked(py)?;
-    let d = std::time::Duration::try_from_secs_f64(max_overdue)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("max_overdue: {e}")))?;
+    let d = crate::convert::seconds(py, "max_overdue", dlock::Code::InvalidArgument, max_overdue)?;
     Ok(lock.inner.healthy(d))
 }

@@ -292,6 +292,46 @@ def test_fence_then_reacquire_with_higher_token() -> None:
     assert lock.state is dlock.State.HOLDING
 
 
+def test_handlers_add_up_and_a_non_callable_is_a_type_error() -> None:
+    """Issue 32, item 5: a second ``on_fence`` / ``on_acquired`` (and every
+    other ``on_*``) adds a handler beside the first, called in the order
+    registered; a handler that is not callable is a ``TypeError`` at once,
+    not a log line at the fence."""
+    svc = dlock.MemoryService()
+    c = dlock.Client(memory=svc, **FAST)  # type: ignore[arg-type]
+    lock = c.lock("handlers")
+    seen: List[str] = []
+    done = threading.Event()
+    for register in (lock.on_fence, lock.on_acquired, lock.on_drained, lock.on_event, lock.on_state_change):
+        for bad in (42, None, "f"):
+            with pytest.raises(TypeError):
+                register(bad)  # type: ignore[arg-type]
+
+    @lock.on_fence
+    def fence_1(t: int, n: int) -> None:
+        seen.append("fence 1")
+
+    @lock.on_fence
+    def fence_2(t: int, n: int) -> None:
+        seen.append("fence 2")
+
+    @lock.on_acquired
+    def acquired_1(t: int) -> None:
+        seen.append("acquired 1")
+
+    @lock.on_acquired
+    def acquired_2(t: int) -> None:
+        seen.append("acquired 2")
+        if seen.count("acquired 2") == 2:
+            done.set()
+
+    lock.acquire()
+    assert svc.delete_lock_key("handlers")
+    assert done.wait(WITHIN)
+    assert seen == ["acquired 1", "acquired 2", "fence 1", "fence 2", "acquired 1", "acquired 2"]
+    lock.release()
+
+
 def test_events_iterator_ends_with_close() -> None:
     c = client()
     lock = c.lock("ev")

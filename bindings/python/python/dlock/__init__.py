@@ -327,7 +327,9 @@ class Lock(_dlock.Lock):
 
     def on_state_change(self, fn: F) -> F:
         """``fn(old: State, new: State, reason: str)`` on every state change;
-        returns ``fn`` (usable as a decorator)."""
+        returns ``fn`` (usable as a decorator). Handlers add up."""
+        if not callable(fn):
+            raise TypeError(f"on_state_change needs a callable, not {type(fn).__name__}")
 
         def words(old: str, new: str, reason: str) -> None:
             fn(State(old), State(new), reason)
@@ -434,7 +436,9 @@ class Election(_dlock.Election, Lock):
         (``lead.token``); raises ``Timeout`` (nothing held), ``Released`` on
         a closed session. The wait re-reads the candidate's own key, so a
         candidate whose key went meanwhile is never told it leads. Leaving
-        ``with ... as lead:`` resigns with ``grace``. Ctrl-C cancels it."""
+        ``with ... as lead:`` resigns with ``grace``, checked first (a bad one
+        is ``InvalidArgument`` before anything is held). Ctrl-C cancels it."""
+        grace = _dlock.check_grace(grace)
         return Leadership(self, self._campaign(value, timeout), grace)
 
     def campaign_async(
@@ -445,6 +449,7 @@ class Election(_dlock.Election, Lock):
         election.campaign_async(v) as lead:`` (resigns on leaving).
         Cancelling the awaiting task cancels the campaign in the core, as
         ``Lock.acquire_async``: nothing stays held."""
+        grace = _dlock.check_grace(grace)
         return Campaign(self, value, timeout, grace)
 
     async def _campaign_wait(self, value: _Value, timeout: Optional[float], grace: float) -> "Leadership":

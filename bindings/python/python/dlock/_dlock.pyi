@@ -32,6 +32,8 @@ __all__ = [
     "forked",
     "metrics_families",
     "metrics_text",
+    "process_metrics_text",
+    "check_grace",
     "lock_healthy",
     "route_logs",
     "codes",
@@ -41,9 +43,9 @@ __all__ = [
 
 __version__: str
 MAX_NAME_LEN: int
+MAX_VALUE_LEN: int
 RESIGN_GRACE: float
 
-MAX_VALUE_LEN: int
 _F = TypeVar("_F", bound=Callable[..., Any])
 _StrPath = Union[str, "os.PathLike[str]"]
 
@@ -300,7 +302,7 @@ def stall_driver(seconds: float) -> None: ...
 def shutdown() -> None: ...
 def forked() -> bool: ...
 def metrics_families(
-    client: Client, max_locks: int
+    client: Optional[Client], max_locks: int
 ) -> List[
     Tuple[
         str,
@@ -317,6 +319,8 @@ def metrics_families(
     ]
 ]: ...
 def metrics_text(client: Client) -> str: ...
+def process_metrics_text() -> str: ...
+def check_grace(grace: float) -> float: ...
 def lock_healthy(lock: Lock, max_overdue: float) -> bool: ...
 def route_logs(on: bool) -> None: ...
 def codes() -> List[str]: ...

@@ -1,14 +1,21 @@
 """dlock metrics for ``prometheus_client`` (issue 22; docs/metrics.md).
 
-``prometheus_client`` is an optional extra (``pip install dlock[prometheus]``)
-imported only when a collector is made::
+``prometheus_client`` is an optional extra (``pip install
+'dlock-fence[prometheus]'``) imported only when a collector is made::
 
     from prometheus_client import REGISTRY
     from dlock.prometheus import Collector
-    REGISTRY.register(Collector(client))
+    REGISTRY.register(Collector())
 
-Every scrape reads the client's snapshot from the core: the names, types and
-labels are the core's, the same as every other face's.
+One collector exports every client of the process as one (issue 32): its
+counters and gauges are the sums over the clients, as a client's are over
+its sessions, and a client or lock dropped keeps its counts, so no counter
+goes down. Every ``Collector`` is equal to every other with the same
+``max_locks``, so registering one per client (``Collector(client)``, as
+before) leaves one in the registry and the page stays valid.
+
+Every scrape reads the core's snapshot: the names, types and labels are the
+core's, the same as every other face's.
 
 Multiprocess mode (gunicorn with ``PROMETHEUS_MULTIPROC_DIR``) does not
 support custom collectors. Each worker has its own client and locks, so
@@ -19,7 +26,7 @@ node_exporter's textfile collector, as ``dlock run --metrics-textfile`` does.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional
 
 from . import _dlock
 
@@ -27,20 +34,34 @@ from . import _dlock
 DEFAULT_LOCK_SERIES = 100
 
 
-def text(client: _dlock.Client) -> str:
-    """The Prometheus text format of ``client``'s snapshot."""
+def text(client: Optional[_dlock.Client] = None) -> str:
+    """The Prometheus text format of ``client``'s snapshot; without a client,
+    of every client of the process (what ``Collector`` exports)."""
+    if client is None:
+        return _dlock.process_metrics_text()
     return _dlock.metrics_text(client)
 
 
 class Collector:
-    """A ``prometheus_client`` custom collector of ``client``'s sessions and
-    locks; register it in the application's registry."""
+    """A ``prometheus_client`` custom collector of every client of the
+    process (their sessions and locks, as one); register it in the
+    application's registry. ``client`` is accepted and changes nothing:
+    every client is exported."""
 
-    def __init__(self, client: _dlock.Client, max_locks: int = DEFAULT_LOCK_SERIES) -> None:
+    def __init__(self, client: Optional[_dlock.Client] = None, max_locks: int = DEFAULT_LOCK_SERIES) -> None:
         import prometheus_client.core  # noqa: F401  (the optional extra)
 
-        self._client = client
+        if client is not None and not isinstance(client, _dlock.Client):
+            raise TypeError(f"Collector takes a dlock.Client or nothing, not {type(client).__name__}")
         self._max_locks = max_locks
+
+    # A registry keeps its collectors by equality: collectors of the same
+    # process are one, so a second registration adds no second family.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Collector) and other._max_locks == self._max_locks
+
+    def __hash__(self) -> int:
+        return hash((Collector, self._max_locks))
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
@@ -49,9 +70,7 @@ class Collector:
             HistogramMetricFamily,
         )
 
-        for name, help_, kind, labels, series in _dlock.metrics_families(
-            self._client, self._max_locks
-        ):
+        for name, help_, kind, labels, series in _dlock.metrics_families(None, self._max_locks):
             family: Any
             if kind == "counter":
                 family = CounterMetricFamily(name, help_, labels=labels)
