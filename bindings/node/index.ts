@@ -1049,6 +1049,9 @@ export interface ObserverEvents {
 /** Open observers by the id their events carry (held until closed, as a socket is). */
 const observers = new Map<number, Observer>();
 
+/** The core's bound of what an observer keeps unread. */
+const OBSERVER_BACKLOG: N.NativeBacklog = native.observerBacklog();
+
 /** Every observer's events, on the JavaScript thread. */
 function dispatchObserved(e: N.NativeObserved): void {
   const o = observers.get(e.observer);
@@ -1076,6 +1079,9 @@ export class Observer
   /** @internal */
   readonly _n: N.NativeObserver;
   private readonly _items: (Leader | undefined)[] = [];
+  /** The core's `backlogBytes` of each of `_items`, and their sum. */
+  private readonly _itemBytes: number[] = [];
+  private _bytes = 0;
   private readonly _waiting: ((r: IteratorResult<Leader | undefined>) => void)[] = [];
   private _closed = false;
 
@@ -1099,9 +1105,27 @@ export class Observer
       if (this._waiting.length === 0) this._n.hold(false);
       w({ value: leader, done: false });
     } else {
-      this._items.push(leader);
+      this._keep(leader, e.bytes);
     }
     this._emit('change', [leader, e.kind as ObservedKind]);
+  }
+
+  /**
+   * Keeps a state for `next()` within the core's bound (issue 32): past it
+   * the oldest go, so an observer used only through listeners, or read
+   * late, holds a few states, never every change; the newest is kept.
+   */
+  private _keep(leader: Leader | undefined, bytes: number): void {
+    this._items.push(leader);
+    this._itemBytes.push(bytes);
+    this._bytes += bytes;
+    while (
+      this._items.length > OBSERVER_BACKLOG.events ||
+      (this._bytes > OBSERVER_BACKLOG.bytes && this._items.length > 1)
+    ) {
+      this._items.shift();
+      this._bytes -= this._itemBytes.shift() ?? 0;
+    }
   }
 
   /** Calls every listener; a throwing one changes nothing (as a lock's). */
@@ -1115,7 +1139,10 @@ export class Observer
 
   /** The next state: a `Leader`, or `undefined` while nobody leads; done once closed. */
   next(): Promise<IteratorResult<Leader | undefined>> {
-    if (this._items.length > 0) return Promise.resolve({ value: this._items.shift(), done: false });
+    if (this._items.length > 0) {
+      this._bytes -= this._itemBytes.shift() ?? 0;
+      return Promise.resolve({ value: this._items.shift(), done: false });
+    }
     if (this._closed) return Promise.resolve({ value: undefined, done: true });
     return new Promise((resolve) => {
       this._waiting.push(resolve);
@@ -1127,6 +1154,8 @@ export class Observer
   /** Leaving a `for await`: closes the observer. */
   return(): Promise<IteratorResult<Leader | undefined>> {
     this._items.length = 0;
+    this._itemBytes.length = 0;
+    this._bytes = 0;
     this.close();
     return Promise.resolve({ value: undefined, done: true });
   }

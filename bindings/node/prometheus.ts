@@ -1,5 +1,6 @@
-// `require('dlock/prometheus')`: a client's metrics in the application's
-// own prom-client Registry (issue 22, docs/metrics.md). Every family,
+// `require('dlock/prometheus')`: the metrics of every client of the
+// process, as one, in the application's own prom-client Registry (issue
+// 22, issue 32, docs/metrics.md). Every family,
 // name, type, label and bucket comes from the core's snapshot through the
 // addon (`metricFamilies`); nothing here names a metric. prom-client is an
 // optional peer dependency, loaded when `register` is called. Compiled by
@@ -25,13 +26,19 @@ interface HistogramEntry {
   count: number;
 }
 
+/** The metrics made in each registry, by name: one set per registry, for every client. */
+const made = new WeakMap<Registry, { metrics: Metric[]; names: string[] }>();
+
 /**
- * Registers gauges, counters and histograms for `client`'s sessions and
- * locks in `registry` (a prom-client `Registry`, e.g. its default
+ * Registers gauges, counters and histograms for every client of the
+ * process (their sessions and locks, as one: sums, as a client's are over
+ * its sessions; a client or lock dropped keeps its counts, so no counter
+ * goes down) in `registry` (a prom-client `Registry`, e.g. its default
  * `register`); each scrape's `collect()` reads the core's snapshot once.
- * Returns the metrics made (`registry.removeSingleMetric(m.name)` undoes
- * it). No global state, no HTTP server: serve `registry.metrics()` as
- * usual. Once per registry (prom-client refuses a name registered twice).
+ * Registering again in the same registry, for another client, returns the
+ * metrics already made (one page, each family once; the first `maxLocks`
+ * stays). Returns the metrics (`registry.removeSingleMetric(m.name)` undoes
+ * it). No HTTP server: serve `registry.metrics()` as usual.
  */
 export function register(client: Client, registry: Registry, options?: RegisterOptions): Metric[] {
   if (!(client instanceof Client)) throw new TypeError('register needs a dlock Client');
@@ -42,8 +49,12 @@ export function register(client: Client, registry: Registry, options?: RegisterO
   if (!Number.isSafeInteger(maxLocks) || maxLocks < 0 || maxLocks > 0xffffffff) {
     throw new InvalidArgumentError('invalid_argument', `options.maxLocks must be an integer >= 0, got ${maxLocks}`);
   }
+  const already = made.get(registry);
+  if (already !== undefined && already.names.every((n, i) => registry.getSingleMetric(n) === already.metrics[i])) {
+    return already.metrics;
+  }
   const prom = require('prom-client') as typeof import('prom-client');
-  const families = (): N.NativeFamily[] => _native.metricFamilies(client._n, maxLocks);
+  const families = (): N.NativeFamily[] => _native.processMetricFamilies(maxLocks);
 
   // One snapshot per scrape: prom-client calls every metric's collect()
   // in one synchronous pass, so the first reads and the rest reuse it.
@@ -58,14 +69,16 @@ export function register(client: Client, registry: Registry, options?: RegisterO
     return scrape.get(name)?.series ?? [];
   };
 
-  const made: Metric[] = [];
+  const metrics: Metric[] = [];
+  const names: string[] = [];
   for (const f of families()) {
+    names.push(f.name);
     const { name, help, labelNames } = f;
     const labels = (values: string[]): Record<string, string> =>
       Object.fromEntries(labelNames.map((l, i) => [l, values[i]]));
     const common = { name, help, labelNames, registers: [registry] };
     if (f.kind === 'counter') {
-      made.push(
+      metrics.push(
         new prom.Counter({
           ...common,
           collect(this: Counter<string>) {
@@ -75,7 +88,7 @@ export function register(client: Client, registry: Registry, options?: RegisterO
         }),
       );
     } else if (f.kind === 'gauge') {
-      made.push(
+      metrics.push(
         new prom.Gauge({
           ...common,
           collect(this: Gauge<string>) {
@@ -90,7 +103,7 @@ export function register(client: Client, registry: Registry, options?: RegisterO
       );
     } else {
       const buckets = f.series[0]?.bounds ?? [];
-      made.push(
+      metrics.push(
         new prom.Histogram({
           ...common,
           buckets,
@@ -118,11 +131,17 @@ export function register(client: Client, registry: Registry, options?: RegisterO
       );
     }
   }
-  return made;
+  made.set(registry, { metrics, names });
+  return metrics;
 }
 
-/** The Prometheus text format of `client`'s snapshot, rendered by the core (no prom-client needed). */
-export function text(client: Client): string {
+/**
+ * The Prometheus text format of `client`'s snapshot, rendered by the core
+ * (no prom-client needed); without a client, of every client of the
+ * process (what `register` exports).
+ */
+export function text(client?: Client): string {
+  if (client === undefined) return _native.processMetricsText();
   if (!(client instanceof Client)) throw new TypeError('text needs a dlock Client');
   return _native.metricsText(client._n);
 }

@@ -307,6 +307,13 @@ impl Observed {
         }
     }
 
+    /// What the event counts for in a backlog's bound
+    /// ([`OBSERVER_BACKLOG_BYTES`]): its key and value, and a little more
+    /// (a face that keeps events for a reader of its own bounds them alike).
+    pub fn backlog_bytes(&self) -> usize {
+        self.leader().map_or(0, |l| l.key.len() + l.value.len()) + 64
+    }
+
     /// The leader this event names, if any.
     pub fn leader(&self) -> Option<&Leader> {
         match self {
@@ -329,7 +336,7 @@ pub const OBSERVER_BACKLOG_BYTES: usize = 4 * 1024 * 1024;
 
 /// What an event keeps in memory, for the backlog's bound.
 fn event_bytes(e: &Observed) -> usize {
-    e.leader().map_or(0, |l| l.key.len() + l.value.len()) + 64
+    e.backlog_bytes()
 }
 
 #[derive(Default)]

@@ -37,10 +37,26 @@ pub struct NativeFamily {
 /// `max_locks` (default: the core's, 100).
 #[napi]
 pub fn metric_families(client: &NativeClient, max_locks: Option<u32>) -> Vec<NativeFamily> {
+    families(client.inner.snapshot(), max_locks)
+}
+
+/// The families of every client of the process as one
+/// (`dlock::metrics::process_snapshot`, issue 32): what `dlock/prometheus`
+/// registers.
+#[napi]
+pub fn process_metric_families(max_locks: Option<u32>) -> Vec<NativeFamily> {
+    families(dlock::metrics::process_snapshot(), max_locks)
+}
+
+/// The Prometheus text format of every client of the process as one.
+#[napi]
+pub fn process_metrics_text() -> String {
+    dlock::metrics::process_snapshot().to_text()
+}
+
+fn families(snapshot: dlock::MetricsSnapshot, max_locks: Option<u32>) -> Vec<NativeFamily> {
     let max = max_locks.map_or(dlock::metrics::DEFAULT_LOCK_SERIES, |m| m as usize);
-    client
-        .inner
-        .snapshot()
+    snapshot
         .families_capped(max)
         .into_iter()
         .map(|f| NativeFamily {

@@ -28,6 +28,9 @@ pub struct NativeObserved {
     /// `leader`, `proclaimed`, `no-leader` or `reconnecting`.
     pub kind: String,
     pub leader: Option<NativeLeader>,
+    /// What it counts for in a backlog's bound (the core's
+    /// `Observed::backlog_bytes`).
+    pub bytes: u32,
 }
 
 fn observed_record(observer: u32, e: dlock::Observed) -> NativeObserved {
@@ -36,6 +39,24 @@ fn observed_record(observer: u32, e: dlock::Observed) -> NativeObserved {
         observer,
         kind: kind.into(),
         leader: leader.map(leader_record),
+        bytes: u32::try_from(e.backlog_bytes()).unwrap_or(u32::MAX),
+    }
+}
+
+/// The core's bound of the events an observer keeps unread
+/// (`dlock::election::OBSERVER_BACKLOG`, `OBSERVER_BACKLOG_BYTES`): the
+/// states JavaScript keeps for `next()` are bounded alike (issue 32).
+#[napi(object)]
+pub struct NativeBacklog {
+    pub events: u32,
+    pub bytes: u32,
+}
+
+#[napi]
+pub fn observer_backlog() -> NativeBacklog {
+    NativeBacklog {
+        events: dlock::election::OBSERVER_BACKLOG as u32,
+        bytes: dlock::election::OBSERVER_BACKLOG_BYTES as u32,
     }
 }
 

@@ -450,3 +450,39 @@ test('etcd: a Node observer sees `etcdctl elect`\'s leader, then undefined once 
   assert.deepEqual(after, { value: undefined, done: false }, 'no leader once etcdctl resigned');
   observer.close();
 });
+
+test('an observer used only through on(\'change\') keeps a bounded backlog, also after close() (issue 32, item 3)', async () => {
+  const v8 = require('node:v8');
+  const vm = require('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  const { client } = embedded();
+  const name = unique('backlog');
+  const c = client();
+  const observer = c.observe(name);
+  let last;
+  let reached;
+  const done = new Promise((r) => (reached = r));
+  observer.on('change', (l) => {
+    last = l;
+    if (l && String(l.value).startsWith('2999:')) reached();
+  });
+  const e = c.election(name);
+  await e.campaign('first', { timeout: 2000 });
+  const pad = 'x'.repeat(32 * 1024);
+  gc();
+  const before = process.memoryUsage();
+  for (let i = 0; i < 3000; i++) await e.proclaim(`${i}:${pad}`);
+  await done;
+  assert.ok(String(last.value).startsWith('2999:'));
+  observer.close();
+  gc();
+  const after = process.memoryUsage();
+  const grown = after.external + after.heapUsed - before.external - before.heapUsed;
+  // All 3,000 values kept would be about 94 MiB.
+  assert.ok(grown < 40 * 1024 * 1024, `grew ${grown >> 20} MiB`);
+  let queued = 0;
+  while (!(await observer.next()).done) queued++;
+  assert.ok(queued <= 100, `${queued} states kept for next()`);
+  await e.close();
+});

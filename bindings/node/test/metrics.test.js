@@ -16,9 +16,6 @@ const { getMetricsFromStream } = require('prom2javascript');
 const dlock = require('..');
 const dlockProm = require('../prometheus');
 
-/** Families a face without elections cannot fill: names and types checked, no label names to read. */
-const NO_ELECTIONS = new Set(['dlock_election_leader']);
-
 function fixture() {
   const file = path.join(__dirname, '..', '..', '..', 'core', 'tests', 'fixtures', 'metric-families.txt');
   const out = {};
@@ -55,6 +52,9 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
   const c = client();
   const lock = c.lock('node/fixture');
   await lock.acquire({ timeout: 2000 });
+  // An election led: `dlock_election_leader` has a sample, its labels are read.
+  const e = c.election('node/fixture-election');
+  await e.campaign('me', { timeout: 2000 });
   const registry = new prom.Registry();
   dlockProm.register(c, registry);
   const got = await read(await registry.metrics());
@@ -62,9 +62,10 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
   assert.deepEqual(Object.keys(got).sort(), Object.keys(want).sort());
   for (const [name, f] of Object.entries(want)) {
     assert.equal(got[name].type, f.type, name);
-    if (got[name].labels === null) assert.ok(NO_ELECTIONS.has(name), `${name} has no sample`);
-    else assert.deepEqual(got[name].labels, f.labels, name);
+    assert.ok(got[name].labels !== null, `${name} has no sample`);
+    assert.deepEqual(got[name].labels, f.labels, name);
   }
+  await e.close();
   await lock.close();
   c.shutdown();
 });
@@ -76,12 +77,13 @@ test('the scraped values are the core snapshot`s', async () => {
   const registry = new prom.Registry();
   const made = dlockProm.register(c, registry);
   assert.equal(made.length, Object.keys(fixture()).length);
-  assert.throws(() => dlockProm.register(c, registry), /already been registered/);
+  // One set per registry, for every client of the process (issue 32).
+  assert.strictEqual(dlockProm.register(c, registry), made);
   assert.throws(() => dlockProm.register({}, registry), TypeError);
   assert.throws(() => dlockProm.register(c, {}), TypeError);
   assert.throws(() => dlockProm.register(c, new prom.Registry(), { maxLocks: -1 }), dlock.InvalidArgumentError);
   const scraped = await parse(await registry.metrics());
-  const own = await parse(dlockProm.text(c));
+  const own = await parse(dlockProm.text());
   const byName = (fs) => Object.fromEntries(fs.map((f) => [f.name, f]));
   const s = byName(scraped);
   // Same families in the same order, same series; numbers equal (the
@@ -107,16 +109,17 @@ test('the scraped values are the core snapshot`s', async () => {
     s[name].data.find((d) => JSON.stringify(d.labels) === JSON.stringify(labels)).value;
   assert.equal(value('dlock_lock_held', { lock: 'node/values' }), 1);
   assert.equal(value('dlock_lock_token', { lock: 'node/values' }), Number(token));
-  assert.equal(value('dlock_acquisitions_total'), 1);
+  const mine = await parse(dlockProm.text(c));
+  assert.equal(valueIn(mine, 'dlock_acquisitions_total'), 1);
   const slack = value('dlock_deadline_slack_seconds');
   assert.ok(slack > 0 && slack <= 2, `slack ${slack}`);
-  assert.equal(s.dlock_acquire_wait_seconds.data.find((d) => d.labels.outcome === 'acquired').count, 1);
+  assert.equal(valueIn(mine, 'dlock_acquire_wait_seconds', { outcome: 'acquired' }), 1);
 
   // Released: the slack is absent (not 0), as in the core's text.
   await lock.release();
   const after = byName(await parse(await registry.metrics()));
   assert.equal(after.dlock_deadline_slack_seconds.data.length, 0);
-  assert.equal(after.dlock_lock_held.data[0].value, 0);
+  assert.equal(after.dlock_lock_held.data.find((d) => d.labels.lock === 'node/values').value, 0);
   assert.ok(!dlockProm.text(c).split('\n').some((l) => l.startsWith('dlock_deadline_slack_seconds ')));
   await lock.close();
   c.shutdown();
@@ -155,6 +158,76 @@ test('a blip and a deleted key move the counters; lock.healthy', async () => {
   await until(async () => (await value('dlock_fence_lateness_seconds')) === 1, 'a lateness observed');
   await lock.close();
   c.shutdown();
+});
+
+/** The value of the series `name` with exactly `labels` in a parsed page. */
+function valueIn(page, name, labels = {}) {
+  const f = page.find((f) => f.name === name);
+  assert.ok(f, `no family ${name}`);
+  const d = f.data.find((d) => JSON.stringify(d.labels) === JSON.stringify(labels));
+  assert.ok(d, `no series ${name}${JSON.stringify(labels)}`);
+  return d.value ?? d.count;
+}
+
+test('counters never go down when lock handles are dropped and collected (issue 32, item 1)', async () => {
+  const v8 = require('node:v8');
+  const vm = require('node:vm');
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc');
+  // Lock events never keep the process alive by themselves.
+  const keep = setInterval(() => {}, 1000);
+  const service = new dlock.Service();
+  const c = new dlock.Client({ service, ttl: 2000 });
+  let locks = [];
+  for (let i = 0; i < 5; i++) locks.push(c.lock(`node/gone/${i}`));
+  const again = new Promise((r) => {
+    let n = 0;
+    locks[0].on('acquired', () => ++n === 2 && r());
+  });
+  // Acquired in a function of its own: a frame of this one would keep the last lock.
+  await (async (all) => {
+    for (const l of all) await l.acquire({ timeout: 2000 });
+  })(locks);
+  assert.ok(service.deleteLockKey('node/gone/0'));
+  await again;
+  const before = await parse(dlockProm.text(c));
+  assert.equal(valueIn(before, 'dlock_acquisitions_total'), 6);
+  assert.equal(valueIn(before, 'dlock_fences_total', { reason: 'lock_lost' }), 1);
+  locks = null;
+  // No event says the core let go of a handle: wait for the gauge of live locks.
+  const end = Date.now() + 10_000;
+  for (;;) {
+    gc();
+    await new Promise((r) => setImmediate(r));
+    if (valueIn(await parse(dlockProm.text(c)), 'dlock_session_locks') === 0) break;
+    assert.ok(Date.now() < end, 'the dropped locks never went');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const after = await parse(dlockProm.text(c));
+  assert.equal(valueIn(after, 'dlock_acquisitions_total'), 6);
+  assert.equal(valueIn(after, 'dlock_fences_total', { reason: 'lock_lost' }), 1);
+  c.shutdown();
+  clearInterval(keep);
+});
+
+test('several clients export one valid page (issue 32, item 2)', async () => {
+  const clients = [client(), client()];
+  const registry = new prom.Registry();
+  const locks = [];
+  for (const [i, c] of clients.entries()) {
+    const lock = c.lock(`node/page/${i}`);
+    await lock.acquire({ timeout: 2000 });
+    locks.push(lock);
+    dlockProm.register(c, registry);
+  }
+  const page = await registry.metrics();
+  const helps = page.split('\n').filter((l) => l.startsWith('# HELP '));
+  assert.equal(helps.length, new Set(helps).size, 'a family twice');
+  const parsed = await parse(page);
+  assert.deepEqual(parsed.map((f) => f.name).sort(), Object.keys(fixture()).sort());
+  for (let i = 0; i < 2; i++) assert.equal(valueIn(parsed, 'dlock_lock_held', { lock: `node/page/${i}` }), 1);
+  for (const l of locks) await l.close();
+  for (const c of clients) c.shutdown();
 });
 
 test('dlock.onLog gets the core`s log, levels named', async () => {
