@@ -568,46 +568,6 @@ def test_fork_child_raises_forked_and_leaves_the_parent_lock() -> None:
     assert not dlock.forked()
 
 
-def test_exit_while_holding_releases() -> None:
-    # The check is registered before dlock is imported, so (atexit runs
-    # last-in first-out) it runs after dlock's own exit handler.
-    code = textwrap.dedent(
-        """
-        import atexit
-        state = {}
-        atexit.register(lambda: print("holder", state["svc"].holder("held"), flush=True))
-        import dlock
-        svc = state["svc"] = dlock.MemoryService.named("exit")
-        lock = dlock.Client(memory=svc).lock("held")
-        lock.acquire()
-        print("holder", svc.holder("held"), flush=True)
-        """
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WITHIN)
-    assert out.returncode == 0, out.stderr
-    held, after = out.stdout.split("\n")[:2]
-    assert held != "holder None" and after == "holder None", out.stdout
-
-
-def test_shutdown_releases_everything_and_handles_behave_as_closed() -> None:
-    # Process-wide, so in a process of its own.
-    code = textwrap.dedent(
-        """
-        import asyncio, dlock
-        svc = dlock.MemoryService()
-        c = dlock.Client(memory=svc)
-        a = c.lock("a"); a.acquire()
-        s = c.session(); b = s.lock("b"); b.acquire()
-        idle = c.lock("idle")
-        dlock.shutdown()
-        assert svc.holder("a") is None and svc.holder("b") is None, "still held"
-        for lock in (a, b):
-            try:
-                lock.permit(); raise SystemExit("permit after shutdown")
-            except dlock.Released:
-                pass
-            lock.release(); lock.close()       # harmless
-        try:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 @pytest.mark.parametrize("before", ["import", "dropped client"])
 def test_a_child_forked_after_import_makes_clients(before: str) -> None:
@@ -653,6 +613,46 @@ def test_a_child_forked_after_import_makes_clients(before: str) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_exit_while_holding_releases() -> None:
+    # The check is registered before dlock is imported, so (atexit runs
+    # last-in first-out) it runs after dlock's own exit handler.
+    code = textwrap.dedent(
+        """
+        import atexit
+        state = {}
+        atexit.register(lambda: print("holder", state["svc"].holder("held"), flush=True))
+        import dlock
+        svc = state["svc"] = dlock.MemoryService.named("exit")
+        lock = dlock.Client(memory=svc).lock("held")
+        lock.acquire()
+        print("holder", svc.holder("held"), flush=True)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WITHIN)
+    assert out.returncode == 0, out.stderr
+    held, after = out.stdout.split("\n")[:2]
+    assert held != "holder None" and after == "holder None", out.stdout
+
+
+def test_shutdown_releases_everything_and_handles_behave_as_closed() -> None:
+    # Process-wide, so in a process of its own.
+    code = textwrap.dedent(
+        """
+        import asyncio, dlock
+        svc = dlock.MemoryService()
+        c = dlock.Client(memory=svc)
+        a = c.lock("a"); a.acquire()
+        s = c.session(); b = s.lock("b"); b.acquire()
+        idle = c.lock("idle")
+        dlock.shutdown()
+        assert svc.holder("a") is None and svc.holder("b") is None, "still held"
+        for lock in (a, b):
+            try:
+                lock.permit(); raise SystemExit("permit after shutdown")
+            except dlock.Released:
+                pass
+            lock.release(); lock.close()       # harmless
+        try:
             idle.acquire(1); raise SystemExit("acquired after shutdown")
         except dlock.Shutdown as e:
             assert e.code == "shutdown"
