@@ -75,7 +75,9 @@ port_of() {
 
 # Runs as the postgres user when we are root (initdb refuses root).
 as_pg() {
-  if ((EUID == 0)); then runuser -u postgres -- "$@"; else "$@"; fi
+  # From /: the caller's folder may be one the postgres user cannot enter
+  # (every path given here is absolute).
+  if ((EUID == 0)); then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 ensure_tools() {

@@ -964,7 +964,7 @@ export interface ResignOptions {
 /** The grace of a resign that names none, in ms: the core's, the same in every face. */
 export const RESIGN_GRACE_MS: number = native.resignGraceMs();
 
-/** The longest value a candidate may carry, in bytes: etcd's request limit (1.5 MiB) less room for the key. */
+/** The longest value a candidate may carry, in bytes (1 MiB, on every engine): with the longest name a campaign still fits etcd's request limit. */
 export const MAX_VALUE_LEN: number = native.maxValueLen();
 
 function leaderOf(l: N.NativeLeader): Leader {

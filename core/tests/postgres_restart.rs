@@ -36,6 +36,16 @@ fn a_primary_restart_within_the_ttl_drains_and_resumes_without_a_fence() {
         let _ = ftx.send(t);
     });
     let token = lock.acquire(EVENT).unwrap();
+    // The acquisition's own change comes from the callback thread, maybe
+    // after acquire returned: wait for it, so it is not read as the
+    // restart's.
+    loop {
+        match rx.recv_timeout(EVENT) {
+            Ok((_, State::Holding)) => break,
+            Ok(_) => {}
+            Err(e) => panic!("no Holding change after the acquisition: {e}"),
+        }
+    }
     while rx.try_recv().is_ok() {}
 
     let script = std::env::var("DLOCK_TEST_PG_SCRIPT").expect("DLOCK_TEST_PG_SCRIPT");
