@@ -103,6 +103,7 @@ else
   cp -r bindings/python/tests "$copy/bindings/python/"
   cp -r examples/python "$copy/examples/"
   cp -r scenarios "$copy/"
+  cp README.md "$copy/" # its Python loop, run as written (test_examples_and_types.py)
   # The metric family list every face's exporter is checked against.
   mkdir -p "$copy/core/tests"
   cp -r core/tests/fixtures "$copy/core/tests/"
