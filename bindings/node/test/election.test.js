@@ -336,7 +336,7 @@ test('bad input: one clear error each, nothing held', async () => {
   const e = c.election(name);
   await assert.rejects(
     e.campaign(Buffer.alloc(MAX_VALUE_LEN + 1, 'x'), { timeout: 1000 }),
-    (err) => err instanceof dlock.InvalidArgumentError && /1\.5 MiB/.test(err.message),
+    (err) => err instanceof dlock.InvalidArgumentError && /at most 1048576 bytes/.test(err.message),
   );
   assert.equal(service.holder(name), null);
   assert.equal(e.state, 'Idle');
