@@ -22,13 +22,17 @@ fn readme_block(face: &str, lang: &str) -> String {
     let heading = format!("\n## {face}\n");
     let section = README
         .split_once(&heading)
-        .unwrap_or_else(|| panic!("README.md has no `## {face}` heading: update core/tests/readme.rs"))
+        .unwrap_or_else(|| {
+            panic!("README.md has no `## {face}` heading: update core/tests/readme.rs")
+        })
         .1;
     let section = section.split("\n## ").next().unwrap_or(section);
     let fence = format!("```{lang}\n");
     let block = section
         .split_once(&fence)
-        .unwrap_or_else(|| panic!("README.md's `## {face}` has no ```{lang} block: update core/tests/readme.rs"))
+        .unwrap_or_else(|| {
+            panic!("README.md's `## {face}` has no ```{lang} block: update core/tests/readme.rs")
+        })
         .1;
     block
         .split_once("```")
@@ -44,19 +48,30 @@ fn marked_region(source: &str, file: &str, indent: usize) -> String {
     let mut inside = false;
     let mut closed = false;
     for line in source.lines() {
-        let marker = line.trim_start().trim_start_matches("//").trim_start_matches("/*").trim_start();
+        let marker = line
+            .trim_start()
+            .trim_start_matches("//")
+            .trim_start_matches("/*")
+            .trim_start();
         if marker.starts_with("README: begin") {
             inside = true;
         } else if marker.starts_with("README: end") {
             closed = inside;
             break;
         } else if inside {
-            let line = if line.trim().is_empty() { "" } else { line.get(indent..).unwrap_or(line) };
+            let line = if line.trim().is_empty() {
+                ""
+            } else {
+                line.get(indent..).unwrap_or(line)
+            };
             out.push_str(line);
             out.push('\n');
         }
     }
-    assert!(closed, "{file} has no `README: begin` ... `README: end` region");
+    assert!(
+        closed,
+        "{file} has no `README: begin` ... `README: end` region"
+    );
     out
 }
 
@@ -77,7 +92,10 @@ fn do_one_unit(token: Token) {
         assert!(service.delete_lock_key("orders"));
         let start = Instant::now();
         while service.holder("orders").is_none() || service.holder("orders") == Some(token) {
-            assert!(start.elapsed() < Duration::from_secs(10), "no reacquisition after the fence");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no reacquisition after the fence"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -110,7 +128,11 @@ fn readme_rust() -> Result<(), dlock::Error> {
 #[test]
 fn the_rust_block_here_is_the_readmes() {
     let here = marked_region(include_str!("readme.rs"), "core/tests/readme.rs", 4);
-    assert_eq!(here, readme_block("Rust", "rust"), "README.md's Rust block and core/tests/readme.rs differ");
+    assert_eq!(
+        here,
+        readme_block("Rust", "rust"),
+        "README.md's Rust block and core/tests/readme.rs differ"
+    );
 }
 
 #[test]
@@ -124,19 +146,43 @@ fn the_readme_rust_loop_stops_at_a_fence_as_its_comment_says() {
             .unwrap_or_else(|_| panic!("run {run}: the loop did not stop within 20 s"));
         result.unwrap_or_else(|e| panic!("run {run}: {e}"));
         let units = UNITS.lock().unwrap().clone();
-        assert_eq!(units.len(), 3, "run {run}: {} units ({units:?}): worked after the fence", units.len());
-        assert!(units.iter().all(|t| *t == units[0]), "run {run}: worked under {units:?} (the new token)");
+        assert_eq!(
+            units.len(),
+            3,
+            "run {run}: {} units ({units:?}): worked after the fence",
+            units.len()
+        );
+        assert!(
+            units.iter().all(|t| *t == units[0]),
+            "run {run}: worked under {units:?} (the new token)"
+        );
     }
 }
 
 #[test]
 fn the_c_block_is_ffi_c_tests_c_readme_c() {
-    let here = marked_region(include_str!("../../ffi-c/tests/c/readme.c"), "ffi-c/tests/c/readme.c", 2);
-    assert_eq!(here, readme_block("C", "c"), "README.md's C block and ffi-c/tests/c/readme.c differ");
+    let here = marked_region(
+        include_str!("../../ffi-c/tests/c/readme.c"),
+        "ffi-c/tests/c/readme.c",
+        2,
+    );
+    assert_eq!(
+        here,
+        readme_block("C", "c"),
+        "README.md's C block and ffi-c/tests/c/readme.c differ"
+    );
 }
 
 #[test]
 fn the_cpp_block_is_ffi_c_tests_cpp_readme_cpp() {
-    let here = marked_region(include_str!("../../ffi-c/tests/cpp/readme.cpp"), "ffi-c/tests/cpp/readme.cpp", 2);
-    assert_eq!(here, readme_block("C++", "cpp"), "README.md's C++ block and ffi-c/tests/cpp/readme.cpp differ");
+    let here = marked_region(
+        include_str!("../../ffi-c/tests/cpp/readme.cpp"),
+        "ffi-c/tests/cpp/readme.cpp",
+        2,
+    );
+    assert_eq!(
+        here,
+        readme_block("C++", "cpp"),
+        "README.md's C++ block and ffi-c/tests/cpp/readme.cpp differ"
+    );
 }
