@@ -18,7 +18,15 @@ const path = require('node:path');
 const dlock = require('..');
 
 const pkg = path.join(__dirname, '..');
-const root = path.join(pkg, '..', '..');
+// README.md: the repository's, found upwards (the installed-package run
+// copies test/ under target/node-installed/, inside the repository).
+const readmePath = (() => {
+  for (let dir = pkg; ; dir = path.dirname(dir)) {
+    const p = path.join(dir, 'README.md');
+    if (fs.existsSync(p) && fs.readFileSync(p, 'utf8').includes('\n## Node\n')) return p;
+    assert.notEqual(path.dirname(dir), dir, `no README.md with a "## Node" heading above ${pkg}`);
+  }
+})();
 const ts = require(path.join(pkg, 'node_modules', 'typescript'));
 
 const FAST = { ttl: 2000, keepaliveInterval: 500, keepaliveTimeout: 200, retryInterval: 200, margin: 500 };
@@ -30,7 +38,7 @@ after(() => clearInterval(keepAlive));
 
 /** The first ```LANG block under README.md's `## FACE` heading; throws when it moved. */
 function readmeBlock(face, lang) {
-  const text = fs.readFileSync(path.join(root, 'README.md'), 'utf8');
+  const text = fs.readFileSync(readmePath, 'utf8');
   const parts = text.split(`\n## ${face}\n`);
   assert.ok(parts.length > 1, `README.md has no "## ${face}" heading: update ${__filename}`);
   const section = parts[1].split('\n## ')[0];
