@@ -32,6 +32,11 @@ pub enum BackendError {
     /// A guarded write was refused: the token no longer holds its lock.
     #[error("fenced: the token no longer holds the lock")]
     Fenced,
+    /// The service refused the request as too large (etcd: "request is
+    /// too large", a cluster with a smaller `--max-request-bytes`): final,
+    /// the same request can never succeed, so it is not tried again.
+    #[error("refused as too large: {0}")]
+    TooLarge(String),
 }
 
 /// Why a held lock went away under its holder (see [`Backend::watch_keys`]).

@@ -26,6 +26,16 @@ use crate::{Error, EtcdConfig, Options};
 /// row limit. Refused before anything is sent ([`Error::InvalidArgument`]).
 pub const MAX_NAME_LEN: usize = 1024;
 
+/// Longest key of a guarded write ([`Lock::guarded_put`],
+/// [`Lock::guarded_delete`]), in bytes, on every engine: PostgreSQL keeps
+/// the key in a btree index (`dlock.kv`'s primary key), whose rows hold at
+/// most 2,704 bytes (8 KiB pages), and etcd counts it in its request limit.
+/// Its value: at most [`crate::election::MAX_VALUE_LEN`] (1 MiB), which with
+/// this key and the lock's own key in the same transaction fits etcd's
+/// default request limit (`--max-request-bytes`, 1.5 MiB). Both refused
+/// before anything is sent ([`Error::InvalidArgument`], naming the limit).
+pub const MAX_KEY_LEN: usize = 2048;
+
 /// Which lock service a [`Client`] talks to.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -999,6 +1009,19 @@ impl Lock {
         }
         if key.is_empty() {
             return Err(Error::InvalidArgument("guarded write: empty key".into()));
+        }
+        if key.len() > MAX_KEY_LEN {
+            return Err(Error::InvalidArgument(format!(
+                "guarded write: the key must be at most {MAX_KEY_LEN} bytes (MAX_KEY_LEN: every engine's limit), got {}",
+                key.len()
+            )));
+        }
+        if let Some(v) = value.filter(|v| v.len() > crate::election::MAX_VALUE_LEN) {
+            return Err(Error::InvalidArgument(format!(
+                "guarded write: the value must be at most {} bytes (MAX_VALUE_LEN: with the longest key it fits every engine's request limit), got {}",
+                crate::election::MAX_VALUE_LEN,
+                v.len()
+            )));
         }
         let own = format!("{}/", self.name);
         if key.starts_with(own.as_bytes()) {

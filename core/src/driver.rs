@@ -928,6 +928,7 @@ impl SessionTask {
                     token,
                 },
                 Err(BackendError::LeaseNotFound) => Event::LeaseLost { lease },
+                Err(BackendError::TooLarge(error)) => Event::LockRefused { req, lock, error },
                 Err(e) => Event::LockFailed {
                     req,
                     lock,
@@ -1109,6 +1110,9 @@ impl SessionTask {
                 let r = match tokio::time::timeout(ttl, write).await {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(BackendError::Fenced)) => Err(Error::Fenced(w.token.get())),
+                    Ok(Err(BackendError::TooLarge(m))) => Err(Error::InvalidArgument(format!(
+                        "guarded write: the service refused it as too large (nothing written): {m}"
+                    ))),
                     Ok(Err(e)) => Err(Error::Backend(format!(
                         "guarded write: {e} (the outcome is unknown: it may have committed)"
                     ))),
@@ -1160,6 +1164,9 @@ impl SessionTask {
                         Ok(())
                     }
                     Ok(Err(BackendError::Fenced)) => Err(Error::Fenced(token.get())),
+                    Ok(Err(BackendError::TooLarge(m))) => Err(Error::InvalidArgument(format!(
+                        "proclaim: the service refused it as too large (nothing written): {m}"
+                    ))),
                     Ok(Err(e)) => Err(Error::Backend(format!(
                         "proclaim: {e} (the outcome is unknown: it may have committed)"
                     ))),

@@ -102,6 +102,9 @@ impl From<crate::machine::AcquireError> for Error {
             AcquireError::Backend(None) => {
                 Error::Backend("the lock service did not answer in time".into())
             }
+            AcquireError::Refused(e) => Error::InvalidArgument(format!(
+                "the lock service refused the request as too large (trying again cannot succeed): {e}"
+            )),
         }
     }
 }

@@ -59,8 +59,8 @@ mod sync;
 
 pub use backend::{Backend, lock_key};
 pub use client::{
-    BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_NAME_LEN, OwnedPermit, Permit,
-    Session, SessionStats,
+    BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_KEY_LEN, MAX_NAME_LEN, OwnedPermit,
+    Permit, Session, SessionStats,
 };
 pub use clock::{Clock, Instant, ManualClock};
 pub use codes::Code;

@@ -222,6 +222,9 @@ pub enum AcquireError {
     /// that ran out before any lock request was queued): the service's last
     /// error text of this session, `None` if it only did not answer.
     Backend(Option<String>),
+    /// The service refused the request for good (too large): trying again
+    /// cannot succeed. The service's text.
+    Refused(String),
 }
 
 /// Names one lock of a session's machine (given to [`Holder::add_lock`],
@@ -276,6 +279,17 @@ pub enum Event {
         lock: LockId,
         /// Held by someone else (no-wait mode).
         busy: bool,
+        /// The service's error text.
+        error: String,
+    },
+    /// [`Action::Lock`] was refused for good: the service can never take
+    /// the request (etcd: "request is too large"). An acquisition fails at
+    /// once ([`AcquireError::Refused`]) instead of trying until its timeout.
+    LockRefused {
+        /// The request answered.
+        req: ReqId,
+        /// The lock.
+        lock: LockId,
         /// The service's error text.
         error: String,
     },
@@ -1084,6 +1098,10 @@ impl Holder {
                 self.last_error = Some(error);
                 self.on_lock_failed(now, req, lock, busy);
             }
+            Event::LockRefused { req, lock, error } => {
+                self.last_error = Some(error.clone());
+                self.on_lock_refused(now, req, lock, error);
+            }
             Event::UnlockFailed { req } => self.delete_failed(now, req),
             Event::Revoked { lease } => {
                 if let Some(i) = self.revokes.iter().position(|r| r.lease == lease) {
@@ -1659,6 +1677,23 @@ impl Holder {
             // The request may have put the key: trying again finds it.
             s.acquire_retry_at = Some(now + self.opts.retry_interval);
         }
+    }
+
+    /// A lock request the service can never take: a first acquisition
+    /// fails at once; a reacquisition (the same request succeeded before)
+    /// goes on as after any failure.
+    fn on_lock_refused(&mut self, now: Instant, req: ReqId, lock: LockId, error: String) {
+        let Some(s) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if s.lock_req != Some(req) || !s.acquiring() {
+            return;
+        }
+        if s.state != State::Acquiring {
+            return self.on_lock_failed(now, req, lock, false);
+        }
+        s.lock_req = None;
+        self.fail_acquire(lock, AcquireError::Refused(error), Reason::AcquireFailed);
     }
 
     /// Deletes the key an acquisition of `lock` may have put under the

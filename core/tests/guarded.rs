@@ -115,3 +115,49 @@ fn a_deleted_lock_key_fences_at_once_and_reacquires_higher() {
     lock.guarded_put(t2, b"x", b"1").unwrap();
     lock.release().unwrap();
 }
+
+/// Issue 32, item 6: a guarded write's key over `MAX_KEY_LEN` or value over
+/// `MAX_VALUE_LEN` is refused before anything is sent (`InvalidArgument`
+/// naming the limit), on every engine: here with the link cut, a request
+/// sent would wait about a TTL and fail as `Backend`, and with it whole,
+/// nothing is written. At the limits the write commits.
+#[test]
+fn guarded_writes_over_the_size_limits_are_refused_before_anything_is_sent() {
+    use dlock::MAX_KEY_LEN;
+    use dlock::election::MAX_VALUE_LEN;
+    let service = MemoryService::new();
+    let link = service.link();
+    let client = Client::new(link.clone(), Options::default()).unwrap();
+    let lock = client.lock("sized").unwrap();
+    let token = lock.acquire(EVENT).unwrap();
+    let long_key = vec![b'k'; MAX_KEY_LEN + 1];
+    let big_value = vec![0u8; MAX_VALUE_LEN + 1];
+    let refused = |r: Result<(), Error>, limit: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
+        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
+    };
+
+    link.partition();
+    let start = std::time::Instant::now();
+    refused(lock.guarded_put(token, &long_key, b"v"), "MAX_KEY_LEN");
+    refused(lock.guarded_delete(token, &long_key), "MAX_KEY_LEN");
+    refused(lock.guarded_put(token, b"k", &big_value), "MAX_VALUE_LEN");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "a refused write was sent"
+    );
+    link.heal();
+
+    refused(lock.guarded_put(token, &long_key, b"v"), "MAX_KEY_LEN");
+    refused(lock.guarded_put(token, b"k", &big_value), "MAX_VALUE_LEN");
+    assert_eq!(service.get(&long_key), None);
+    assert_eq!(service.get(b"k"), None);
+
+    // At the limits: written.
+    let key = vec![b'k'; MAX_KEY_LEN];
+    let value = vec![7u8; MAX_VALUE_LEN];
+    lock.guarded_put(token, &key, &value).unwrap();
+    assert_eq!(service.get(&key).map(|v| v.len()), Some(MAX_VALUE_LEN));
+    lock.guarded_delete(token, &key).unwrap();
+    lock.release().unwrap();
+}

@@ -88,9 +88,18 @@ pub(super) fn classify(e: etcd_client::Error) -> BackendError {
     let msg = e.to_string();
     if msg.contains("lease not found") {
         BackendError::LeaseNotFound
+    } else if too_large(&msg) {
+        BackendError::TooLarge(msg)
     } else {
         BackendError::Unavailable(msg)
     }
+}
+
+/// Whether the text says the request is over a size limit: etcd's own
+/// (`--max-request-bytes`: "etcdserver: request is too large") or gRPC's
+/// message limit ("message larger than max"). Final: never tried again.
+fn too_large(msg: &str) -> bool {
+    msg.contains("request is too large") || msg.contains("larger than max")
 }
 
 /// Whether etcd refused the request itself (a key or value too large,
@@ -308,6 +317,19 @@ mod tests {
         assert_eq!(classify(status), BackendError::LeaseNotFound);
         let other = error("etcdserver: no leader");
         assert!(matches!(classify(other), BackendError::Unavailable(m) if m.contains("no leader")));
+    }
+
+    /// Issue 32, item 6: "request is too large" (a cluster with a smaller
+    /// `--max-request-bytes`) is final, not a failure to retry until the
+    /// timeout; so is gRPC's own message limit.
+    #[test]
+    fn a_request_too_large_is_final() {
+        let big = error("status: InvalidArgument, message: \"etcdserver: request is too large\"");
+        assert!(matches!(classify(big), BackendError::TooLarge(m) if m.contains("too large")));
+        let grpc = error(
+            "status: ResourceExhausted, message: \"grpc: received message larger than max (4194400 vs. 4194304)\"",
+        );
+        assert!(matches!(classify(grpc), BackendError::TooLarge(_)));
     }
 
     /// An error carrying a server message (a gRPC status needs `tonic`,

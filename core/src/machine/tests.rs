@@ -810,6 +810,56 @@ fn try_acquire_backend_failure() {
     assert_eq!(s.m.state(A), State::Holding);
 }
 
+/// Issue 32, item 6: a lock request the service refuses as too large
+/// (etcd: "request is too large") fails a waiting acquisition at once,
+/// instead of being asked again until the timeout (or forever).
+#[test]
+fn a_lock_request_refused_as_too_large_fails_at_once() {
+    let mut s = holding();
+    s.add(B, "b");
+    let a = s.ev(
+        1500,
+        Event::Acquire {
+            lock: B,
+            wait: true,
+            until: None,
+        },
+    );
+    let l = lock_req(&a, B);
+    const BIG: &str = "etcdserver: request is too large";
+    let a = s.ev(
+        1600,
+        Event::LockRefused {
+            req: l,
+            lock: B,
+            error: BIG.into(),
+        },
+    );
+    assert_eq!(
+        a,
+        vec![
+            // The request may have put the key.
+            Action::Unlock {
+                req: unlock_req(&a, B).0,
+                lock: B,
+                lease: LEASE,
+                token: None
+            },
+            tr(B, State::Acquiring, State::Idle, Reason::AcquireFailed),
+            Action::AcquireFailed {
+                lock: B,
+                error: AcquireError::Refused(BIG.into())
+            },
+        ]
+    );
+    assert_eq!(s.m.state(A), State::Holding);
+    let e = crate::Error::from(AcquireError::Refused(BIG.into()));
+    assert!(
+        matches!(&e, crate::Error::InvalidArgument(m) if m.contains("too large")),
+        "{e}"
+    );
+}
+
 #[test]
 fn waiting_acquire_retries_busy_lock_and_failed_grant() {
     let mut s = Sim::new(opts());
@@ -3987,6 +4037,7 @@ mod props {
                 Event::GrantFailed { .. }
                     | Event::Locked { .. }
                     | Event::LockFailed { .. }
+                    | Event::LockRefused { .. }
                     | Event::Unlocked { .. }
                     | Event::KeepaliveConfirmed { .. }
                     | Event::KeepaliveFailed { .. }
