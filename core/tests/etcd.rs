@@ -588,3 +588,35 @@ fn tls_mtls_auth_and_reauth() {
     b.guarded_delete(t2, b"dlock-test/tls-data").unwrap();
     b.release().unwrap();
 }
+
+/// Issue 32, item 6: the guarded-write limits fit etcd's default request
+/// limit: under the longest name, a key of `MAX_KEY_LEN` bytes with a
+/// value of `MAX_VALUE_LEN` commits; one byte more of either is refused
+/// `InvalidArgument`, naming the limit, before anything is sent.
+#[test]
+fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
+    use dlock::MAX_KEY_LEN;
+    use dlock::election::MAX_VALUE_LEN;
+    let env = cluster();
+    let prefix = name("sized");
+    let long = format!("{prefix}{}", "n".repeat(dlock::MAX_NAME_LEN - prefix.len()));
+    let lock = client(&env).lock(&long).unwrap();
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let key =
+        format!("{prefix}-data-{}", "k".repeat(MAX_KEY_LEN)).into_bytes()[..MAX_KEY_LEN].to_vec();
+    lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN])
+        .unwrap();
+    let mut longer = key.clone();
+    longer.push(b'k');
+    let refused = |r: Result<(), Error>, limit: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
+        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
+    };
+    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
+    refused(
+        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
+        "MAX_VALUE_LEN",
+    );
+    lock.guarded_delete(token, &key).unwrap();
+    lock.release().unwrap();
+}

@@ -470,3 +470,48 @@ fn tls_verifies_the_server_and_refuses_plaintext_and_a_wrong_ca() {
         other => panic!("TLS without a CA: {:?}", other.map(|_| ())),
     }
 }
+
+/// Issue 32, item 6: the guarded-write limits fit PostgreSQL: a key of
+/// `MAX_KEY_LEN` bytes that does not compress (`dlock.kv`'s primary key, a
+/// btree index whose rows hold at most 2,704 bytes) with a value of
+/// `MAX_VALUE_LEN`, under the longest name, commits; one byte more of
+/// either is refused `InvalidArgument`, naming the limit.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
+    use dlock::MAX_KEY_LEN;
+    use dlock::election::MAX_VALUE_LEN;
+    let s = pg::servers();
+    let prefix = fresh("pg/sized");
+    let long = format!("{prefix}{}", "n".repeat(dlock::MAX_NAME_LEN - prefix.len()));
+    let c = client(&s.url);
+    let lock = c.lock(&long).unwrap();
+    let token = lock.acquire(EVENT).unwrap();
+    // Bytes that do not compress (an xorshift), so the index row is the
+    // key's full size.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id());
+    let key: Vec<u8> = (0..MAX_KEY_LEN)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN])
+        .unwrap();
+    lock.guarded_put(token, &key, b"again").unwrap();
+    let mut longer = key.clone();
+    longer.push(0);
+    let refused = |r: Result<(), Error>, limit: &str| match r {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
+        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
+    };
+    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
+    refused(
+        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
+        "MAX_VALUE_LEN",
+    );
+    lock.guarded_delete(token, &key).unwrap();
+    lock.release().unwrap();
+}
