@@ -515,8 +515,12 @@ fn the_server_refuses_a_stale_token_the_holder_still_believes_in() {
     let _ = lock.release();
 }
 
-/// A write etcd refuses (a value above its 1.5 MiB request limit) fails at
-/// once with etcd's reason, and leaves the holder's endpoint and lock alone.
+/// A write etcd would refuse (a value above its 1.5 MiB request limit) is
+/// refused by the core before anything is sent (`InvalidArgument` naming
+/// `MAX_VALUE_LEN`, issue 32 item 6), at once, and leaves the holder's
+/// endpoint and lock alone. (etcd's own "request is too large", on a
+/// cluster with a smaller `--max-request-bytes`, is final too:
+/// `etcd::conn::tests::a_request_too_large_is_final`.)
 #[test]
 fn a_refused_guarded_write_fails_at_once() {
     let env = cluster();
@@ -527,8 +531,8 @@ fn a_refused_guarded_write_fails_at_once() {
     let big = vec![b'x'; 1600 * 1024];
     let started = std::time::Instant::now();
     match lock.guarded_put(token, format!("{name}-data").as_bytes(), &big) {
-        Err(Error::Backend(m)) => assert!(m.contains("too large"), "{m}"),
-        other => panic!("expected a backend error, got {other:?}"),
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("MAX_VALUE_LEN"), "{m}"),
+        other => panic!("expected invalid_argument naming MAX_VALUE_LEN, got {other:?}"),
     }
     let took = started.elapsed();
     // Retried over the endpoints it would take the request timeout (3 s).
