@@ -624,3 +624,94 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
     lock.guarded_delete(token, &key).unwrap();
     lock.release().unwrap();
 }
+
+/// Issue 32, item 6: on a cluster with a smaller `--max-request-bytes`
+/// (here a one-member etcd of this test's own, 8 KiB), etcd answers
+/// "request is too large" to requests under dlock's limits. That answer is
+/// final: a guarded write and a campaign fail at once with
+/// `invalid_argument` instead of retrying until their timeout (the
+/// campaign retried for its whole 10 s before), and the lock stays held.
+#[test]
+fn request_too_large_on_a_small_cluster_is_final() {
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (client_port, peer_port) = (free(), free());
+    let dir = std::env::temp_dir().join(format!("dlock-small-etcd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let mut etcd = Command::new("etcd")
+        .args(["--name", "small", "--data-dir"])
+        .arg(&dir)
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args(["--initial-cluster", &format!("small={peer}")])
+        .args(["--max-request-bytes", "8192"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd on PATH");
+    struct Stop<'a>(&'a mut Child, std::path::PathBuf);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let _stop = Stop(&mut etcd, dir.clone());
+    let client = (0..100)
+        .find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            let c = Client::etcd(EtcdConfig::new([url.clone()]), short()).ok()?;
+            c.lock("small/probe").ok()?.try_acquire().ok().map(|_| c)
+        })
+        .expect("the small etcd starts");
+    let lock = client.lock("small/lock").unwrap();
+    let token = lock.acquire(Duration::from_secs(5)).unwrap();
+    let big = vec![b'v'; 16 * 1024]; // under MAX_VALUE_LEN, over this cluster's limit
+
+    let started = std::time::Instant::now();
+    match lock.guarded_put(token, b"small-data", &big) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("too large"), "{m}"),
+        other => panic!("expected invalid_argument (too large), got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(lock.state(), State::Holding);
+    lock.guarded_put(token, b"small-data", b"small").unwrap();
+
+    let e = client.election("small/election").unwrap();
+    let started = std::time::Instant::now();
+    match e.campaign(&big, Duration::from_secs(10)) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("too large"), "{m}"),
+        other => panic!("expected invalid_argument (too large), got {other:?}"),
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the campaign gave up only after {took:?}"
+    );
+    e.campaign(b"small", Duration::from_secs(5))
+        .expect("a small campaign still wins");
+    e.resign(Duration::ZERO).unwrap();
+    lock.release().unwrap();
+}
