@@ -235,7 +235,9 @@ fn dropping_a_session_and_its_locks_revokes_its_lease() {
     // The key goes with the drop, the lease with the session's task once
     // nothing is left. (No check that the lease outlives the drop: the
     // task may revoke it before this thread looks, as it did in a CI run.)
-    assert!(eventually(ms(2000), || service.holder("sessions/drop").is_none()));
+    assert!(eventually(ms(2000), || service
+        .holder("sessions/drop")
+        .is_none()));
     assert!(eventually(ms(2000), || !service.lease_alive(lease)));
 }
 
