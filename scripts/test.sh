@@ -219,9 +219,11 @@ work_lane() {
 # installed packages (DLOCK_DIST) of Python and Node, and the command.
 faces_lane() {
   local log=$logs/faces.log rc=0 face
-  # Servers of this lane: ports and folders apart from the timers lane's.
-  export DLOCK_TEST_PORT_BASE=27790 DLOCK_TEST_ETCD_DIR=target/etcd-faces
-  export DLOCK_TEST_PG_PORT_BASE=28430 DLOCK_TEST_PG_DIR=target/pg-faces
+  # Servers of this lane: ports and folders apart from the timers lane's
+  # (which uses the scripts' defaults, or DLOCK_TEST_PORT_BASE and
+  # DLOCK_TEST_PG_PORT_BASE when set: this lane's are 4,000 above those).
+  export DLOCK_TEST_PORT_BASE=$((${DLOCK_TEST_PORT_BASE:-23790} + 4000)) DLOCK_TEST_ETCD_DIR=target/etcd-faces
+  export DLOCK_TEST_PG_PORT_BASE=$((${DLOCK_TEST_PG_PORT_BASE:-25430} + 3000)) DLOCK_TEST_PG_DIR=target/pg-faces
   wait_for dist || return 1
   export DLOCK_DIST=$root/dist
   for face in python node cli; do
@@ -242,7 +244,7 @@ pg_in_private_folder() {
   mkdir -p "$d/co/target"
   cp -r scripts "$d/co/"
   local rc=0
-  export DLOCK_TEST_PG_PORT_BASE=28530 DLOCK_TEST_PG_DIR=
+  export DLOCK_TEST_PG_PORT_BASE=$((${DLOCK_TEST_PG_PORT_BASE:-25430} + 3100)) DLOCK_TEST_PG_DIR=
   "$d/co/scripts/pg-cluster.sh" start && "$d/co/scripts/pg-cluster.sh" status || rc=1
   "$d/co/scripts/pg-cluster.sh" stop || rc=1
   rm -rf "$d"
