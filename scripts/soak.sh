@@ -57,7 +57,14 @@ run() {
     rust) ws_test --test soak --quiet ;;
     c) target/soak/c-soak ;;
     python) "${DLOCK_SOAK_PYTHON:-target/py-venv/bin/python}" bindings/python/tests/soak_cycles.py ;;
-    node) node --expose-gc bindings/node/bench/soak.js ;;
+    node)
+      # The package build-faces.sh installed from DLOCK_DIST, else the built bindings/node.
+      if [[ -n ${DLOCK_DIST:-} ]]; then
+        DLOCK_NODE_PACKAGE=$PWD/target/nemesis/node/node_modules/dlock node --expose-gc bindings/node/bench/soak.js
+      else
+        node --expose-gc bindings/node/bench/soak.js
+      fi
+      ;;
   esac >"$out" || rc=$?
   cat "$out"
   grep '^SOAK|' "$out" >>"$lines" || true

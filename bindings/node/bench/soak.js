@@ -16,7 +16,9 @@
 'use strict';
 
 const fs = require('node:fs');
-const dlock = require('..');
+// DLOCK_NODE_PACKAGE: the installed package (scripts/soak.sh under
+// scripts/test.sh --full, whose packages come from scripts/dist.sh).
+const dlock = require(process.env.DLOCK_NODE_PACKAGE || '..');
 
 const envInt = (name, dflt) => (process.env[name] ? Number(process.env[name]) : dflt);
 
