@@ -143,9 +143,9 @@ fi
 sync=$logs/sync
 mkdir -p "$sync"
 export DLOCK_RELEASE_READY=$sync/release
-# wait_for_release: the timers lane waits here for the work lane's release
-# build (its C and PostgreSQL tests link it) and for the packages (the
-# nemesis holders install them).
+# wait_for FILE: the timers and faces lanes wait here for the work lane's
+# packages (the nemesis holders and the faces install them); the release
+# build's own wait is wait_release (scripts/lib.sh), which the suites call.
 wait_for() { # FILE
   until [[ -e $sync/$1 ]]; do
     [[ -e $sync/work-failed-early ]] && { echo "the work lane's $1 failed: nothing to test"; return 1; }

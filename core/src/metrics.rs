@@ -495,7 +495,7 @@ fn read_session(m: &SessionMetrics) -> SessionSnapshot {
 
 fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
     let s = g.read();
-    let c = &g.counters;
+    let c = Counts::read(&g.counters);
     let holding = matches!(s.state, State::Holding | State::Draining);
     LockSnapshot {
         name: name.to_owned(),
@@ -503,15 +503,11 @@ fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
         token: holding.then_some(s.token),
         slack: g.time_left(),
         in_flight: g.in_flight(),
-        acquisitions: c.acquisitions.load(Relaxed),
-        drains: c.drains.load(Relaxed),
-        resumes: c.resumes.load(Relaxed),
-        fences: [
-            c.fences_deadline.load(Relaxed),
-            c.fences_lease_lost.load(Relaxed),
-            c.fences_lock_lost.load(Relaxed),
-        ],
-        refused: std::array::from_fn(|i| c.refused[i].load(Relaxed)),
+        acquisitions: c.acquisitions,
+        drains: c.drains,
+        resumes: c.resumes,
+        fences: c.fences,
+        refused: c.refused,
         election: g.metrics.election.load(Relaxed),
     }
 }
