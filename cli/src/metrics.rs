@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use clap::Args;
-use dlock::metrics::{Family, Kind, Value};
 
 use crate::duration;
 
@@ -89,31 +88,12 @@ impl Drop for Textfile {
     }
 }
 
-/// `dlock show NAME --metrics`: the lock as etcd has it, in the names of
-/// docs/metrics.md (held, token) and its waiters.
-pub fn show_text(name: &str, token: Option<i64>, waiters: usize) -> String {
-    let gauge = |n, help, v: f64| Family {
-        name: n,
-        help,
-        kind: Kind::Gauge,
-        labels: &["lock"],
-        series: vec![(vec![name.to_owned()], Value::Number(v))],
-    };
-    dlock::metrics::prometheus::render(&[
-        gauge(
-            "dlock_lock_held",
-            "Whether a key holds the lock (etcd's view).",
-            f64::from(u8::from(token.is_some())),
-        ),
-        gauge(
-            "dlock_lock_token",
-            "Fencing token of the holder (0: none).",
-            token.unwrap_or(0) as f64,
-        ),
-        gauge(
-            "dlock_lock_waiters",
-            "Keys waiting behind the holder.",
-            waiters as f64,
-        ),
-    ])
+/// `dlock show NAME --metrics`: the lock as the engine has it, in the
+/// core's names (docs/metrics.md); `waiters` is `None` where the engine
+/// does not know them (PostgreSQL).
+pub fn show_text(name: &str, token: Option<i64>, waiters: Option<usize>) -> String {
+    let token = token.map(|t| t as u64);
+    dlock::metrics::prometheus::render(&dlock::metrics::prometheus::engine_view(
+        name, token, waiters,
+    ))
 }

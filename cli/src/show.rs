@@ -155,7 +155,11 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
         let token = shown.holder.as_ref().map(|h| h.key.token);
         print!(
             "{}",
-            crate::metrics::show_text(&shown.name, token, shown.waiters.len())
+            crate::metrics::show_text(
+                &shown.name,
+                token,
+                shown.waiters_known.then_some(shown.waiters.len())
+            )
         );
     } else if args.json {
         println!("{}", serde_json::to_string(&shown).expect("serializable"));

@@ -1195,6 +1195,12 @@ fn the_metrics_textfile_follows_blips_cuts_and_deletes() {
             .any(|l| l == format!("dlock_lock_token{{lock=\"{name}\"}} {token}")),
         "{text}"
     );
+    // etcd lists the waiting keys: their count is known (none here).
+    assert!(
+        text.lines()
+            .any(|l| l == format!("dlock_lock_waiters{{lock=\"{name}\"}} 0")),
+        "{text}"
+    );
     assert_eq!(
         sample(&path, &format!("dlock_lock_token{{lock=\"{name}\"}}")),
         Some(token as f64)

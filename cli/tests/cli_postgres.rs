@@ -98,6 +98,21 @@ fn run_show_list_and_migrate_on_postgres() {
     let left = shown["holder"]["ttl_left_s"].as_i64().unwrap();
     assert!((1..=15).contains(&left), "{shown}");
 
+    // The metrics view: held and token in the core's names; no waiter
+    // count, which PostgreSQL does not know.
+    let text = output(&["show", "--metrics", "--endpoints", url, &name], pw);
+    assert_eq!(text.status.code(), Some(0), "{text:?}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("dlock_lock_held{{lock=\"{name}\"}} 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("dlock_lock_token{{lock=\"{name}\"}} {token}")),
+        "{text}"
+    );
+    assert!(!text.contains("dlock_lock_waiters"), "{text}");
+
     let listed = json(&output(&["list", "--json", "--endpoints", url, &name], pw));
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");

@@ -303,6 +303,39 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
     out
 }
 
+/// One lock as the engine has it (`dlock show NAME --metrics`), in the
+/// names and labels of [`families`]: whether a key holds it, the holder's
+/// token and, where the engine lists them, the keys waiting behind it. An
+/// engine that keeps no row for a waiter (PostgreSQL) passes `None`: no
+/// waiter count it does not know.
+pub fn engine_view(lock: &str, token: Option<u64>, waiters: Option<usize>) -> Vec<super::Family> {
+    let one = |name, help, v: f64| {
+        let mut f = family(name, help, Kind::Gauge, &["lock"]);
+        number(&mut f, vec![lock.to_owned()], v);
+        f
+    };
+    let mut out = vec![
+        one(
+            "dlock_lock_held",
+            "Whether a key holds the lock (the engine's view).",
+            f64::from(u8::from(token.is_some())),
+        ),
+        one(
+            "dlock_lock_token",
+            "Fencing token of the holder (0: none).",
+            token.unwrap_or(0) as f64,
+        ),
+    ];
+    if let Some(n) = waiters {
+        out.push(one(
+            "dlock_lock_waiters",
+            "Keys waiting behind the holder (the engine's view).",
+            n as f64,
+        ));
+    }
+    out
+}
+
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
