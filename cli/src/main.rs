@@ -77,15 +77,12 @@ impl Conn {
     /// What the flags over the `DLOCK_*` environment name (the core's
     /// `Endpoints::from_vars`, as the library reads them).
     pub fn endpoints(&self) -> Result<dlock::Endpoints, Fail> {
-        let ms = |d: &Option<Duration>| d.map(|d| d.as_millis().to_string());
         let flags = [
             ("DLOCK_ENDPOINTS", self.endpoints.clone()),
             ("DLOCK_CA_FILE", self.ca_file.clone()),
             ("DLOCK_CERT_FILE", self.cert_file.clone()),
             ("DLOCK_KEY_FILE", self.key_file.clone()),
             ("DLOCK_USER", self.user.clone()),
-            ("DLOCK_CONNECT_TIMEOUT_MS", ms(&self.connect_timeout)),
-            ("DLOCK_REQUEST_TIMEOUT_MS", ms(&self.request_timeout)),
         ];
         let endpoints = dlock::Endpoints::from_vars(|name| {
             if let Some((_, Some(v))) = flags.iter().find(|(n, _)| *n == name) {
@@ -100,6 +97,13 @@ impl Conn {
             }
         })
         .map_err(Fail::from)?;
+        // The timeout flags are durations already: set, not spelled as
+        // the variables' milliseconds and read back.
+        let endpoints = endpoints.map(|mut e| {
+            e.connect_timeout = self.connect_timeout.or(e.connect_timeout);
+            e.request_timeout = self.request_timeout.or(e.request_timeout);
+            e
+        });
         endpoints.ok_or_else(|| {
             Fail::new(
                 exit::INVALID,
