@@ -11,7 +11,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dlock::{Client, Error, EtcdConfig, LockEvent, Refused, State};
+use dlock::{Client, Error, LockEvent, Refused, State};
 use serde_json::json;
 
 use crate::Settings;
@@ -117,7 +117,12 @@ pub fn main(args: &[String]) -> Result<(), String> {
     // PostgreSQL (a `postgres://` URL): the write is a guarded transaction
     // on `app.writes` over the direct connection `--db` (default: the
     // endpoint itself), its `run` column `KEY`.
-    let pg_mode = crate::pg::is_url(&endpoints);
+    // The engine is the one the endpoints name, chosen by the core
+    // (`Endpoints`), as an application does.
+    let backend = dlock::Endpoints::new([endpoints.as_str()])
+        .backend()
+        .map_err(|e| e.to_string())?;
+    let pg_mode = matches!(backend, dlock::BackendConfig::Postgres(_));
     if pg_mode && (election || n_locks > 1) {
         return Err("on PostgreSQL the holder takes one lock (no --locks, no --election)".into());
     }
@@ -139,25 +144,24 @@ pub fn main(args: &[String]) -> Result<(), String> {
                "margin_ms": settings.margin.as_millis() as u64,
                "interval_ms": settings.interval.as_millis() as u64}),
     );
-    let client = if pg_mode {
-        let config = dlock::PostgresConfig::parse(&endpoints).map_err(|e| e.to_string())?;
-        // A service starting while the server restarts or stalls (a
-        // replacement holder during primary_restarted, primary_paused)
-        // tries again, as a real one would; bad input still ends it.
-        let until = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            match Client::postgres(config.clone(), settings.options()) {
-                Ok(c) => break c,
-                Err(e @ dlock::Error::Backend(_)) if std::time::Instant::now() < until => {
-                    h.record("connect_failed", json!({"error": e.to_string()}));
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                Err(e) => return Err(e.to_string()),
+    let config = dlock::ClientConfig {
+        options: settings.options(),
+        backend,
+        clock: None,
+    };
+    // A service starting while the server restarts or stalls (a
+    // replacement holder during primary_restarted, primary_paused) tries
+    // again, as a real one would; bad input still ends it.
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let client = loop {
+        match Client::connect(config.clone()) {
+            Ok(c) => break c,
+            Err(e @ dlock::Error::Backend(_)) if pg_mode && std::time::Instant::now() < until => {
+                h.record("connect_failed", json!({"error": e.to_string()}));
+                std::thread::sleep(Duration::from_millis(250));
             }
+            Err(e) => return Err(e.to_string()),
         }
-    } else {
-        let config = EtcdConfig::parse(&endpoints).map_err(|e| e.to_string())?;
-        Client::etcd(config, settings.options()).map_err(|e| e.to_string())?
     };
     let multi = n_locks > 1;
     let session = if multi {
