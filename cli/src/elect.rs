@@ -137,7 +137,7 @@ fn line(e: &Observed, json: bool) -> String {
 
 fn observe(args: &ElectArgs) -> Result<i32, Fail> {
     let client = dlock::Client::connect(args.conn.client(dlock::Options::default())?)?;
-    let mut observer = client.observe(&args.name)?;
+    let observer = client.observe(&args.name)?;
     let mut out = std::io::stdout();
     loop {
         let Some(e) = observer.recv_blocking(None)? else {

@@ -51,6 +51,7 @@ pub mod log;
 pub mod machine;
 pub mod memory;
 pub mod metrics;
+mod observer;
 mod options;
 mod postgres;
 mod reader;

@@ -331,3 +331,68 @@ fn an_observer_nobody_reads_keeps_a_bounded_backlog() {
     }
     ea.resign(ms(1000)).unwrap();
 }
+
+/// The callback form (`observe_with`): every event in order on the
+/// observer's own thread; once `close` returns, the callback runs no more;
+/// the observer's reads are refused (its events are the callback's).
+#[test]
+fn an_observer_with_a_callback_gets_every_change_and_nothing_after_close() {
+    let service = MemoryService::new();
+    let a = client(&service);
+    let watcher = client(&service);
+    let (tx, rx) = mpsc::channel();
+    let obs = watcher
+        .observe_with("el/callback", move |e| {
+            let _ = tx.send((e, std::thread::current().name().map(String::from)));
+        })
+        .unwrap();
+    let event = || rx.recv_timeout(Duration::from_secs(5)).expect("an event");
+    let (first, thread) = event();
+    assert_eq!(first, Observed::NoLeader, "first: the current state");
+    assert_eq!(thread.as_deref(), Some("dlock-observer"));
+    assert_eq!(
+        obs.recv_blocking(Some(ms(10))).unwrap_err().code(),
+        "invalid_argument"
+    );
+    let ea = a.election("el/callback").unwrap();
+    let t1 = ea.campaign(b"alpha", ms(2000)).unwrap();
+    assert_eq!(leader_of(event().0).token, t1);
+    ea.proclaim(b"beta").unwrap();
+    assert!(matches!(event().0, Observed::Proclaimed(l) if l.value == b"beta"));
+    obs.close();
+    ea.resign(Duration::ZERO).unwrap();
+    // The sender went with the callback: the channel ends, nothing more.
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(2)),
+        Err(mpsc::RecvTimeoutError::Disconnected)
+    ));
+}
+
+/// The pull form is closeable from another thread: a read waiting with no
+/// limit returns the end at the close, and every later read too.
+#[test]
+fn a_close_from_another_thread_ends_a_waiting_read() {
+    let service = MemoryService::new();
+    let watcher = client(&service);
+    let obs = std::sync::Arc::new(watcher.observe("el/close").unwrap());
+    assert_eq!(
+        obs.recv_blocking(Some(Duration::from_secs(5))).unwrap(),
+        Some(Observed::NoLeader)
+    );
+    let (tx, rx) = mpsc::channel();
+    let reader = {
+        let obs = obs.clone();
+        std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            obs.recv_blocking(None)
+        })
+    };
+    rx.recv().unwrap();
+    // The reader is in (or about to enter) its wait; either way the close
+    // ends it.
+    std::thread::sleep(ms(20));
+    obs.close();
+    assert_eq!(reader.join().unwrap(), Ok(None));
+    assert_eq!(obs.recv_blocking(Some(ms(0))), Ok(None));
+    assert!(obs.is_closed());
+}

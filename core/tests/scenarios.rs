@@ -259,7 +259,7 @@ impl Face for RustFace {
             }
             Step::Observe { holder } => {
                 let h = self.holder(holder)?;
-                let mut observer = h.client.observe(&h.observes).map_err(|e| e.to_string())?;
+                let observer = h.client.observe(&h.observes).map_err(|e| e.to_string())?;
                 let trace = self.trace.clone().ok_or("no trace")?;
                 let stop = Arc::new(AtomicBool::new(false));
                 let (n, halt) = (holder.clone(), stop.clone());

@@ -1,19 +1,14 @@
 //! Observers of an election (docs/elections.md): no lease, no key. The
 //! events (what changed, never a leader whose key is gone) are the core's
-//! `Observer`; this file only delivers them to C, pulled with
-//! `lk_observer_next` or pushed to a callback on a thread of the observer's
-//! own.
+//! `Observer`, pulled (`lk_observer_next`: its blocking read) or pushed to
+//! a callback (`lk_observer_start`: its `observe_with`); this file only
+//! converts them for C.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
-use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::ffi::{c_char, c_void};
 
-use dlock_core::{Observed, Observer};
+use dlock_core::{Error, Observed, Observer};
 
 use crate::client::lk_client;
 use crate::election::{check_version, clear_leader, empty_leader, fill, lk_leader};
@@ -45,90 +40,10 @@ pub type lk_observed_fn = Option<
     unsafe extern "C" fn(user_data: *mut c_void, what: lk_observed, leader: *const lk_leader),
 >;
 
-/// What the pulling thread and `lk_observer_close` share.
-struct Shared {
-    /// The core's observer; `recv` needs `&mut`.
-    observer: Mutex<Observer>,
-    closed: AtomicBool,
-    /// The thread waiting for an event, unparked by a close.
-    waiting: Mutex<Option<Thread>>,
-}
-
-/// Unparks the waiting thread (the core's queue wakes it on an event).
-struct Unpark(Thread);
-
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-enum Next {
-    Event(Observed),
-    Timeout,
-    /// Closed, or the stream ended.
-    Closed,
-}
-
-impl Shared {
-    /// The next event, waiting until `deadline` (`None`: for ever), or the
-    /// close.
-    fn next(&self, deadline: Option<Instant>) -> Next {
-        let mut observer = self.observer.lock().unwrap_or_else(PoisonError::into_inner);
-        let me = std::thread::current();
-        *self.waiting.lock().unwrap_or_else(PoisonError::into_inner) = Some(me.clone());
-        let waker = Waker::from(Arc::new(Unpark(me)));
-        let mut cx = Context::from_waker(&waker);
-        let mut recv = std::pin::pin!(observer.recv());
-        let next = loop {
-            // A close sets the flag, then unparks: a park after the flag
-            // was set returns at once.
-            if self.closed.load(Ordering::SeqCst) {
-                break Next::Closed;
-            }
-            if let Poll::Ready(e) = recv.as_mut().poll(&mut cx) {
-                break e.map_or(Next::Closed, Next::Event);
-            }
-            match deadline {
-                None => std::thread::park(),
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => std::thread::park_timeout(left),
-                    _ => break Next::Timeout,
-                },
-            }
-        };
-        *self.waiting.lock().unwrap_or_else(PoisonError::into_inner) = None;
-        next
-    }
-
-    /// Ends the observation: a waiting `next` returns `Closed`.
-    fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        if let Some(t) = &*self.waiting.lock().unwrap_or_else(PoisonError::into_inner) {
-            t.unpark();
-        }
-        // The watch ends once no `next` holds the observer.
-        self.observer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .close();
-    }
-}
-
 /// An observer of one election. Pull its events with `lk_observer_next`
 /// (`lk_observer_new`), or get them in a callback (`lk_observer_start`).
 pub struct lk_observer {
-    shared: Arc<Shared>,
-    /// The callback form's thread.
-    pump: Mutex<Option<JoinHandle<()>>>,
-}
-
-fn start(client: &lk_client, name: &str) -> Result<Arc<Shared>, Fail> {
-    Ok(Arc::new(Shared {
-        observer: Mutex::new(client.client.observe(name)?),
-        closed: AtomicBool::new(false),
-        waiting: Mutex::new(None),
-    }))
+    observer: Observer,
 }
 
 /// Observes the election `name` on `client` (no lease, no key of its own):
@@ -148,8 +63,7 @@ pub unsafe extern "C" fn lk_observer_new(
         boxed(
             dest,
             lk_observer {
-                shared: start(client, name)?,
-                pump: Mutex::new(None),
+                observer: client.client.observe(name)?,
             },
         );
         Ok(())
@@ -177,36 +91,23 @@ pub unsafe extern "C" fn lk_observer_start(
             return Err(Fail::null("cb"));
         };
         let dest = unsafe { out(observer_out, "observer_out") }?;
-        let shared = start(client, name)?;
-        let s = shared.clone();
         let ud = UserData(user_data);
-        let pump = std::thread::Builder::new()
-            .name("dlock-observer".into())
-            .spawn(move || {
-                let ud = ud;
-                while let Next::Event(e) = s.next(None) {
-                    let (what, l) = kind(&e);
-                    let mut leader = empty_leader();
-                    fill(&mut leader, l);
-                    let p = if l.is_some() {
-                        &leader as *const lk_leader
-                    } else {
-                        std::ptr::null()
-                    };
-                    // SAFETY: the application's callback with its own
-                    // user_data; `leader` lives during the call.
-                    unsafe { cb(ud.0, what, p) };
-                    clear_leader(&mut leader);
-                }
-            })
-            .map_err(|e| Fail::new(LK_BACKEND, format!("cannot start a thread: {e}")))?;
-        boxed(
-            dest,
-            lk_observer {
-                shared,
-                pump: Mutex::new(Some(pump)),
-            },
-        );
+        let observer = client.client.observe_with(name, move |e| {
+            let ud = &ud;
+            let (what, l) = kind(&e);
+            let mut leader = empty_leader();
+            fill(&mut leader, l);
+            let p = if l.is_some() {
+                &leader as *const lk_leader
+            } else {
+                std::ptr::null()
+            };
+            // SAFETY: the application's callback with its own user_data;
+            // `leader` lives during the call.
+            unsafe { cb(ud.0, what, p) };
+            clear_leader(&mut leader);
+        })?;
+        boxed(dest, lk_observer { observer });
         Ok(())
     })
 }
@@ -243,18 +144,10 @@ pub unsafe extern "C" fn lk_observer_next(
         if let Some(l) = &leader {
             check_version(l)?;
         }
-        if o.pump
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-        {
-            return Err(Fail::invalid(
-                "lk_observer_next on an observer with a callback (lk_observer_start)",
-            ));
-        }
-        let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms));
-        match o.shared.next(deadline) {
-            Next::Event(e) => {
+        // UINT64_MAX (or any limit past the clock's reach): none.
+        let timeout = (timeout_ms != u64::MAX).then(|| Duration::from_millis(timeout_ms));
+        match o.observer.recv_blocking(timeout) {
+            Ok(Some(e)) => {
                 let (w, l) = kind(&e);
                 if let Some(dest) = leader {
                     fill(dest, l);
@@ -262,11 +155,12 @@ pub unsafe extern "C" fn lk_observer_next(
                 *what = w;
                 Ok(())
             }
-            Next::Timeout => Err(Fail::new(
+            Err(Error::Timeout) => Err(Fail::new(
                 LK_TIMEOUT,
                 format!("no observer event within {timeout_ms} ms"),
             )),
-            Next::Closed => Err(Fail::new(LK_RELEASED, "the observer is closed")),
+            Err(e) => Err(e.into()),
+            Ok(None) => Err(Fail::new(LK_RELEASED, "the observer is closed")),
         }
     })
 }
@@ -285,15 +179,7 @@ pub unsafe extern "C" fn lk_observer_close(observer: *const lk_observer) -> lk_s
 }
 
 fn close(o: &lk_observer) {
-    o.shared.close();
-    let pump = o.pump.lock().unwrap_or_else(PoisonError::into_inner).take();
-    if let Some(pump) = pump {
-        if pump.thread().id() == std::thread::current().id() {
-            // From the callback: the loop ends when it returns.
-            return;
-        }
-        let _ = pump.join();
-    }
+    o.observer.close();
 }
 
 /// Closes (as `lk_observer_close`) and frees the observer (NULL: nothing).

@@ -334,7 +334,7 @@ impl Observing {
             dlock::EtcdConfig::parse(&cluster.members.join(",")).map_err(|e| e.to_string())?;
         let client =
             dlock::Client::etcd(config, cfg.settings.options()).map_err(|e| e.to_string())?;
-        let mut obs = client.observe(name).map_err(|e| e.to_string())?;
+        let obs = client.observe(name).map_err(|e| e.to_string())?;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let halt = stop.clone();
         let thread = std::thread::spawn(move || {

@@ -1,6 +1,6 @@
-//! Observers (`client.observe(name)`, docs/elections.md): a pump on the
-//! core's driver reads the core's `dlock::Observer` and hands every event
-//! to JavaScript through a threadsafe function of the observer's own.
+//! Observers (`client.observe(name)`, docs/elections.md): the core's
+//! callback form (`Client::observe_with`) hands every event to JavaScript
+//! through a threadsafe function of the observer's own.
 //! That function is weak (unref'd): an observer never keeps the process
 //! alive by itself. The JavaScript side refs it (`hold(true)`) only while
 //! someone awaits the next event (`for await`), as a pending read would.
@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use tokio::sync::Notify;
 
 use crate::election::{NativeLeader, leader_record};
 use crate::{NativeClient, thrown};
@@ -69,26 +68,10 @@ static NEXT_OBSERVER: AtomicU32 = AtomicU32::new(1);
 #[napi]
 pub struct NativeObserver {
     id: u32,
-    /// Ends the pump, which drops (closes) the core's observer.
-    stop: Arc<Notify>,
+    /// The core's observer (its callback form).
+    observer: dlock::Observer,
     sink: Arc<ObservedSink>,
     held: Cell<bool>,
-}
-
-/// Moves the core observer's events to JavaScript until `stop`.
-async fn pump(mut observer: dlock::Observer, id: u32, sink: Arc<ObservedSink>, stop: Arc<Notify>) {
-    loop {
-        tokio::select! {
-            e = observer.recv() => match e {
-                Some(e) => {
-                    let _ = sink.call((id, e), ThreadsafeFunctionCallMode::NonBlocking);
-                }
-                None => break,
-            },
-            () = stop.notified() => break,
-        }
-    }
-    observer.close();
 }
 
 #[napi]
@@ -104,7 +87,6 @@ impl NativeObserver {
         name: String,
         sink: Function<NativeObserved, ()>,
     ) -> Result<NativeObserver> {
-        let observer = client.inner.observe(&name).map_err(thrown)?;
         let id = NEXT_OBSERVER.fetch_add(1, Ordering::Relaxed);
         let sink = Arc::new(
             sink.build_threadsafe_function::<(u32, dlock::Observed)>()
@@ -112,11 +94,16 @@ impl NativeObserver {
                 .callee_handled::<false>()
                 .build_callback(|ctx| Ok(observed_record(ctx.value.0, ctx.value.1)))?,
         );
-        let stop = Arc::new(Notify::new());
-        dlock::spawn_then(pump(observer, id, sink.clone(), stop.clone()), |()| {});
+        let to_js = sink.clone();
+        let observer = client
+            .inner
+            .observe_with(&name, move |e| {
+                let _ = to_js.call((id, e), ThreadsafeFunctionCallMode::NonBlocking);
+            })
+            .map_err(thrown)?;
         Ok(NativeObserver {
             id,
-            stop,
+            observer,
             sink,
             held: Cell::new(false),
         })
@@ -156,13 +143,7 @@ impl NativeObserver {
     /// process is no longer held. Idempotent.
     #[napi]
     pub fn close(&self, env: &Env) -> Result<()> {
-        self.stop.notify_one();
+        self.observer.close();
         self.hold(env, false)
-    }
-}
-
-impl Drop for NativeObserver {
-    fn drop(&mut self) {
-        self.stop.notify_one();
     }
 }

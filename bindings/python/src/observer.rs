@@ -223,7 +223,7 @@ impl Observer {
         if slot.ended {
             return Ok(None);
         }
-        let Some(mut observer) = slot.observer.take() else {
+        let Some(observer) = slot.observer.take() else {
             return Err(busy(py));
         };
         drop(slot);
@@ -267,7 +267,7 @@ impl Observer {
             drop(slot);
             return spawn(py, r#loop, fut, async { Outcome::Ready });
         }
-        let Some(mut observer) = slot.observer.take() else {
+        let Some(observer) = slot.observer.take() else {
             let done = ReadDone {
                 slot: self.slot.clone(),
                 seen: slot.reads_done,
