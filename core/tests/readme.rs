@@ -8,10 +8,11 @@
 //! ffi-c/tests/cpp/readme.cpp (compiled and run by scripts/test-c.sh and
 //! scripts/test-cpp.sh); their text is checked here too.
 //!
-//! Issue 28: the `## Elections and observers` and `## Metrics` blocks live
-//! here too, each run once on the embedded backend; the `## PostgreSQL`
-//! block lives in core/tests/postgres_readme.rs (run on the PostgreSQL
-//! test servers by scripts/test-postgres.sh), its text checked here.
+//! Issue 28: the sessions block (`### Many locks, one lease: sessions`),
+//! `## Elections and observers` and `## Metrics` live here too, each run
+//! once on the embedded backend; the `## PostgreSQL` block lives in
+//! core/tests/postgres_readme.rs (run on the PostgreSQL test servers by
+//! scripts/test-postgres.sh), its text checked here.
 
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -21,36 +22,40 @@ use dlock::{MemoryService, Token};
 
 const README: &str = include_str!("../../README.md");
 
-/// The first ```LANG block under README.md's `## FACE` heading; panics
+/// The first ```LANG block under README.md's `HEADING` (`## Rust`, `###
+/// Many locks, ...`), before the next `##` or `###` heading; panics
 /// (naming what is missing) when the heading or the block moved.
-fn readme_block(face: &str, lang: &str) -> String {
-    let heading = format!("\n## {face}\n");
+fn readme_block(heading: &str, lang: &str) -> String {
     let section = README
-        .split_once(&heading)
+        .split_once(&format!("\n{heading}\n"))
         .unwrap_or_else(|| {
-            panic!("README.md has no `## {face}` heading: update core/tests/readme.rs")
+            panic!("README.md has no `{heading}` heading: update core/tests/readme.rs")
         })
         .1;
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let end = ["\n## ", "\n### "]
+        .iter()
+        .filter_map(|h| section.find(h))
+        .min()
+        .unwrap_or(section.len());
     let fence = format!("```{lang}\n");
-    let block = section
+    let block = section[..end]
         .split_once(&fence)
         .unwrap_or_else(|| {
-            panic!("README.md's `## {face}` has no ```{lang} block: update core/tests/readme.rs")
+            panic!("README.md's `{heading}` has no ```{lang} block: update core/tests/readme.rs")
         })
         .1;
     block
         .split_once("```")
-        .unwrap_or_else(|| panic!("README.md's `## {face}` ```{lang} block is not closed"))
+        .unwrap_or_else(|| panic!("README.md's `{heading}` ```{lang} block is not closed"))
         .0
         .to_owned()
 }
 
 /// The lines of `source` between the line holding ``README: begin
-/// (README.md, `## FACE` `` and the next one holding `README: end`, with
+/// (README.md, `HEADING` `` and the next one holding `README: end`, with
 /// `indent` leading spaces taken off each.
-fn marked_region(source: &str, file: &str, face: &str, indent: usize) -> String {
-    let begin = format!("README: begin (README.md, `## {face}`");
+fn marked_region(source: &str, file: &str, heading: &str, indent: usize) -> String {
+    let begin = format!("README: begin (README.md, `{heading}`");
     let mut out = String::new();
     let mut inside = false;
     let mut closed = false;
@@ -77,7 +82,7 @@ fn marked_region(source: &str, file: &str, face: &str, indent: usize) -> String 
     }
     assert!(
         closed,
-        "{file} has no `README: begin (README.md, `## {face}`` ... `README: end` region"
+        "{file} has no `README: begin (README.md, `{heading}`` ... `README: end` region"
     );
     out
 }
@@ -134,10 +139,15 @@ fn readme_rust() -> Result<(), dlock::Error> {
 
 #[test]
 fn the_rust_block_here_is_the_readmes() {
-    let here = marked_region(include_str!("readme.rs"), "core/tests/readme.rs", "Rust", 4);
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Rust",
+        4,
+    );
     assert_eq!(
         here,
-        readme_block("Rust", "rust"),
+        readme_block("## Rust", "rust"),
         "README.md's Rust block and core/tests/readme.rs differ"
     );
 }
@@ -166,17 +176,68 @@ fn the_readme_rust_loop_stops_at_a_fence_as_its_comment_says() {
     }
 }
 
+// ---- `### Many locks, one lease: sessions`, under `## Rust` ---------------
+
+#[rustfmt::skip]
+fn readme_session(client: &dlock::Client) -> Result<(dlock::Session, dlock::Lock), dlock::Error> {
+    // README: begin (README.md, `### Many locks, one lease: sessions`, the first ```rust block)
+    let batch = client.session(dlock::Options::default())?; // its own lease
+    let shard = batch.lock("shards/17")?;
+    shard.acquire(Duration::from_secs(10))?;
+    batch.close()?; // releases every lock of it, revokes its lease
+    // README: end
+    Ok((batch, shard))
+}
+
+#[test]
+fn the_session_block_here_is_the_readmes() {
+    let heading = "### Many locks, one lease: sessions";
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        heading,
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block(heading, "rust"),
+        "README.md's session block and core/tests/readme.rs differ"
+    );
+}
+
+#[test]
+fn the_readme_session_holds_on_a_lease_of_its_own_and_close_releases_it() {
+    let client = dlock::Client::memory();
+    let on_default = client.lock("readme-sessions-default").unwrap();
+    on_default.acquire(Duration::from_secs(10)).unwrap();
+    let (batch, shard) = readme_session(&client).expect("the session block runs");
+    assert_eq!(
+        MemoryService::shared().holder("shards/17"),
+        None,
+        "close released the session's lock"
+    );
+    assert!(batch.lease().is_none(), "close revoked the session's lease");
+    assert!(matches!(
+        shard.acquire(Duration::from_secs(1)),
+        Err(dlock::Error::Released)
+    ));
+    // Its own lease: revoking it left the default session's lock held.
+    assert_eq!(on_default.state(), dlock::State::Holding);
+    assert!(on_default.permit().is_ok());
+    on_default.release().unwrap();
+}
+
 #[test]
 fn the_c_block_is_ffi_c_tests_c_readme_c() {
     let here = marked_region(
         include_str!("../../ffi-c/tests/c/readme.c"),
         "ffi-c/tests/c/readme.c",
-        "C",
+        "## C",
         2,
     );
     assert_eq!(
         here,
-        readme_block("C", "c"),
+        readme_block("## C", "c"),
         "README.md's C block and ffi-c/tests/c/readme.c differ"
     );
 }
@@ -186,12 +247,12 @@ fn the_cpp_block_is_ffi_c_tests_cpp_readme_cpp() {
     let here = marked_region(
         include_str!("../../ffi-c/tests/cpp/readme.cpp"),
         "ffi-c/tests/cpp/readme.cpp",
-        "C++",
+        "## C++",
         2,
     );
     assert_eq!(
         here,
-        readme_block("C++", "cpp"),
+        readme_block("## C++", "cpp"),
         "README.md's C++ block and ffi-c/tests/cpp/readme.cpp differ"
     );
 }
@@ -265,12 +326,12 @@ fn the_election_block_here_is_the_readmes() {
     let here = marked_region(
         include_str!("readme.rs"),
         "core/tests/readme.rs",
-        "Elections and observers",
+        "## Elections and observers",
         4,
     );
     assert_eq!(
         here,
-        readme_block("Elections and observers", "rust"),
+        readme_block("## Elections and observers", "rust"),
         "README.md's election block and core/tests/readme.rs differ"
     );
 }
@@ -333,12 +394,12 @@ fn the_metrics_block_here_is_the_readmes() {
     let here = marked_region(
         include_str!("readme.rs"),
         "core/tests/readme.rs",
-        "Metrics",
+        "## Metrics",
         4,
     );
     assert_eq!(
         here,
-        readme_block("Metrics", "rust"),
+        readme_block("## Metrics", "rust"),
         "README.md's metrics block and core/tests/readme.rs differ"
     );
 }
@@ -376,12 +437,12 @@ fn the_postgres_block_is_core_tests_postgres_readme_rs() {
     let here = marked_region(
         include_str!("postgres_readme.rs"),
         "core/tests/postgres_readme.rs",
-        "PostgreSQL",
+        "## PostgreSQL",
         4,
     );
     assert_eq!(
         here,
-        readme_block("PostgreSQL", "rust"),
+        readme_block("## PostgreSQL", "rust"),
         "README.md's PostgreSQL block and core/tests/postgres_readme.rs differ"
     );
 }
