@@ -7,6 +7,12 @@
 //! The C and C++ blocks live the same way in ffi-c/tests/c/readme.c and
 //! ffi-c/tests/cpp/readme.cpp (compiled and run by scripts/test-c.sh and
 //! scripts/test-cpp.sh); their text is checked here too.
+//!
+//! Issue 28: the sessions block (`### Many locks, one lease: sessions`),
+//! `## Elections and observers` and `## Metrics` live here too, each run
+//! once on the embedded backend; the `## PostgreSQL` block lives in
+//! core/tests/postgres_readme.rs (run on the PostgreSQL test servers by
+//! scripts/test-postgres.sh), its text checked here.
 
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -16,34 +22,40 @@ use dlock::{MemoryService, Token};
 
 const README: &str = include_str!("../../README.md");
 
-/// The first ```LANG block under README.md's `## FACE` heading; panics
+/// The first ```LANG block under README.md's `HEADING` (`## Rust`, `###
+/// Many locks, ...`), before the next `##` or `###` heading; panics
 /// (naming what is missing) when the heading or the block moved.
-fn readme_block(face: &str, lang: &str) -> String {
-    let heading = format!("\n## {face}\n");
+fn readme_block(heading: &str, lang: &str) -> String {
     let section = README
-        .split_once(&heading)
+        .split_once(&format!("\n{heading}\n"))
         .unwrap_or_else(|| {
-            panic!("README.md has no `## {face}` heading: update core/tests/readme.rs")
+            panic!("README.md has no `{heading}` heading: update core/tests/readme.rs")
         })
         .1;
-    let section = section.split("\n## ").next().unwrap_or(section);
+    let end = ["\n## ", "\n### "]
+        .iter()
+        .filter_map(|h| section.find(h))
+        .min()
+        .unwrap_or(section.len());
     let fence = format!("```{lang}\n");
-    let block = section
+    let block = section[..end]
         .split_once(&fence)
         .unwrap_or_else(|| {
-            panic!("README.md's `## {face}` has no ```{lang} block: update core/tests/readme.rs")
+            panic!("README.md's `{heading}` has no ```{lang} block: update core/tests/readme.rs")
         })
         .1;
     block
         .split_once("```")
-        .unwrap_or_else(|| panic!("README.md's `## {face}` ```{lang} block is not closed"))
+        .unwrap_or_else(|| panic!("README.md's `{heading}` ```{lang} block is not closed"))
         .0
         .to_owned()
 }
 
-/// The lines of `source` between the line holding `README: begin` and the
-/// one holding `README: end`, with `indent` leading spaces taken off each.
-fn marked_region(source: &str, file: &str, indent: usize) -> String {
+/// The lines of `source` between the line holding ``README: begin
+/// (README.md, `HEADING` `` and the next one holding `README: end`, with
+/// `indent` leading spaces taken off each.
+fn marked_region(source: &str, file: &str, heading: &str, indent: usize) -> String {
+    let begin = format!("README: begin (README.md, `{heading}`");
     let mut out = String::new();
     let mut inside = false;
     let mut closed = false;
@@ -53,10 +65,10 @@ fn marked_region(source: &str, file: &str, indent: usize) -> String {
             .trim_start_matches("//")
             .trim_start_matches("/*")
             .trim_start();
-        if marker.starts_with("README: begin") {
+        if !inside && marker.starts_with(&begin) {
             inside = true;
-        } else if marker.starts_with("README: end") {
-            closed = inside;
+        } else if inside && marker.starts_with("README: end") {
+            closed = true;
             break;
         } else if inside {
             let line = if line.trim().is_empty() {
@@ -70,7 +82,7 @@ fn marked_region(source: &str, file: &str, indent: usize) -> String {
     }
     assert!(
         closed,
-        "{file} has no `README: begin` ... `README: end` region"
+        "{file} has no `README: begin (README.md, `{heading}`` ... `README: end` region"
     );
     out
 }
@@ -127,10 +139,15 @@ fn readme_rust() -> Result<(), dlock::Error> {
 
 #[test]
 fn the_rust_block_here_is_the_readmes() {
-    let here = marked_region(include_str!("readme.rs"), "core/tests/readme.rs", 4);
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Rust",
+        4,
+    );
     assert_eq!(
         here,
-        readme_block("Rust", "rust"),
+        readme_block("## Rust", "rust"),
         "README.md's Rust block and core/tests/readme.rs differ"
     );
 }
@@ -159,16 +176,68 @@ fn the_readme_rust_loop_stops_at_a_fence_as_its_comment_says() {
     }
 }
 
+// ---- `### Many locks, one lease: sessions`, under `## Rust` ---------------
+
+#[rustfmt::skip]
+fn readme_session(client: &dlock::Client) -> Result<(dlock::Session, dlock::Lock), dlock::Error> {
+    // README: begin (README.md, `### Many locks, one lease: sessions`, the first ```rust block)
+    let batch = client.session(dlock::Options::default())?; // its own lease
+    let shard = batch.lock("shards/17")?;
+    shard.acquire(Duration::from_secs(10))?;
+    batch.close()?; // releases every lock of it, revokes its lease
+    // README: end
+    Ok((batch, shard))
+}
+
+#[test]
+fn the_session_block_here_is_the_readmes() {
+    let heading = "### Many locks, one lease: sessions";
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        heading,
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block(heading, "rust"),
+        "README.md's session block and core/tests/readme.rs differ"
+    );
+}
+
+#[test]
+fn the_readme_session_holds_on_a_lease_of_its_own_and_close_releases_it() {
+    let client = dlock::Client::memory();
+    let on_default = client.lock("readme-sessions-default").unwrap();
+    on_default.acquire(Duration::from_secs(10)).unwrap();
+    let (batch, shard) = readme_session(&client).expect("the session block runs");
+    assert_eq!(
+        MemoryService::shared().holder("shards/17"),
+        None,
+        "close released the session's lock"
+    );
+    assert!(batch.lease().is_none(), "close revoked the session's lease");
+    assert!(matches!(
+        shard.acquire(Duration::from_secs(1)),
+        Err(dlock::Error::Released)
+    ));
+    // Its own lease: revoking it left the default session's lock held.
+    assert_eq!(on_default.state(), dlock::State::Holding);
+    assert!(on_default.permit().is_ok());
+    on_default.release().unwrap();
+}
+
 #[test]
 fn the_c_block_is_ffi_c_tests_c_readme_c() {
     let here = marked_region(
         include_str!("../../ffi-c/tests/c/readme.c"),
         "ffi-c/tests/c/readme.c",
+        "## C",
         2,
     );
     assert_eq!(
         here,
-        readme_block("C", "c"),
+        readme_block("## C", "c"),
         "README.md's C block and ffi-c/tests/c/readme.c differ"
     );
 }
@@ -178,11 +247,202 @@ fn the_cpp_block_is_ffi_c_tests_cpp_readme_cpp() {
     let here = marked_region(
         include_str!("../../ffi-c/tests/cpp/readme.cpp"),
         "ffi-c/tests/cpp/readme.cpp",
+        "## C++",
         2,
     );
     assert_eq!(
         here,
-        readme_block("C++", "cpp"),
+        readme_block("## C++", "cpp"),
         "README.md's C++ block and ffi-c/tests/cpp/readme.cpp differ"
+    );
+}
+
+// ---- `## Elections and observers` -----------------------------------------
+
+/// One event the block's observer reported: its kind, and the leader's
+/// value and token.
+type Seen = (String, Option<(Vec<u8>, Token)>);
+
+/// What the block's observer reported, in order.
+static OBSERVED: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
+static OBSERVED_GREW: std::sync::Condvar = std::sync::Condvar::new();
+/// The tokens the block's leader worked under.
+static LED: Mutex<Vec<Token>> = Mutex::new(Vec::new());
+
+fn route(kind: &str, leader: Option<&dlock::Leader>) {
+    let mut seen = OBSERVED.lock().unwrap();
+    seen.push((kind.to_owned(), leader.map(|l| (l.value.clone(), l.token))));
+    OBSERVED_GREW.notify_all();
+}
+
+/// Waits (at most 10 s) until the observer's events satisfy `done`.
+fn observed_until(what: &str, done: impl Fn(&[Seen]) -> bool) -> Vec<Seen> {
+    let limit = Instant::now() + Duration::from_secs(10);
+    let mut seen = OBSERVED.lock().unwrap();
+    while !done(&seen) {
+        let left = limit.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the observer never reported {what}: {seen:?}"
+        );
+        seen = OBSERVED_GREW.wait_timeout(seen, left).unwrap().0;
+    }
+    seen.clone()
+}
+
+/// Leader work: runs while leading, so the observer must have reported
+/// this leader by now (the block does not go on until it has, so the
+/// proclaim cannot hide the first value).
+fn lead(token: Token) {
+    LED.lock().unwrap().push(token);
+    observed_until("the leader", |seen| {
+        seen.iter()
+            .any(|(k, l)| k == "leader" && l == &Some((b"host-a:8080".to_vec(), token)))
+    });
+}
+
+#[rustfmt::skip]
+fn readme_election() -> Result<(), dlock::Error> {
+    // README: begin (README.md, `## Elections and observers`, the first ```rust block)
+    let client = dlock::Client::memory();
+    let mut observer = client.observe("leaders")?;           // any process may watch
+    std::thread::spawn(move || {
+        while let Ok(Some(event)) = observer.recv_blocking(None) { // the state first, then each change
+            route(event.kind(), event.leader());             // "leader", "proclaimed", "no-leader", "reconnecting"
+        }
+    });
+
+    let election = client.election("leaders")?;              // or session.election(..)
+    election.campaign(b"host-a:8080", Duration::from_secs(30))?; // waits its turn; returns the token
+    if let Ok(permit) = election.permit() { lead(permit.token()) } // leader work, as under a lock
+    election.proclaim(b"host-a:9090")?;                      // a new value, the same token
+    election.resign(Duration::from_secs(5))?;                // the key goes once the units in flight end
+    // README: end
+    Ok(())
+}
+
+#[test]
+fn the_election_block_here_is_the_readmes() {
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Elections and observers",
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block("## Elections and observers", "rust"),
+        "README.md's election block and core/tests/readme.rs differ"
+    );
+}
+
+#[test]
+fn the_readme_election_leads_and_its_observer_sees_each_state_as_its_comments_say() {
+    readme_election().expect("the election block runs");
+    let led = LED.lock().unwrap().clone();
+    assert_eq!(led.len(), 1, "one unit of leader work: {led:?}");
+    let token = led[0];
+    // The state first (nobody leads "leaders" yet, unless the campaign won
+    // before the observer's first read), then the leader, its proclaim
+    // (unless the resign came before the observer read it: an observer
+    // reports states), then nobody once resigned.
+    let seen = observed_until("no leader after the resign", |seen| {
+        seen.iter().any(|(k, _)| k == "leader")
+            && seen.last().is_some_and(|(k, _)| k == "no-leader")
+    });
+    let rest = match seen.first() {
+        Some((k, _)) if k == "no-leader" => &seen[1..],
+        _ => &seen[..],
+    };
+    assert_eq!(
+        rest.first(),
+        Some(&("leader".to_owned(), Some((b"host-a:8080".to_vec(), token)))),
+        "{seen:?}"
+    );
+    let between = &rest[1..rest.len() - 1];
+    assert!(
+        between
+            == [(
+                "proclaimed".to_owned(),
+                Some((b"host-a:9090".to_vec(), token))
+            )]
+            || between.is_empty(),
+        "after the leader, only its proclaim (same token) before no-leader: {seen:?}"
+    );
+}
+
+// ---- `## Metrics` ----------------------------------------------------------
+
+#[cfg(feature = "prometheus")]
+#[rustfmt::skip]
+fn readme_metrics(
+    client: &dlock::Client,
+    lock: &dlock::Lock,
+    registry: &mut prometheus_client::registry::Registry,
+) -> (String, bool) {
+    // README: begin (README.md, `## Metrics`, the first ```rust block)
+    let page: String = client.snapshot().to_text(); // Prometheus text format: serve it as /metrics
+    // or, with the cargo feature `prometheus`, in your own prometheus-client registry:
+    registry.register_collector(Box::new(dlock::metrics::Collector::new(client.clone())));
+    let ok: bool = lock.healthy(Duration::from_secs(5)); // your health check: false once a due fence did not happen
+    // README: end
+    (page, ok)
+}
+
+#[test]
+fn the_metrics_block_here_is_the_readmes() {
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Metrics",
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block("## Metrics", "rust"),
+        "README.md's metrics block and core/tests/readme.rs differ"
+    );
+}
+
+#[cfg(feature = "prometheus")]
+#[test]
+fn the_readme_metrics_page_and_collector_show_the_held_lock_and_it_is_healthy() {
+    let client = dlock::Client::memory();
+    let lock = client.lock("readme-metrics").unwrap();
+    let token = lock.acquire(Duration::from_secs(10)).unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let (page, ok) = readme_metrics(&client, &lock, &mut registry);
+    assert!(ok, "a lock held within its deadline is healthy");
+    let mut collected = String::new();
+    prometheus_client::encoding::text::encode(&mut collected, &registry).unwrap();
+    for (text, what) in [(&page, "to_text()"), (&collected, "the collector")] {
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        for sample in [
+            "dlock_lock_held{lock=\"readme-metrics\"} 1".to_owned(),
+            format!("dlock_lock_token{{lock=\"readme-metrics\"}} {token}"),
+        ] {
+            assert!(
+                samples.contains(&sample.as_str()),
+                "{what} has no `{sample}`:\n{text}"
+            );
+        }
+    }
+    lock.release().unwrap();
+}
+
+// ---- `## PostgreSQL` -------------------------------------------------------
+
+#[test]
+fn the_postgres_block_is_core_tests_postgres_readme_rs() {
+    let here = marked_region(
+        include_str!("postgres_readme.rs"),
+        "core/tests/postgres_readme.rs",
+        "## PostgreSQL",
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block("## PostgreSQL", "rust"),
+        "README.md's PostgreSQL block and core/tests/postgres_readme.rs differ"
     );
 }
