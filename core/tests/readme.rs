@@ -302,15 +302,14 @@ fn lead(token: Token) {
 }
 
 #[rustfmt::skip]
-fn readme_election() -> Result<(), dlock::Error> {
+/// Gives the block's observer back: dropping it ends its watch, and the
+/// test reads on until the resign's no-leader.
+fn readme_election() -> Result<dlock::Observer, dlock::Error> {
     // README: begin (README.md, `## Elections and observers`, the first ```rust block)
     let client = dlock::Client::memory();
-    let mut observer = client.observe("leaders")?;           // any process may watch
-    std::thread::spawn(move || {
-        while let Ok(Some(event)) = observer.recv_blocking(None) { // the state first, then each change
-            route(event.kind(), event.leader());             // "leader", "proclaimed", "no-leader", "reconnecting"
-        }
-    });
+    let observer = client.observe_with("leaders", |event| {  // any process may watch
+        route(event.kind(), event.leader()); // the state first, then each change: "leader", "proclaimed", "no-leader", "reconnecting"
+    })?;                                     // keep it: close() or drop ends it; or observe(..) and recv()
 
     let election = client.election("leaders")?;              // or session.election(..)
     election.campaign(b"host-a:8080", Duration::from_secs(30))?; // waits its turn; returns the token
@@ -318,7 +317,7 @@ fn readme_election() -> Result<(), dlock::Error> {
     election.proclaim(b"host-a:9090")?;                      // a new value, the same token
     election.resign(Duration::from_secs(5))?;                // the key goes once the units in flight end
     // README: end
-    Ok(())
+    Ok(observer)
 }
 
 #[test]
@@ -338,7 +337,7 @@ fn the_election_block_here_is_the_readmes() {
 
 #[test]
 fn the_readme_election_leads_and_its_observer_sees_each_state_as_its_comments_say() {
-    readme_election().expect("the election block runs");
+    let _observer = readme_election().expect("the election block runs");
     let led = LED.lock().unwrap().clone();
     assert_eq!(led.len(), 1, "one unit of leader work: {led:?}");
     let token = led[0];
