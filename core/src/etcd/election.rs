@@ -5,10 +5,12 @@
 //! the proclaim and the leader's reads and watches.
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
+    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp, WatchOptions,
 };
 
 use super::conn::EtcdBackend;
+use super::leaders::{Change, Key, Leaders};
 use crate::backend::{BackendError, Leader};
 use crate::lock_key;
 use crate::machine::{LeaseId, Token};
@@ -108,11 +110,13 @@ impl EtcdBackend {
         }
     }
 
-    /// Follows the leader (see [`crate::Backend::observe_leaders`]): read,
-    /// then one watch of the prefix from the next revision, kept open; after
-    /// each response with events a linearizable read gives the state (at
-    /// or after the change, so never a leader whose key is gone). A watch
-    /// canceled by the server (compaction) is opened again from a new read.
+    /// Follows the leader (see [`crate::Backend::observe_leaders`]): one
+    /// read of every key under the prefix, then one watch from the next
+    /// revision, kept open; each response's events update those keys
+    /// ([`Leaders`]), which name the leader at the response's revision
+    /// (so never a leader whose key is gone, and no read per change). A
+    /// watch canceled by the server (compaction) is opened again from a
+    /// new read.
     pub(super) async fn observe_leaders(
         &self,
         name: &str,
@@ -120,11 +124,11 @@ impl EtcdBackend {
     ) -> BackendError {
         let prefix = format!("{name}/");
         loop {
-            let (leader, rev) = match self.read_leader(name).await {
+            let (mut keys, rev) = match self.read_keys(&prefix).await {
                 Ok(r) => r,
                 Err(e) => return e,
             };
-            each(leader);
+            each(keys.leader());
             let i = self.current();
             let r: Result<(), BackendError> = async {
                 let opts = WatchOptions::new()
@@ -136,9 +140,21 @@ impl EtcdBackend {
                     if resp.canceled() {
                         return Ok(());
                     }
-                    if !resp.events().is_empty() {
-                        each(self.read_leader(name).await?.0);
+                    if resp.events().is_empty() {
+                        continue;
                     }
+                    // The leader at this response's revision, from the
+                    // events themselves: no read, no round trip.
+                    for e in resp.events() {
+                        let Some(kv) = e.kv() else { continue };
+                        keys.apply(match e.event_type() {
+                            EventType::Put => Change::Put(candidate(kv)),
+                            EventType::Delete => {
+                                Change::Delete(String::from_utf8_lossy(kv.key()).into_owned())
+                            }
+                        });
+                    }
+                    each(keys.leader());
                 }
             }
             .await;
@@ -147,5 +163,32 @@ impl EtcdBackend {
                 return e;
             }
         }
+    }
+
+    /// Every key under `prefix` (the candidates, in queue order) and the
+    /// revision they were read at.
+    async fn read_keys(&self, prefix: &str) -> Result<(Leaders, i64), BackendError> {
+        let resp = self
+            .unary(self.0.request_timeout, |mut c| {
+                let p = prefix.to_owned();
+                async move {
+                    let opts = GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend);
+                    c.get(p, Some(opts)).await
+                }
+            })
+            .await?;
+        let rev = resp.header().map_or(0, |h| h.revision());
+        Ok((Leaders::new(resp.kvs().iter().map(candidate)), rev))
+    }
+}
+
+fn candidate(kv: &KeyValue) -> Key {
+    Key {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        lease: kv.lease(),
     }
 }

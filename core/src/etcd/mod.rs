@@ -31,6 +31,7 @@ mod cluster_tests;
 mod conn;
 mod election;
 mod guarded;
+mod leaders;
 mod lease;
 mod mutex;
 mod reader;
