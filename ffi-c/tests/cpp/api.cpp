@@ -395,6 +395,7 @@ static void elections() {
   CHECK(first && first->kind == kind::no_leader && !first->leader);
   events pushed;
   dlock::observer callback = b.observe(name, pushed.fn());
+  CHECK(pushed.wait(1).size() == 1);  // its watch is open: it will see every change
   try {
     callback.next(0ms);
     CHECK(!"next on a callback observer");
