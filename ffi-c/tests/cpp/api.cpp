@@ -4,8 +4,11 @@
 // cancel, elections and observers, metrics, health and shutdown.
 // Built by scripts/test-cpp.sh with -std=c++17 and c++20,
 // -Wall -Wextra -Werror -pedantic, under ASan/UBSan. Prints
-// `cpp api: N passed, N failed`; exits non-zero on a failure.
+// `cpp api: N passed, N failed`; exits non-zero on a failure (or killed by
+// SIGALRM after 120 s).
 #include <dlock.hpp>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -462,9 +465,12 @@ static void elections() {
   dlock::election moved = std::move(eb);  // the lock and its storage move with it
   CHECK(!eb && static_cast<bool>(moved));
   CHECK(moved.token() == won.token);
-  moved.resign(100ms);
-  seen = watch.next(10s);
-  CHECK(seen && seen->kind == kind::no_leader && !seen->leader);
+  dlock::election spare = a.election(name);
+  spare = std::move(moved);  // spare's own handle is freed, moved's taken over
+  CHECK(!moved && spare.token() == won.token);
+  spare.resign(100ms);
+  const dlock::observed gone = watch.next();  // no limit: the change is due
+  CHECK(gone.kind == kind::no_leader && !gone.leader);
   CHECK(!ea.leader());
 
   // The callback observer saw the same story, in order.
@@ -488,6 +494,13 @@ static void elections() {
   } catch (const dlock::error &e) {
     CHECK(e.status() == dlock::errc::released);
   }
+  // A session's candidate leads under that session's lease.
+  dlock::session s = a.session(quick());
+  dlock::election es = s.election(name);
+  CHECK(es.campaign("gamma", 5s) > won.token);
+  const auto l = es.leader();
+  CHECK(l && l->value == "gamma" && s.lease() && l->lease == *s.lease());
+  es.resign(100ms);
   try {
     a.election("");
     CHECK(!"an empty election name");
@@ -533,6 +546,7 @@ static void metrics_health_shutdown() {
 }
 
 int main() {
+  alarm(120);  // a wait without limit that never ends fails the run (SIGALRM)
   codes();
   acquire_permit_release();
   callbacks_and_fence();
