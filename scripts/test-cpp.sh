@@ -44,12 +44,13 @@ for std in c++17 c++20; do
   san_env_on
   [[ -x $work/api-$std ]] && step "api.cpp ($std) under ASan/UBSan" "$work/api-$std"
   san_env_off
-  # The README's C++ loop as written (its block is checked against this
-  # file by core/tests/readme.rs): it stops at a fence.
+  # The README's C++ blocks as written: the loop (its text checked against
+  # this file by core/tests/readme.rs) stops at a fence; the election (its
+  # text checked by readme.cpp itself) leads, then resigns.
   step "readme.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
     g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/readme.cpp -o "$work/readme-$std" "${LINK[@]}"
   san_env_on
-  [[ -x $work/readme-$std ]] && step "readme.cpp ($std): the README's C++ loop stops at a fence" "$work/readme-$std"
+  [[ -x $work/readme-$std ]] && step "readme.cpp ($std): the README's C++ loop stops at a fence, its election leads and resigns" "$work/readme-$std"
   san_env_off
   # Two units in one program: a definition that is not inline fails the
   # link, a category that is not one object fails the run.
