@@ -706,6 +706,16 @@ enum lk_status lk_session_close(const struct lk_session *session);
 // `LK_NOT_HELD` while none is granted.
 enum lk_status lk_session_lease(const struct lk_session *session, int64_t *lease_out);
 
+// Fills the timing fields (`*_ms`) and `reacquire` of `*options_out`
+// (whose `version` the caller set: `LK_CLIENT_OPTIONS_INIT`) with the
+// ones the session runs with: those given, and those the core derived
+// from them, so a program can see what a setting left out became. The
+// other fields are left as they are. The client's own: its default
+// session (`lk_client_session`). `LK_INVALID_ARGUMENT` for a version
+// this library does not know.
+enum lk_status lk_session_options(const struct lk_session *session,
+                                  struct lk_client_options *options_out);
+
 // Fills `*stats_out` (whose `version` the caller set) with the session's
 // lease, keepalives sent, locks and last keepalive round trip. Cheap
 // (atomics). `LK_INVALID_ARGUMENT` for a version this library does not

@@ -13,8 +13,13 @@
 //   not_held) is the normal way work stops. The permit holds struct
 //   lk_permit by value (no allocation) and ends in its destructor.
 // - Durations are std::chrono; callbacks are std::function, run on
-//   dlock's callback thread (see "Callbacks" in dlock.h). A callback must
-//   not throw: the trampolines are noexcept, so a throw ends the process.
+//   dlock's callback thread (see "Callbacks" in dlock.h; an observer's on
+//   a thread of its own). A callback must not throw: the trampolines are
+//   noexcept, so a throw ends the process.
+// - options: a timing setting left empty stays unset, and the core derives
+//   it from the ones given (docs/design.md §14), as in every other face.
+// - Elections (client::election, session::election) and observers
+//   (client::observe) wrap lk_election_* and lk_observer_*.
 //
 // Guide: docs/cpp.md; example: examples/cpp/worker.cpp.
 
@@ -84,9 +89,13 @@ class error : public std::system_error {
  public:
   error(enum lk_status status, const char *call)
       : std::system_error(static_cast<int>(status), category(), message_of(call)) {}
+  /// A failure this header finds before any call (no lk_last_error).
+  static error refused(enum lk_status status, const std::string &message) { return error(status, message, 0); }
   errc status() const noexcept { return static_cast<errc>(code().value()); }
 
  private:
+  error(enum lk_status status, const std::string &message, int)
+      : std::system_error(static_cast<int>(status), category(), message) {}
   static std::string message_of(const char *call) {
     std::string m = call;
     const char *last = lk_last_error();
@@ -102,31 +111,52 @@ inline void check(enum lk_status s, const char *call) {
 inline std::uint64_t to_ms(std::chrono::milliseconds d) {
   return d.count() < 0 ? 0 : static_cast<std::uint64_t>(d.count());
 }
+inline std::chrono::milliseconds from_ms(std::uint64_t ms) {
+  return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(ms));
+}
+/// A setting given, in ms; LK_UNSET_MS when left out, so the core derives
+/// it. A negative one is refused here: clamping it would hide the mistake.
+inline void set_ms(std::uint64_t &field, const std::optional<std::chrono::milliseconds> &d, const char *setting) {
+  if (!d) return;
+  if (d->count() < 0)
+    throw error::refused(LK_INVALID_OPTION, std::string("dlock::options: ") + setting + " must not be negative, got " +
+                                                std::to_string(d->count()) + " ms");
+  field = static_cast<std::uint64_t>(d->count());
+}
+inline const std::uint8_t *bytes(std::string_view s) noexcept {
+  return reinterpret_cast<const std::uint8_t *>(s.data());
+}
 }  // namespace detail
 
-/// Settings of a client or a session (defaults: the core's). Empty
-/// strings mean "not set"; empty endpoints: the embedded backend.
+/// Settings of a client or a session. A timing setting left empty stays
+/// unset: the core derives it from the ones given (docs/design.md §14),
+/// so `o.ttl = 60s` alone also gets a longer keepalive interval, and with
+/// none given the core's defaults (LK_DEFAULT_*_MS). options() on a client
+/// or session reads what they became. Empty strings mean "not set"; empty
+/// endpoints: the embedded backend. The other fields start at the C
+/// defaults (LK_CLIENT_OPTIONS_INIT).
 struct options {
-  std::chrono::milliseconds ttl{LK_DEFAULT_TTL_MS};
-  std::chrono::milliseconds keepalive_interval{LK_DEFAULT_KEEPALIVE_INTERVAL_MS};
-  std::chrono::milliseconds keepalive_timeout{LK_DEFAULT_KEEPALIVE_TIMEOUT_MS};
-  std::chrono::milliseconds retry_interval{LK_DEFAULT_RETRY_INTERVAL_MS};
-  std::chrono::milliseconds margin{LK_DEFAULT_MARGIN_MS};
+  std::optional<std::chrono::milliseconds> ttl;
+  std::optional<std::chrono::milliseconds> keepalive_interval;
+  std::optional<std::chrono::milliseconds> keepalive_timeout;
+  std::optional<std::chrono::milliseconds> retry_interval;
+  std::optional<std::chrono::milliseconds> margin;
   bool reacquire = true;
   std::string endpoints, ca_file, cert_file, key_file, user, password;
   bool allow_plaintext_password = false;
-  std::chrono::milliseconds connect_timeout{LK_DEFAULT_CONNECT_TIMEOUT_MS};
-  std::chrono::milliseconds request_timeout{LK_DEFAULT_REQUEST_TIMEOUT_MS};
+  std::optional<std::chrono::milliseconds> connect_timeout;
+  std::optional<std::chrono::milliseconds> request_timeout;
 
   /// The C struct; its strings point into this object, so keep it alive
-  /// for the call that reads them.
+  /// for the call that reads them. Throws dlock::error (invalid_option)
+  /// for a negative duration.
   lk_client_options c_options() const {
     lk_client_options o = LK_CLIENT_OPTIONS_INIT;
-    o.ttl_ms = detail::to_ms(ttl);
-    o.keepalive_interval_ms = detail::to_ms(keepalive_interval);
-    o.keepalive_timeout_ms = detail::to_ms(keepalive_timeout);
-    o.retry_interval_ms = detail::to_ms(retry_interval);
-    o.margin_ms = detail::to_ms(margin);
+    detail::set_ms(o.ttl_ms, ttl, "ttl");
+    detail::set_ms(o.keepalive_interval_ms, keepalive_interval, "keepalive_interval");
+    detail::set_ms(o.keepalive_timeout_ms, keepalive_timeout, "keepalive_timeout");
+    detail::set_ms(o.retry_interval_ms, retry_interval, "retry_interval");
+    detail::set_ms(o.margin_ms, margin, "margin");
     o.reacquire = reacquire;
     auto str = [](const std::string &s) { return s.empty() ? nullptr : s.c_str(); };
     o.endpoints = str(endpoints);
@@ -136,10 +166,21 @@ struct options {
     o.user = str(user);
     o.password = str(password);
     o.allow_plaintext_password = allow_plaintext_password;
-    o.connect_timeout_ms = detail::to_ms(connect_timeout);
-    o.request_timeout_ms = detail::to_ms(request_timeout);
+    detail::set_ms(o.connect_timeout_ms, connect_timeout, "connect_timeout");
+    detail::set_ms(o.request_timeout_ms, request_timeout, "request_timeout");
     return o;
   }
+};
+
+/// The timing a client or session runs with: the settings given and the
+/// ones the core derived from them (client::options, session::options).
+struct timing {
+  std::chrono::milliseconds ttl;
+  std::chrono::milliseconds keepalive_interval;
+  std::chrono::milliseconds keepalive_timeout;
+  std::chrono::milliseconds retry_interval;
+  std::chrono::milliseconds margin;
+  bool reacquire;
 };
 
 /// Permission for one unit of work, or the reason it was refused.
@@ -237,12 +278,14 @@ class lock {
   explicit lock(struct lk_lock *raw) : raw_(raw), kept_(std::make_unique<kept>()) {}
   lock(const lock &) = delete;
   lock &operator=(const lock &) = delete;
-  lock(lock &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)), kept_(std::move(o.kept_)) {}
+  lock(lock &&o) noexcept
+      : raw_(std::exchange(o.raw_, nullptr)), kept_(std::move(o.kept_)), owned_(std::exchange(o.owned_, true)) {}
   lock &operator=(lock &&o) noexcept {
     if (this != &o) {
       free();
       raw_ = std::exchange(o.raw_, nullptr);
       kept_ = std::move(o.kept_);
+      owned_ = std::exchange(o.owned_, true);
     }
     return *this;
   }
@@ -325,13 +368,14 @@ class lock {
   /// Writes `key` = `value` only while `token` holds the lock; false when
   /// it no longer does (fenced). Throws for other failures.
   bool guarded_put(std::uint64_t token, std::string_view key, std::string_view value) {
-    enum lk_status s = lk_lock_guarded_put(raw_, token, bytes(key), key.size(), bytes(value), value.size());
+    enum lk_status s =
+        lk_lock_guarded_put(raw_, token, detail::bytes(key), key.size(), detail::bytes(value), value.size());
     if (s == LK_FENCED) return false;
     detail::check(s, "lk_lock_guarded_put");
     return true;
   }
   bool guarded_delete(std::uint64_t token, std::string_view key) {
-    enum lk_status s = lk_lock_guarded_delete(raw_, token, bytes(key), key.size());
+    enum lk_status s = lk_lock_guarded_delete(raw_, token, detail::bytes(key), key.size());
     if (s == LK_FENCED) return false;
     detail::check(s, "lk_lock_guarded_delete");
     return true;
@@ -349,6 +393,16 @@ class lock {
   struct lk_lock *native() const noexcept { return raw_; }
   explicit operator bool() const noexcept { return raw_ != nullptr; }
 
+ protected:
+  /// The lock of an election: lk_election_free frees it, never this.
+  struct borrowed {};
+  lock(const struct lk_lock *raw, borrowed)
+      : raw_(const_cast<struct lk_lock *>(raw)), kept_(std::make_unique<kept>()), owned_(false) {}
+  static void done_call(void *f, enum lk_status status, std::uint64_t token) noexcept {
+    std::unique_ptr<acquire_done_fn> done(static_cast<acquire_done_fn *>(f));
+    if (*done) (*done)(static_cast<errc>(status), token);
+  }
+
  private:
   // The callbacks' storage, on the heap so a moved lock keeps the
   // addresses the C side holds.
@@ -356,9 +410,6 @@ class lock {
     std::vector<std::shared_ptr<void>> functions;
   };
 
-  static const std::uint8_t *bytes(std::string_view s) noexcept {
-    return reinterpret_cast<const std::uint8_t *>(s.data());
-  }
   static void fence_call(void *f, std::uint64_t token, std::uint64_t in_flight) noexcept {
     (*static_cast<fence_fn *>(f))(token, in_flight);
   }
@@ -367,10 +418,6 @@ class lock {
   }
   static void acquired_call(void *f, std::uint64_t token) noexcept { (*static_cast<acquired_fn *>(f))(token); }
   static void drained_call(void *f) noexcept { (*static_cast<drained_fn *>(f))(); }
-  static void done_call(void *f, enum lk_status status, std::uint64_t token) noexcept {
-    std::unique_ptr<acquire_done_fn> done(static_cast<acquire_done_fn *>(f));
-    if (*done) (*done)(static_cast<errc>(status), token);
-  }
 
   template <class F, class Setter, class Tramp>
   void set(F f, Setter setter, Tramp tramp, const char *call) {
@@ -383,13 +430,226 @@ class lock {
     kept_->functions.push_back(std::move(held));
   }
   void free() noexcept {
-    lk_lock_free(raw_);  // waits for a running callback; none runs after
+    if (owned_) lk_lock_free(raw_);  // waits for a running callback; none runs after
     raw_ = nullptr;
     kept_.reset();
   }
 
   struct lk_lock *raw_ = nullptr;
   std::unique_ptr<kept> kept_;
+  bool owned_ = true;  // false: an election's lock (freed with it)
+};
+
+/// A leader as the service sees it (election::leader, observer events).
+struct leader {
+  std::string key;    ///< `<name>/<lease hex>`
+  std::string value;  ///< what it campaigned with or last proclaimed (bytes)
+  std::uint64_t token = 0;  ///< the leader key's create revision: its fencing token
+  std::int64_t lease = 0;   ///< the lease the key is held under
+
+  friend bool operator==(const leader &a, const leader &b) {
+    return a.token == b.token && a.lease == b.lease && a.key == b.key && a.value == b.value;
+  }
+  friend bool operator!=(const leader &a, const leader &b) { return !(a == b); }
+};
+
+/// What an observer reports (values equal enum lk_observed).
+enum class observed_kind : int {
+  leader = LK_OBSERVED_LEADER,          ///< a new leader (or the current one, first)
+  proclaimed = LK_OBSERVED_PROCLAIMED,  ///< the same leader, a new value
+  no_leader = LK_OBSERVED_NO_LEADER,    ///< nobody leads
+  reconnecting = LK_OBSERVED_RECONNECTING,  ///< the watch reopens; the state follows
+};
+
+/// One event of an observer: its kind, and the leader for `leader` and
+/// `proclaimed` (empty for the others).
+struct observed {
+  observed_kind kind = observed_kind::no_leader;
+  std::optional<dlock::leader> leader;
+};
+
+namespace detail {
+/// A copy of a filled lk_leader, std::nullopt when nobody leads.
+inline std::optional<dlock::leader> copy_leader(const struct lk_leader &l) {
+  if (!l.has_leader) return std::nullopt;
+  dlock::leader out;
+  if (l.key) out.key = l.key;
+  if (l.value) out.value.assign(reinterpret_cast<const char *>(l.value), l.value_len);
+  out.token = l.token;
+  out.lease = l.lease;
+  return out;
+}
+/// Clears a filled lk_leader on every path (lk_leader_clear).
+struct leader_guard {
+  struct lk_leader l = LK_LEADER_INIT;
+  leader_guard() = default;
+  leader_guard(const leader_guard &) = delete;
+  leader_guard &operator=(const leader_guard &) = delete;
+  ~leader_guard() { lk_leader_clear(&l); }
+};
+}  // namespace detail
+
+/// One candidate in the election `name` (docs/elections.md), made by
+/// client::election or session::election: a lock that carries a value.
+/// The lock's API works on it (permit() for each unit of leader work,
+/// on_fence and the other callbacks, token(), state(), close()); with the
+/// session's reacquire (the default) a fenced leader campaigns again with
+/// its last value. Move-only; the destructor releases (resigns without
+/// waiting: resign() first to let the work in flight end).
+class election : private lock {
+ public:
+  using lock::acquire_done_fn;
+  using lock::acquired_fn;
+  using lock::drained_fn;
+  using lock::fence_fn;
+  using lock::state_change_fn;
+
+  election() noexcept = default;
+  /// Takes ownership of a C handle.
+  explicit election(struct lk_election *raw) : lock(lk_election_lock(raw), borrowed{}), raw_(raw) {}
+  election(const election &) = delete;
+  election &operator=(const election &) = delete;
+  election(election &&o) noexcept : lock(std::move(o)), raw_(std::exchange(o.raw_, nullptr)) {}
+  election &operator=(election &&o) noexcept {
+    if (this != &o) {
+      lk_election_free(raw_);  // waits for its callbacks, then the lock's storage goes
+      raw_ = std::exchange(o.raw_, nullptr);
+      lock::operator=(std::move(o));
+    }
+    return *this;
+  }
+  ~election() { lk_election_free(raw_); }
+
+  /// Campaigns with `value` (any bytes) and waits up to `timeout` to lead
+  /// (0: one try); returns the leader's token. Throws dlock::error:
+  /// timeout (nothing held; would_block for one try), released (the
+  /// session is closed), invalid_argument (a value over the limit), backend.
+  std::uint64_t campaign(std::string_view value, std::chrono::milliseconds timeout) {
+    std::uint64_t token = 0;
+    detail::check(
+        lk_election_campaign(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout), &token),
+        "lk_election_campaign");
+    return token;
+  }
+  /// campaign without blocking, as lock::acquire_start: `done` runs once
+  /// on dlock's callback thread with errc::ok and the token or the status
+  /// campaign() would have thrown; acquisition::cancel() leaves nothing held.
+  acquisition campaign_start(std::string_view value, std::chrono::milliseconds timeout, acquire_done_fn done) {
+    auto held = std::make_unique<acquire_done_fn>(std::move(done));
+    struct lk_acquisition *a = nullptr;
+    detail::check(lk_election_campaign_start(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout),
+                                             &done_call, held.get(), &a),
+                  "lk_election_campaign_start");
+    held.release();  // done_call owns it now: it runs exactly once
+    return acquisition(a);
+  }
+  /// Puts a new value in the leader's key (same token). Throws
+  /// dlock::error: fenced (the leadership was lost), not_held (not leading).
+  void proclaim(std::string_view value) {
+    detail::check(lk_election_proclaim(raw_, detail::bytes(value), value.size()), "lk_election_proclaim");
+  }
+  /// Steps down: no permit from now on; the key goes once the permits in
+  /// flight end, or after `grace` with some still running, so the next
+  /// leader starts only after this one's work. Campaigning again is allowed.
+  void resign(std::chrono::milliseconds grace = std::chrono::milliseconds(LK_RESIGN_GRACE_MS)) {
+    detail::check(lk_election_resign(raw_, detail::to_ms(grace)), "lk_election_resign");
+  }
+  /// The current leader (one read of the service), std::nullopt when
+  /// nobody leads.
+  std::optional<dlock::leader> leader() const {
+    detail::leader_guard g;
+    detail::check(lk_election_leader(raw_, &g.l), "lk_election_leader");
+    return detail::copy_leader(g.l);
+  }
+
+  // The lock's API on the election's lock.
+  using lock::close;
+  using lock::guarded_delete;
+  using lock::guarded_put;
+  using lock::healthy;
+  using lock::in_flight;
+  using lock::name;
+  using lock::on_acquired;
+  using lock::on_drained;
+  using lock::on_fence;
+  using lock::on_state_change;
+  using lock::permit;
+  using lock::state;
+  using lock::time_left;
+  using lock::token;
+
+  struct lk_election *native() const noexcept { return raw_; }
+  /// The election's lock for the lk_lock_* functions (never lk_lock_free).
+  struct lk_lock *native_lock() const noexcept { return lock::native(); }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_election *raw_ = nullptr;
+};
+
+/// An observer of one election (client::observe): no lease, no key. The
+/// first event is the current state; then one per change. Pull them with
+/// next(), or get them in the callback given to client::observe (then
+/// next() is refused). Move-only; the destructor closes and frees.
+class observer {
+ public:
+  /// Runs for each event, in order, on a thread of this observer's own.
+  using observed_fn = std::function<void(const observed &)>;
+
+  observer() noexcept = default;
+  /// Takes ownership of a C handle (lk_observer_new).
+  explicit observer(struct lk_observer *raw) noexcept : raw_(raw) {}
+  observer(const observer &) = delete;
+  observer &operator=(const observer &) = delete;
+  observer(observer &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)), fn_(std::move(o.fn_)) {}
+  observer &operator=(observer &&o) noexcept {
+    if (this != &o) {
+      lk_observer_free(raw_);  // the callback runs no more once it returns
+      raw_ = std::exchange(o.raw_, nullptr);
+      fn_ = std::move(o.fn_);
+    }
+    return *this;
+  }
+  ~observer() { lk_observer_free(raw_); }
+
+  /// The next event, waiting up to `timeout` (0: one already waiting);
+  /// std::nullopt when none came. Throws dlock::error: released once the
+  /// observer is closed (also while waiting), invalid_argument on a
+  /// callback observer.
+  std::optional<observed> next(std::chrono::milliseconds timeout) { return next_ms(detail::to_ms(timeout)); }
+  /// The next event, waiting as long as it takes (or until close()).
+  observed next() {
+    for (;;)
+      if (auto e = next_ms(UINT64_MAX)) return *e;
+  }
+  /// Ends the observation: a waiting next() throws errc::released, and
+  /// once it returns the callback runs no more. Again: nothing.
+  void close() { detail::check(lk_observer_close(raw_), "lk_observer_close"); }
+
+  struct lk_observer *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  friend class client;
+  observer(struct lk_observer *raw, std::unique_ptr<observed_fn> fn) noexcept : raw_(raw), fn_(std::move(fn)) {}
+
+  std::optional<observed> next_ms(std::uint64_t ms) {
+    enum lk_observed what = LK_OBSERVED_NO_LEADER;
+    detail::leader_guard g;
+    enum lk_status s = lk_observer_next(raw_, ms, &what, &g.l);
+    if (s == LK_TIMEOUT) return std::nullopt;
+    detail::check(s, "lk_observer_next");
+    return observed{static_cast<observed_kind>(what), detail::copy_leader(g.l)};
+  }
+  static void observed_call(void *f, enum lk_observed what, const struct lk_leader *l) noexcept {
+    observed e{static_cast<observed_kind>(what), l ? detail::copy_leader(*l) : std::nullopt};
+    auto &fn = *static_cast<observed_fn *>(f);
+    if (fn) fn(e);
+  }
+
+  struct lk_observer *raw_ = nullptr;
+  // On the heap, so a moved observer keeps the address the C side holds.
+  std::unique_ptr<observed_fn> fn_;
 };
 
 /// One lease shared by many locks.
@@ -414,8 +674,24 @@ class session {
     detail::check(lk_session_lock_new(raw_, name.c_str(), &l), "lk_session_lock_new");
     return dlock::lock(l);
   }
+  /// A candidate in the election `name` on this session (its own lease
+  /// and deadline); not campaigning yet.
+  class election election(const std::string &name) const {
+    struct lk_election *e = nullptr;
+    detail::check(lk_session_election_new(raw_, name.c_str(), &e), "lk_session_election_new");
+    return dlock::election(e);
+  }
   /// Releases every lock of the session and revokes its lease.
   void close() { detail::check(lk_session_close(raw_), "lk_session_close"); }
+  /// The timing the session runs with: the settings given and the ones
+  /// the core derived from them.
+  timing options() const {
+    lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+    detail::check(lk_session_options(raw_, &o), "lk_session_options");
+    return {detail::from_ms(o.ttl_ms),         detail::from_ms(o.keepalive_interval_ms),
+            detail::from_ms(o.keepalive_timeout_ms), detail::from_ms(o.retry_interval_ms),
+            detail::from_ms(o.margin_ms),      o.reacquire};
+  }
   /// The lease id, or std::nullopt while none is granted.
   std::optional<std::int64_t> lease() const noexcept {
     std::int64_t l = 0;
@@ -482,6 +758,34 @@ class client {
     struct lk_session *s = nullptr;
     detail::check(lk_client_session(raw_, &s), "lk_client_session");
     return dlock::session(s);
+  }
+  /// The timing of the default session: the settings given and the ones
+  /// the core derived from them.
+  timing options() const { return default_session().options(); }
+
+  /// A candidate in the election `name` on the default session; not
+  /// campaigning yet (set callbacks, then election::campaign).
+  class election election(const std::string &name) const {
+    struct lk_election *e = nullptr;
+    detail::check(lk_election_new(raw_, name.c_str(), &e), "lk_election_new");
+    return dlock::election(e);
+  }
+  /// Observes the election `name`: pull the events with observer::next.
+  class observer observe(const std::string &name) const {
+    struct lk_observer *o = nullptr;
+    detail::check(lk_observer_new(raw_, name.c_str(), &o), "lk_observer_new");
+    return dlock::observer(o);
+  }
+  /// Observes the election `name` with a callback: `fn` runs for each
+  /// event, in order, on the observer's own thread (not dlock's callback
+  /// thread); after close() or the destructor it runs no more (so do not
+  /// call them holding a mutex `fn` takes).
+  class observer observe(const std::string &name, observer::observed_fn fn) const {
+    auto held = std::make_unique<observer::observed_fn>(std::move(fn));
+    struct lk_observer *o = nullptr;
+    detail::check(lk_observer_start(raw_, name.c_str(), &observer::observed_call, held.get(), &o),
+                  "lk_observer_start");
+    return dlock::observer(o, std::move(held));
   }
 
   /// Embedded backend's fault switches (examples and tests): cut this

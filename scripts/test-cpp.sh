@@ -3,8 +3,14 @@
 # -std=c++17 and -std=c++20, -Wall -Wextra -Werror -pedantic, run under
 # -fsanitize=address,undefined; the two-translation-unit ODR test (LTO,
 # -Wodr); examples/cpp/worker.cpp built strictly and its story checked by
-# core/tests/c_worker.rs (the C worker's story, told the same way). Links
+# core/tests/c_worker.rs (the C worker's story, told the same way); one
+# election on the real etcd (ffi-c/tests/cpp/election_etcd.cpp). Links
 # the release libdlock.so as scripts/test-c.sh does (flags: c-flags.sh).
+#
+# etcd: the cluster whose env is exported (DLOCK_TEST_ETCD, from
+# scripts/etcd-cluster.sh), else one started here and stopped on exit, on
+# ports and a folder of its own (DLOCK_TEST_PORT_BASE + 2000,
+# target/etcd-cpp), apart from scripts/test.sh's other lanes' clusters.
 # Prints `cpp: N passed, N failed`; fails on any failure.
 # Usage: scripts/test-cpp.sh [LOGFILE]   (every step's output is appended to it)
 set -uo pipefail
@@ -13,7 +19,8 @@ root=$PWD
 log=${1:-/dev/null}
 [[ $log = /* || $log = /dev/null ]] || log="$root/$log"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+etcd_here=
+trap 'rm -rf "$work"; [[ -z $etcd_here ]] || scripts/etcd-cluster.sh stop >/dev/null 2>&1' EXIT
 label=cpp
 . scripts/checks.sh
 . scripts/c-flags.sh
@@ -37,12 +44,13 @@ for std in c++17 c++20; do
   san_env_on
   [[ -x $work/api-$std ]] && step "api.cpp ($std) under ASan/UBSan" "$work/api-$std"
   san_env_off
-  # The README's C++ loop as written (its block is checked against this
-  # file by core/tests/readme.rs): it stops at a fence.
+  # The README's C++ blocks as written: the loop (its text checked against
+  # this file by core/tests/readme.rs) stops at a fence; the election (its
+  # text checked by readme.cpp itself) leads, then resigns.
   step "readme.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
     g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/readme.cpp -o "$work/readme-$std" "${LINK[@]}"
   san_env_on
-  [[ -x $work/readme-$std ]] && step "readme.cpp ($std): the README's C++ loop stops at a fence" "$work/readme-$std"
+  [[ -x $work/readme-$std ]] && step "readme.cpp ($std): the README's C++ loop stops at a fence, its election leads and resigns" "$work/readme-$std"
   san_env_off
   # Two units in one program: a definition that is not inline fails the
   # link, a category that is not one object fails the run.
@@ -60,5 +68,23 @@ step "examples/cpp/worker.cpp: g++ -std=c++17 strict, shared and static" bash -c
 worker_story() { DLOCK_C_WORKER=$1 ws_test --test c_worker -- --nocapture; }
 [[ -x $work/worker ]] && step "examples/cpp/worker: stops cleanly at the fence" worker_story "$work/worker"
 [[ -x $work/worker-static ]] && step "examples/cpp/worker-static: the same, linked with libdlock.a" worker_story "$work/worker-static"
+
+# One election on the real etcd (the fast tier's one real case; the
+# embedded service's elections are api.cpp's): two candidates, the
+# observer sees the leader and the hand-over on resign.
+if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
+  export DLOCK_TEST_PORT_BASE=$((${DLOCK_TEST_PORT_BASE:-23790} + 2000)) DLOCK_TEST_ETCD_DIR=target/etcd-cpp
+  etcd_here=1
+  step "etcd test cluster (scripts/etcd-cluster.sh start, port base $DLOCK_TEST_PORT_BASE)" scripts/etcd-cluster.sh start
+  # shellcheck disable=SC1091
+  [[ -f $DLOCK_TEST_ETCD_DIR/env ]] && source "$DLOCK_TEST_ETCD_DIR/env"
+fi
+step "election_etcd.cpp: g++ -std=c++17 -Wall -Wextra -Werror -pedantic -fsanitize=address,undefined" \
+  g++ -std=c++17 -Wall -Wextra -Werror -pedantic -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/election_etcd.cpp \
+  -o "$work/election-etcd" "${LINK[@]}"
+san_env_on
+[[ -x $work/election-etcd && -n ${DLOCK_TEST_ETCD:-} ]] &&
+  step "election_etcd.cpp on etcd under ASan/UBSan: one leads, resign hands over, the observer sees both" "$work/election-etcd"
+san_env_off
 
 summary

@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_uint};
 
 use dlock_core::{Options, Session};
 
-use crate::client::{lk_client, lk_client_options, timing_of};
+use crate::client::{LK_CLIENT_OPTIONS_VERSION, lk_client, lk_client_options, timing_of};
 use crate::lk_status::{self, LK_NOT_HELD};
 use crate::lock::lk_lock;
 use crate::{Fail, arg, boxed, ffi, out, text};
@@ -125,6 +125,47 @@ pub unsafe extern "C" fn lk_session_lease(
             .session
             .lease()
             .ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?;
+        Ok(())
+    })
+}
+
+/// Fills the timing fields (`*_ms`) and `reacquire` of `*options_out`
+/// (whose `version` the caller set: `LK_CLIENT_OPTIONS_INIT`) with the
+/// ones the session runs with: those given, and those the core derived
+/// from them, so a program can see what a setting left out became. The
+/// other fields are left as they are. The client's own: its default
+/// session (`lk_client_session`). `LK_INVALID_ARGUMENT` for a version
+/// this library does not know.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_session_options(
+    session: *const lk_session,
+    options_out: *mut lk_client_options,
+) -> lk_status {
+    ffi!({
+        let session = unsafe { arg(session, "session") }?;
+        if options_out.is_null() {
+            return Err(Fail::null("options_out"));
+        }
+        // SAFETY: `version` is the first field of every version.
+        let version = unsafe { (*options_out).version };
+        if !(1..=LK_CLIENT_OPTIONS_VERSION).contains(&version) {
+            return Err(Fail::invalid(format!(
+                "lk_client_options.version is {version}, this library knows 1 to {LK_CLIENT_OPTIONS_VERSION}: start from LK_CLIENT_OPTIONS_INIT"
+            )));
+        }
+        let o = session.session.options();
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1);
+        // SAFETY: every version has these fields (version 1's); written
+        // one by one, as the caller's struct may be of an earlier version.
+        unsafe {
+            let p = options_out;
+            std::ptr::addr_of_mut!((*p).ttl_ms).write(ms(o.ttl));
+            std::ptr::addr_of_mut!((*p).keepalive_interval_ms).write(ms(o.keepalive_interval));
+            std::ptr::addr_of_mut!((*p).keepalive_timeout_ms).write(ms(o.keepalive_timeout));
+            std::ptr::addr_of_mut!((*p).retry_interval_ms).write(ms(o.retry_interval));
+            std::ptr::addr_of_mut!((*p).margin_ms).write(ms(o.margin));
+            std::ptr::addr_of_mut!((*p).reacquire).write(o.reacquire);
+        }
         Ok(())
     })
 }
