@@ -227,10 +227,14 @@ pub fn check(records: &[Value]) -> Report {
     if locks.is_empty() {
         return check_one(records);
     }
+    // A revoke of a session's lease (tagged with lock 0, whose holder it
+    // was read from) deletes every key of that session: every lock sees it.
+    let session_wide = |v: &Value| s(v, "p") == "nemesis" && v["session"].as_bool() == Some(true);
     let shared = |v: &Value| {
-        v.get("li").is_none()
+        (v.get("li").is_none()
             && (s(v, "p") == "nemesis"
-                || matches!(s(v, "ev"), "start" | "self_pause" | "self_resume"))
+                || matches!(s(v, "ev"), "start" | "self_pause" | "self_resume")))
+            || session_wide(v)
     };
     let mut total = Report::default();
     for (n, li) in locks.iter().enumerate() {
@@ -748,8 +752,13 @@ fn g1_fence_before_successor(h: &History<'_>, first_above: &FirstAbove, r: &mut 
             r.min_lead_ms = Some(r.min_lead_ms.map_or(lead, |m: f64| m.min(lead)));
             continue;
         }
-        let revoked = fence_reason.get(&(f.p, f.at)) == Some(&"lease_lost")
-            && h.revokes.iter().any(|&t| t <= f.at && f.at <= t + h.ttl_ns);
+        // A revoked lease deletes the session's keys with it: a lock may
+        // learn it from its key's delete (lock_lost) before the keepalive
+        // says the lease is gone (lease_lost).
+        let revoked = matches!(
+            fence_reason.get(&(f.p, f.at)),
+            Some(&"lease_lost" | &"lock_lost")
+        ) && h.revokes.iter().any(|&t| t <= f.at && f.at <= t + h.ttl_ns);
         let why = if h.operator.contains(&f.token) || revoked {
             Some("operator")
         } else if h.was_paused(f.p, next.saturating_sub(h.ttl_ns), f.at) {
@@ -1247,6 +1256,33 @@ mod tests {
         assert_eq!(r.violation_count(), 0, "{}", r.table());
         assert_eq!(r.paused_writes, (2, 2));
         assert_eq!(r.refused, (1, 1));
+    }
+
+    #[test]
+    fn many_locks_a_session_revoke_excuses_every_lock_of_it() {
+        // The nemesis revoked lock 0's lease: the session's other keys went
+        // with it, so lock 1's successor wrote before lock 1 saw its key
+        // deleted (lock_lost). A gap an operator made, on every lock.
+        let mut h: Vec<Value> = clean()
+            .into_iter()
+            .map(|mut v| {
+                if v["ev"] != "start" {
+                    v["li"] = 1.into();
+                }
+                v
+            })
+            .collect();
+        h.push(json!({"t": 900, "p": "gate", "ev": "gate_accept", "h": "b", "token": 12, "seq": 9, "li": 1}));
+        h.push(json!({"t": 1000, "p": "a", "ev": "state", "at": 1000, "from": "held", "to": "fenced", "reason": "lock_lost", "li": 1}));
+        let mut revoke = json!({"t": 850, "p": "nemesis", "ev": "fault", "kind": "lease_revoked", "token": 99, "li": 0});
+        let mut lock0_only = h.clone();
+        lock0_only.push(revoke.clone());
+        assert_eq!(count(&run(lock0_only), "G1 fence before successor"), 1);
+        revoke["session"] = true.into();
+        h.push(revoke);
+        let r = run(h);
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!(r.gaps["operator"].0, 1);
     }
 
     #[test]
