@@ -162,6 +162,8 @@ impl fmt::Display for StateChange {
 }
 
 /// Why `permit()` refused to start a unit of work.
+/// Its entry in the code table, [`Refused::status`], is written in
+/// `codes.rs`, which reads the machine (never the other way round).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Refused {
     /// A keepalive failed; the holder waits for one to be confirmed.
@@ -176,19 +178,6 @@ pub enum Refused {
     /// The lock is not held (not acquired yet).
     #[error("not held")]
     NotHeld,
-}
-
-impl Refused {
-    /// The refusal's entry in the code table.
-    pub const fn status(self) -> crate::codes::Code {
-        use crate::codes::Code;
-        match self {
-            Refused::Draining => Code::Draining,
-            Refused::Fenced => Code::Fenced,
-            Refused::Released => Code::Released,
-            Refused::NotHeld => Code::NotHeld,
-        }
-    }
 }
 
 /// The permit rule, shared by the machine and the published snapshot that
