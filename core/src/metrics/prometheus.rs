@@ -304,7 +304,7 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
 }
 
 /// One lock as the engine has it (`dlock show NAME --metrics`), in the
-/// names and labels of [`families`]: whether a key holds it, the holder's
+/// names and labels of [`Snapshot::families`]: whether a key holds it, the holder's
 /// token and, where the engine lists them, the keys waiting behind it. An
 /// engine that keeps no row for a waiter (PostgreSQL) passes `None`: no
 /// waiter count it does not know.
