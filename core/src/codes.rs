@@ -77,7 +77,7 @@ codes! {
 
 /// The word table of an enum of the machine ([`State`], [`Reason`]): its
 /// C order (`ALL`, `index`) and its words (`as_str`, `as_cstr`), written
-/// once here. The enums themselves live in `machine.rs`: the table
+/// once here. The enums themselves live in `machine/types.rs`: the table
 /// reads the machine, never the other way round.
 macro_rules! words {
     ($ty:ident { $( $name:ident = $word:literal, )* }) => {
