@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc as std_mpsc;
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use crate::gate::Gate;
 use crate::machine::{
     Event, Holder, LeaseId, LockId, Notice, Reason, ReqId, Request, State, StateChange, Token,
 };
+use crate::metrics::Shared;
 use crate::{Error, Options};
 
 /// The driver runtime's handle, creating the runtime thread on first use
@@ -245,21 +246,6 @@ pub(crate) enum Command {
     Close {
         done: Reply<()>,
     },
-}
-
-/// What a session shares with its handles, beside the command channel.
-#[derive(Default)]
-pub(crate) struct Shared {
-    /// The current lease, 0 for none.
-    pub(crate) lease: AtomicI64,
-    /// Last confirmed keepalive's round trip in ns; 0: none yet.
-    pub(crate) last_rtt_ns: AtomicU64,
-    /// Keepalives sent.
-    pub(crate) keepalives: AtomicU64,
-    /// Locks of the session (handles not yet finished).
-    pub(crate) locks: AtomicU64,
-    /// Histograms and keepalive results for `Client::snapshot`.
-    pub(crate) metrics: Arc<crate::metrics::SessionMetrics>,
 }
 
 /// A backend call in flight, to drop when the machine abandons it or a new

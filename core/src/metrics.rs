@@ -13,13 +13,12 @@ pub mod prometheus;
 #[cfg(feature = "prometheus")]
 pub use collector::Collector;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::driver::Shared;
 use crate::gate::{Counters, Gate};
-use crate::machine::{Refused, State, Token};
+use crate::machine::{State, Token};
 
 /// Per-lock series kept by default; the locks past it (in name order) are
 /// folded into one series labelled [`OTHER`].
@@ -114,30 +113,10 @@ impl HistogramSnapshot {
 pub const OUTCOMES: [&str; 4] = ["acquired", "timeout", "cancelled", "error"];
 
 /// Refusal reasons, the `reason` label of `dlock_permits_refused_total`
-/// (in [`Refused`]'s order).
+/// (in [`Refused`](crate::Refused)'s order).
 pub const REFUSALS: [&str; 4] = ["draining", "fenced", "released", "not_held"];
 
-pub(crate) fn refusal_index(r: Refused) -> usize {
-    match r {
-        Refused::Draining => 0,
-        Refused::Fenced => 1,
-        Refused::Released => 2,
-        Refused::NotHeld => 3,
-    }
-}
-
-/// Per-lock figures beside [`crate::gate::Counters`], written by the driver.
-#[derive(Default)]
-pub(crate) struct LockMetrics {
-    /// When the current hold began (clock ns), 0: not holding.
-    pub(crate) held_since: AtomicU64,
-    /// The last deadline published (clock ns), for the fence lateness.
-    pub(crate) deadline: AtomicU64,
-    /// The handle is an election's candidate (`dlock_election_leader`).
-    pub(crate) election: AtomicBool,
-}
-
-/// Per-session histograms and keepalive results, in the driver's `Shared`.
+/// Per-session histograms and keepalive results, in the session's [`Shared`].
 pub(crate) struct SessionMetrics {
     pub(crate) keepalive_rtt: Histogram,
     pub(crate) keepalives_ok: AtomicU64,
@@ -154,6 +133,24 @@ pub(crate) struct SessionMetrics {
     /// The counts of the session's locks already gone (always locked after
     /// `locks`).
     gone: Mutex<Counts>,
+}
+
+/// What a session shares with its handles, beside the command channel:
+/// the figures of `Session::stats` and its metrics. Kept here, where the
+/// registry of sessions watches it, so that the driver and the client read
+/// the metrics and the metrics read neither.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The current lease, 0 for none.
+    pub(crate) lease: AtomicI64,
+    /// Last confirmed keepalive's round trip in ns; 0: none yet.
+    pub(crate) last_rtt_ns: AtomicU64,
+    /// Keepalives sent.
+    pub(crate) keepalives: AtomicU64,
+    /// Locks of the session (handles not yet finished).
+    pub(crate) locks: AtomicU64,
+    /// Histograms and keepalive results for `Client::snapshot`.
+    pub(crate) metrics: Arc<SessionMetrics>,
 }
 
 /// A lock of a session's list: its name, its gate while it lives, its
