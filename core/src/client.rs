@@ -12,12 +12,13 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::callbacks::Callbacks;
 use crate::clock::{Clock, Instant};
-use crate::driver::{Command, Reply, Shared, Ticket, Write, spawn_session};
+use crate::driver::{Command, Reply, Ticket, Write, spawn_session};
 use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
 use crate::lifecycle::{Acquisition, CancelOnDrop};
 use crate::machine::{LeaseId, LockId, Refused, State, StateChange, Token};
 use crate::memory::{MemoryBackend, MemoryService};
+use crate::metrics::Shared;
 use crate::{Error, EtcdConfig, Options};
 
 /// Longest lock (and election) name accepted, in bytes, on every engine:
@@ -635,7 +636,7 @@ pub struct Lock {
 
 impl Lock {
     /// Its figures for [`crate::Client::snapshot`] beside the gate's.
-    pub(crate) fn metrics(&self) -> &crate::metrics::LockMetrics {
+    pub(crate) fn metrics(&self) -> &crate::gate::LockMetrics {
         &self.gate.metrics
     }
 

@@ -77,7 +77,8 @@ codes! {
 
 /// The word table of an enum of the machine ([`State`], [`Reason`]): its
 /// C order (`ALL`, `index`) and its words (`as_str`, `as_cstr`), written
-/// once here. The enums themselves live in `machine.rs`.
+/// once here. The enums themselves live in `machine/types.rs`: the table
+/// reads the machine, never the other way round.
 macro_rules! words {
     ($ty:ident { $( $name:ident = $word:literal, )* }) => {
         impl $ty {
@@ -149,6 +150,16 @@ words!(Reason {
 });
 
 impl Refused {
+    /// The refusal's entry in the code table.
+    pub const fn status(self) -> Code {
+        match self {
+            Refused::Draining => Code::Draining,
+            Refused::Fenced => Code::Fenced,
+            Refused::Released => Code::Released,
+            Refused::NotHeld => Code::NotHeld,
+        }
+    }
+
     /// The snake_case name shared by every binding: its code's word.
     pub const fn as_str(self) -> &'static str {
         self.status().as_str()

@@ -14,7 +14,7 @@
 //!   alive ([`Gate::kept`]): the last one to end frees it, so a permit of a
 //!   freed handle (C, Python, Node) stays safe to end.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,12 +44,23 @@ pub(crate) struct Snapshot {
     pub(crate) deadline: Instant,
 }
 
+/// The index of `r` in [`Counters::refused`], in [`Refused`]'s order (the
+/// order of the metrics' `REFUSALS` labels).
+fn refusal_index(r: Refused) -> usize {
+    match r {
+        Refused::Draining => 0,
+        Refused::Fenced => 1,
+        Refused::Released => 2,
+        Refused::NotHeld => 3,
+    }
+}
+
 /// Counters read by `Lock::stats()` and the metrics; written by the driver
 /// (and a refused permit). Shared with the session's metrics list, so a
 /// client's counts outlive the lock's handle (issue 32).
 #[derive(Default)]
 pub(crate) struct Counters {
-    /// Permits refused, by [`crate::metrics::REFUSALS`].
+    /// Permits refused, by `refusal_index` (`metrics::REFUSALS` order).
     pub(crate) refused: [AtomicU64; 4],
     pub(crate) acquisitions: AtomicU64,
     pub(crate) drains: AtomicU64,
@@ -57,6 +68,19 @@ pub(crate) struct Counters {
     pub(crate) fences_deadline: AtomicU64,
     pub(crate) fences_lease_lost: AtomicU64,
     pub(crate) fences_lock_lost: AtomicU64,
+}
+
+/// Per-lock figures beside [`Counters`], written by the driver and read by
+/// the metrics at scrape time (kept here, with the gate that holds them, so
+/// the metrics read the gate and the gate knows nothing of the metrics).
+#[derive(Default)]
+pub(crate) struct LockMetrics {
+    /// When the current hold began (clock ns), 0: not holding.
+    pub(crate) held_since: AtomicU64,
+    /// The last deadline published (clock ns), for the fence lateness.
+    pub(crate) deadline: AtomicU64,
+    /// The handle is an election's candidate (`dlock_election_leader`).
+    pub(crate) election: AtomicBool,
 }
 
 /// Shared between a lock's handle, its permits and its driver task. The
@@ -80,7 +104,7 @@ pub(crate) struct Gate {
     /// The reference the permits in flight share once the handle is gone.
     kept: Mutex<Option<Arc<Gate>>>,
     pub(crate) counters: Arc<Counters>,
-    pub(crate) metrics: crate::metrics::LockMetrics,
+    pub(crate) metrics: LockMetrics,
 }
 
 impl Gate {
@@ -186,7 +210,7 @@ impl Gate {
     #[cold]
     #[inline(never)]
     fn refused(&self, r: Refused) {
-        self.counters.refused[crate::metrics::refusal_index(r)].fetch_add(1, Relaxed);
+        self.counters.refused[refusal_index(r)].fetch_add(1, Relaxed);
     }
 
     /// Ends one unit of work: one `fetch_sub`. Once the count is given up

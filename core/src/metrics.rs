@@ -5,25 +5,28 @@
 //! A granted permit touches nothing here. Every face renders the same
 //! [`Family`] list: the text format through [`Snapshot::to_text`], the
 //! Prometheus libraries from [`Snapshot::families`].
+//!
+//! Layout: the figures and their reading stand here; the families' types
+//! (`family`) are a leaf that the renderer (`prometheus`, which also holds
+//! [`Snapshot::families`]) and the collector read, so no file here reads
+//! one that reads it back.
 
 #[cfg(feature = "prometheus")]
 mod collector;
+mod family;
 pub mod prometheus;
 
 #[cfg(feature = "prometheus")]
 pub use collector::Collector;
+pub use family::{DEFAULT_LOCK_SERIES, Family, HistogramSnapshot, Kind, Value};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::driver::Shared;
 use crate::gate::{Counters, Gate};
-use crate::machine::{Refused, State, Token};
+use crate::machine::{State, Token};
 
-/// Per-lock series kept by default; the locks past it (in name order) are
-/// folded into one series labelled [`OTHER`].
-pub const DEFAULT_LOCK_SERIES: usize = 100;
 /// The `lock` label of the folded series.
 pub const OTHER: &str = "_other";
 
@@ -85,59 +88,15 @@ impl Histogram {
     }
 }
 
-/// A histogram as read: `cumulative[i]` counts the observations
-/// `<= bounds[i]`, the last entry (`+Inf`) all of them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HistogramSnapshot {
-    /// Upper bounds, seconds.
-    pub bounds: &'static [f64],
-    /// Cumulative counts, one per bound and one for `+Inf`.
-    pub cumulative: Vec<u64>,
-    /// Observations.
-    pub count: u64,
-    /// Sum of the observations, seconds.
-    pub sum: f64,
-}
-
-impl HistogramSnapshot {
-    fn add(&mut self, o: &HistogramSnapshot) {
-        for (a, b) in self.cumulative.iter_mut().zip(&o.cumulative) {
-            *a += b;
-        }
-        self.count += o.count;
-        self.sum += o.sum;
-    }
-}
-
 /// How an acquire call ended, the `outcome` label of
 /// `dlock_acquire_wait_seconds`.
 pub const OUTCOMES: [&str; 4] = ["acquired", "timeout", "cancelled", "error"];
 
 /// Refusal reasons, the `reason` label of `dlock_permits_refused_total`
-/// (in [`Refused`]'s order).
+/// (in [`Refused`](crate::Refused)'s order).
 pub const REFUSALS: [&str; 4] = ["draining", "fenced", "released", "not_held"];
 
-pub(crate) fn refusal_index(r: Refused) -> usize {
-    match r {
-        Refused::Draining => 0,
-        Refused::Fenced => 1,
-        Refused::Released => 2,
-        Refused::NotHeld => 3,
-    }
-}
-
-/// Per-lock figures beside [`crate::gate::Counters`], written by the driver.
-#[derive(Default)]
-pub(crate) struct LockMetrics {
-    /// When the current hold began (clock ns), 0: not holding.
-    pub(crate) held_since: AtomicU64,
-    /// The last deadline published (clock ns), for the fence lateness.
-    pub(crate) deadline: AtomicU64,
-    /// The handle is an election's candidate (`dlock_election_leader`).
-    pub(crate) election: AtomicBool,
-}
-
-/// Per-session histograms and keepalive results, in the driver's `Shared`.
+/// Per-session histograms and keepalive results, in the session's [`Shared`].
 pub(crate) struct SessionMetrics {
     pub(crate) keepalive_rtt: Histogram,
     pub(crate) keepalives_ok: AtomicU64,
@@ -154,6 +113,24 @@ pub(crate) struct SessionMetrics {
     /// The counts of the session's locks already gone (always locked after
     /// `locks`).
     gone: Mutex<Counts>,
+}
+
+/// What a session shares with its handles, beside the command channel:
+/// the figures of `Session::stats` and its metrics. Kept here, where the
+/// registry of sessions watches it, so that the driver and the client read
+/// the metrics and the metrics read neither.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// The current lease, 0 for none.
+    pub(crate) lease: AtomicI64,
+    /// Last confirmed keepalive's round trip in ns; 0: none yet.
+    pub(crate) last_rtt_ns: AtomicU64,
+    /// Keepalives sent.
+    pub(crate) keepalives: AtomicU64,
+    /// Locks of the session (handles not yet finished).
+    pub(crate) locks: AtomicU64,
+    /// Histograms and keepalive results for `Client::snapshot`.
+    pub(crate) metrics: Arc<SessionMetrics>,
 }
 
 /// A lock of a session's list: its name, its gate while it lives, its
@@ -526,58 +503,3 @@ pub const STATES: [(State, &str); 7] = [
     (State::Reacquiring, "reacquiring"),
     (State::Released, "released"),
 ];
-
-/// A metric's type.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Only goes up (name ends in `_total`).
-    Counter,
-    /// Goes up and down.
-    Gauge,
-    /// Fixed buckets (`_bucket`, `_sum`, `_count`).
-    Histogram,
-}
-
-/// One series of a family.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    /// A counter's or gauge's value.
-    Number(f64),
-    /// A histogram.
-    Histogram(HistogramSnapshot),
-}
-
-/// One metric family: the unit every face renders (names, help, types and
-/// labels come from here alone).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Family {
-    /// Full name (counters with `_total`).
-    pub name: &'static str,
-    /// One line of help.
-    pub help: &'static str,
-    /// Its type.
-    pub kind: Kind,
-    /// Label names, in order.
-    pub labels: &'static [&'static str],
-    /// Label values (in `labels`' order) and the value.
-    pub series: Vec<(Vec<String>, Value)>,
-}
-
-impl Snapshot {
-    /// The families, per-lock series capped at [`DEFAULT_LOCK_SERIES`].
-    pub fn families(&self) -> Vec<Family> {
-        self.families_capped(DEFAULT_LOCK_SERIES)
-    }
-
-    /// The families with at most `max_locks` per-lock series (the rest
-    /// folded into `lock="_other"`).
-    pub fn families_capped(&self, max_locks: usize) -> Vec<Family> {
-        prometheus::families(self, max_locks)
-    }
-
-    /// The Prometheus text exposition format (0.0.4), per-lock series
-    /// capped at [`DEFAULT_LOCK_SERIES`].
-    pub fn to_text(&self) -> String {
-        prometheus::render(&self.families())
-    }
-}

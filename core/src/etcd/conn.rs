@@ -19,8 +19,6 @@ use etcd_client::{Certificate, Client as Etcd, ConnectOptions, Identity, TlsOpti
 use tokio::time::{Instant as TokioInstant, timeout, timeout_at};
 
 use super::EtcdConfig;
-use super::lease::LeaseRec;
-use super::mutex::Flight;
 use crate::backend::BackendError;
 use crate::machine::LeaseId;
 use crate::sync::lock;
@@ -81,6 +79,31 @@ pub(super) struct Inner {
     /// Watcher create requests sent (the stream's first included).
     #[cfg(test)]
     pub(super) creates: AtomicUsize,
+}
+
+// The records [`Inner`] holds for `lease.rs` and `mutex.rs` are declared
+// here, with it, so those files read this one and this one reads neither.
+
+/// A lease granted here (see `lease.rs`), recorded for its keepalives.
+pub(super) struct LeaseRec {
+    /// TTL the grant returned (the stream's first reply is not handed out).
+    pub(super) ttl: Duration,
+    /// The keepalive stream; locked for the one keepalive in flight.
+    pub(super) stream: tokio::sync::Mutex<Option<KeepaliveStream>>,
+}
+
+/// A lease's keepalive stream, on the endpoint it was opened on.
+pub(super) struct KeepaliveStream {
+    pub(super) endpoint: usize,
+    pub(super) keeper: etcd_client::LeaseKeeper,
+    pub(super) replies: etcd_client::LeaseKeepAliveStream,
+}
+
+/// The lock requests of one key in flight (counted by `mutex.rs`).
+pub(super) struct Flight {
+    pub(super) count: usize,
+    /// Woken when the last one ends (and the entry goes).
+    pub(super) done: Arc<tokio::sync::Notify>,
 }
 
 /// Sorts an etcd error: a lost lease, or a failure worth another endpoint.

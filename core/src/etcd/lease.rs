@@ -9,23 +9,10 @@ use std::time::Duration;
 
 use tokio::time::{Instant as TokioInstant, timeout_at};
 
-use super::conn::{EtcdBackend, classify};
+use super::conn::{EtcdBackend, KeepaliveStream, LeaseRec, classify};
 use crate::backend::{BackendError, Grant, LockGone};
 use crate::machine::LeaseId;
 use crate::sync::lock;
-
-pub(super) struct LeaseRec {
-    /// TTL the grant returned (the stream's first reply is not handed out).
-    ttl: Duration,
-    /// The keepalive stream; locked for the one keepalive in flight.
-    stream: tokio::sync::Mutex<Option<KeepaliveStream>>,
-}
-
-struct KeepaliveStream {
-    endpoint: usize,
-    keeper: etcd_client::LeaseKeeper,
-    replies: etcd_client::LeaseKeepAliveStream,
-}
 
 impl EtcdBackend {
     /// Grants a lease of `ttl` and records it for its keepalives.

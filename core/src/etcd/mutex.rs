@@ -11,18 +11,11 @@ use etcd_client::{
 };
 use tokio::time::timeout;
 
-use super::conn::{ABANDONED, EtcdBackend, classify};
+use super::conn::{ABANDONED, EtcdBackend, Flight, classify};
 use crate::backend::BackendError;
 use crate::lock_key;
 use crate::machine::{LeaseId, Token};
 use crate::sync::lock;
-
-/// The lock requests of one key in flight.
-pub(super) struct Flight {
-    count: usize,
-    /// Woken when the last one ends (and the entry goes).
-    done: Arc<tokio::sync::Notify>,
-}
 
 /// One lock request in flight, registered in [`Inner::puts`] until dropped.
 struct PutGuard {

@@ -2820,6 +2820,162 @@ fn poll_timeout_always_makes_progress() {
     }
 }
 
+/// Every notice queued so far but the session's deadline notices, as the
+/// driver polls them (apart from the requests).
+fn lock_notices(h: &mut Holder, into: &mut Vec<Notice>) {
+    while let Some(n) = h.poll_notice() {
+        match n {
+            Notice::Deadline => {}
+            n => into.push(n),
+        }
+    }
+}
+
+/// The one request queued, as the driver polls it.
+fn only_request(h: &mut Holder) -> Request {
+    let r = h.poll_request().expect("a request");
+    assert_eq!(h.poll_request(), None, "one request only");
+    r
+}
+
+#[test]
+fn events_in_order_the_fence_of_a_token_comes_before_the_acquisition_of_the_next() {
+    // §11 d: the notice queue, which the driver hands to the callback
+    // thread as it stands, holds a lock's notices in the order they were
+    // decided: every transition, the fence of a token after the transition
+    // to `Fenced`, and the acquisition of the next token after it.
+    let mut h = Holder::new(opts());
+    h.add_lock(A, "a");
+    let mut seen = Vec::new();
+    let acquire = Event::Acquire {
+        lock: A,
+        wait: true,
+        until: None,
+    };
+    h.handle(at(1000), acquire);
+    let Request::Grant { req, ttl } = only_request(&mut h) else {
+        panic!("a grant first");
+    };
+    let granted = |req, lease| Event::LeaseGranted { req, lease, ttl };
+    h.handle(at(1100), granted(req, LEASE));
+    let Request::Lock { req, .. } = only_request(&mut h) else {
+        panic!("then the lock");
+    };
+    let locked = |req, lease, token| Event::Locked {
+        req,
+        lock: A,
+        lease,
+        token,
+    };
+    h.handle(at(1200), locked(req, LEASE, TOKEN));
+    // The driver, starved since, wakes first at the deadline (4000 ms): the
+    // fence and the reacquisition's grant come from that one wake-up.
+    h.handle(at(4000), Event::Timer);
+    let Request::Grant { req, .. } = only_request(&mut h) else {
+        panic!("a grant for the reacquisition");
+    };
+    h.handle(at(4100), granted(req, LEASE + 1));
+    let Request::Lock { req, .. } = only_request(&mut h) else {
+        panic!("the lock again");
+    };
+    let next = Token(TOKEN.0 + 1);
+    h.handle(at(4200), locked(req, LEASE + 1, next));
+    lock_notices(&mut h, &mut seen);
+    let change = |from, to, reason| Notice::Transition {
+        lock: A,
+        change: StateChange { from, to, reason },
+    };
+    assert_eq!(
+        seen,
+        vec![
+            change(State::Idle, State::Acquiring, Reason::Acquire),
+            change(State::Acquiring, State::Holding, Reason::Acquired),
+            Notice::Acquired {
+                lock: A,
+                token: TOKEN
+            },
+            change(State::Holding, State::Fenced, Reason::Deadline),
+            Notice::Fence {
+                lock: A,
+                token: TOKEN
+            },
+            change(State::Fenced, State::Reacquiring, Reason::Reacquire),
+            change(State::Reacquiring, State::Holding, Reason::Reacquired),
+            Notice::Acquired {
+                lock: A,
+                token: next
+            },
+        ]
+    );
+}
+
+#[test]
+fn every_wait_is_a_machine_timer_grant_keepalive_retry_deadline_and_give_up() {
+    // §11 e: whatever the holder waits for is the instant `poll_timeout`
+    // names (the driver has no timer of its own), each wait in turn.
+    let mut s = Sim::new(opts());
+    s.ev(
+        1000,
+        Event::Acquire {
+            lock: A,
+            wait: true,
+            until: Some(at(9000)),
+        },
+    );
+    // The grant's timeout (sent at 1000, keepalive_timeout 500 ms).
+    assert_eq!(s.m.poll_timeout(), Some(at(1500)));
+    assert!(s.run_to(1500).is_empty());
+    // Its retry, a retry interval later.
+    assert_eq!(s.m.poll_timeout(), Some(at(1750)));
+    let g = grant_req(&untimed(&s.run_to(1750)));
+    let l = lock_req(&s.granted(1800, g, LEASE), A);
+    // Waiting in its turn: the next keepalive (the grant's send time +
+    // keepalive_interval) comes before the give-up and the calls' bounds.
+    assert_eq!(s.m.poll_timeout(), Some(at(2750)));
+    s.locked(1900, l, A, LEASE, TOKEN);
+    // Holding: the next keepalive, then its timeout.
+    assert_eq!(s.m.poll_timeout(), Some(at(2750)));
+    let k = keepalives(&s.run_to(2750));
+    assert_eq!(k.len(), 1);
+    assert_eq!(s.m.poll_timeout(), Some(at(3250)));
+    // Timed out: draining, the retry a retry interval later.
+    s.run_to(3250);
+    assert_eq!(s.m.state(A), State::Draining);
+    assert_eq!(s.m.poll_timeout(), Some(at(3500)));
+    // The deadline: the grant's send time (1750) + TTL − margin; the
+    // retries every 250 ms until then change nothing.
+    let d = s.m.deadline().expect("a deadline");
+    assert_eq!(d, at(4750));
+    let a = s.run_to(4749);
+    assert_eq!(fences(&a), 0);
+    assert_eq!(s.m.poll_timeout(), Some(d));
+    let a = s.run_to(4750);
+    assert_eq!(fences(&a), 1);
+    assert_eq!(s.m.state(A), State::Reacquiring);
+    // A reacquisition waits with no give-up; an acquisition gives up at
+    // its own instant, which `poll_timeout` names when nothing is sooner.
+    let mut s = Sim::new(opts());
+    s.ev(
+        1000,
+        Event::Acquire {
+            lock: A,
+            wait: true,
+            until: Some(at(1300)),
+        },
+    );
+    assert_eq!(s.m.poll_timeout(), Some(at(1300)));
+    let a = untimed(&s.run_to(1300));
+    assert!(
+        a.contains(&tr(
+            A,
+            State::Acquiring,
+            State::Idle,
+            Reason::AcquireTimeout
+        )),
+        "{a:?}"
+    );
+}
+
 // ---------------------------------------------------------------- sessions
 
 /// A session of `locks`, the first of which is held as in [`holding`]:

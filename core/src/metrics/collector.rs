@@ -7,7 +7,7 @@ use prometheus_client::collector::Collector as Collect;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
-use super::{Kind, Value};
+use super::family::{DEFAULT_LOCK_SERIES, Kind, Value};
 
 /// Reads a client's snapshot on every scrape:
 /// `registry.register_collector(Box::new(Collector::new(client.clone())))`.
@@ -19,11 +19,11 @@ pub struct Collector {
 
 impl Collector {
     /// A collector of `client`'s sessions and locks (per-lock series capped
-    /// at [`super::DEFAULT_LOCK_SERIES`]).
+    /// at [`DEFAULT_LOCK_SERIES`]).
     pub fn new(client: crate::Client) -> Collector {
         Collector {
             client,
-            max_locks: super::DEFAULT_LOCK_SERIES,
+            max_locks: DEFAULT_LOCK_SERIES,
         }
     }
 

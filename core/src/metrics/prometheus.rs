@@ -5,10 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::{
-    FENCE_REASONS, Family, HistogramSnapshot, Kind, OTHER, OUTCOMES, REFUSALS, STATES, Snapshot,
-    Value,
-};
+use super::family::{DEFAULT_LOCK_SERIES, Family, HistogramSnapshot, Kind, Value};
+use super::{FENCE_REASONS, OTHER, OUTCOMES, REFUSALS, STATES, Snapshot};
 use crate::machine::State;
 
 fn family(
@@ -304,11 +302,11 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
 }
 
 /// One lock as the engine has it (`dlock show NAME --metrics`), in the
-/// names and labels of the families table (`families`): whether a key holds it, the holder's
+/// names and labels of [`Snapshot::families`]: whether a key holds it, the holder's
 /// token and, where the engine lists them, the keys waiting behind it. An
 /// engine that keeps no row for a waiter (PostgreSQL) passes `None`: no
 /// waiter count it does not know.
-pub fn engine_view(lock: &str, token: Option<u64>, waiters: Option<usize>) -> Vec<super::Family> {
+pub fn engine_view(lock: &str, token: Option<u64>, waiters: Option<usize>) -> Vec<Family> {
     let one = |name, help, v: f64| {
         let mut f = family(name, help, Kind::Gauge, &["lock"]);
         number(&mut f, vec![lock.to_owned()], v);
@@ -371,7 +369,7 @@ fn labels(names: &[&str], values: &[String], extra: Option<(&str, &str)>) -> Str
 }
 
 /// Renders `families` in the Prometheus text exposition format.
-pub fn render(families: &[super::Family]) -> String {
+pub fn render(families: &[Family]) -> String {
     let mut out = String::new();
     for f in families {
         let kind = match f.kind {
@@ -413,4 +411,23 @@ pub fn render(families: &[super::Family]) -> String {
         }
     }
     out
+}
+
+impl Snapshot {
+    /// The families, per-lock series capped at [`DEFAULT_LOCK_SERIES`].
+    pub fn families(&self) -> Vec<Family> {
+        self.families_capped(DEFAULT_LOCK_SERIES)
+    }
+
+    /// The families with at most `max_locks` per-lock series (the rest
+    /// folded into `lock="_other"`).
+    pub fn families_capped(&self, max_locks: usize) -> Vec<Family> {
+        families(self, max_locks)
+    }
+
+    /// The Prometheus text exposition format (0.0.4), per-lock series
+    /// capped at [`DEFAULT_LOCK_SERIES`].
+    pub fn to_text(&self) -> String {
+        render(&self.families())
+    }
 }
