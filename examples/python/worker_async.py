@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 
 import dlock
-from worker import NAME, commit, make_client, open_db
+from worker import NAME, commit, open_db
 
 
 async def main() -> None:
     db = open_db()
-    client = make_client()
+    # The library's default timings: nothing here waits for a fence, so
+    # worker.py's short TTL (a 0.2 s keepalive timeout) would only let a
+    # busy machine drain the lock between two units.
+    client = dlock.Client()
     async with client.lock(NAME) as lock:
         for unit in range(3):
             with lock.permit() as p:

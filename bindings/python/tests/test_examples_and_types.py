@@ -71,9 +71,10 @@ def test_async_worker_example() -> None:
     out = run(sys.executable, str(EXAMPLES / "worker_async.py"), cwd=EXAMPLES)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert "committed 'unit 2' with token 1" in lines
-    assert "waiter gave up after 0.2 s; its state: Released" in lines
-    assert "next holder: token 2" in lines
+    shown = out.stdout + out.stderr  # a failure shows every line it printed
+    assert "committed 'unit 2' with token 1" in lines, shown
+    assert "waiter gave up after 0.2 s; its state: Released" in lines, shown
+    assert "next holder: token 2" in lines, shown
 
 
 def test_stub_matches_the_module() -> None:
