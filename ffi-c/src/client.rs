@@ -267,7 +267,7 @@ pub unsafe extern "C" fn lk_client_new(
                 client: Client::connect(config)?,
             },
         );
-        crate::lifecycle::shutdown_at_exit();
+        crate::at_exit::shutdown_at_exit();
         Ok(())
     })
 }
@@ -290,7 +290,7 @@ pub unsafe extern "C" fn lk_client_from_env(
         };
         let client = Client::connect(ClientConfig::from_env().with_options(timing(&o).resolve()?))?;
         boxed(dest, lk_client { client });
-        crate::lifecycle::shutdown_at_exit();
+        crate::at_exit::shutdown_at_exit();
         Ok(())
     })
 }

@@ -33,6 +33,8 @@ pub mod metrics;
 pub mod election;
 // After `election`.
 pub mod observer;
+// No exports: the shutdown the first client registers at exit.
+mod at_exit;
 
 /// The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 /// (`lk_status_name`) are the error codes every dlock binding shares.

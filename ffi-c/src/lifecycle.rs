@@ -4,7 +4,6 @@
 //! `Acquisition::cancel`).
 
 use std::ffi::c_void;
-use std::sync::Once;
 use std::time::Duration;
 
 use dlock_core::Acquisition;
@@ -45,24 +44,6 @@ pub unsafe extern "C" fn lk_client_shutdown(client: *const lk_client) -> lk_stat
         unsafe { arg(client, "client") }?.client.shutdown();
         Ok(())
     })
-}
-
-/// `lk_shutdown` at the process's exit, registered once, by the first
-/// client. Nothing in a forked child (the core checks).
-pub(crate) fn shutdown_at_exit() {
-    static ONCE: Once = Once::new();
-    extern "C" fn at_exit() {
-        // No unwinding out of an exit handler.
-        let _ = std::panic::catch_unwind(dlock_core::shutdown);
-    }
-    unsafe extern "C" {
-        fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
-    }
-    ONCE.call_once(|| {
-        // SAFETY: registers a function that lives as long as the library
-        // (glibc runs it at dlclose too).
-        unsafe { atexit(at_exit) };
-    });
 }
 
 /// `done(user_data, status, token)`: the outcome of `lk_lock_acquire_start`,
