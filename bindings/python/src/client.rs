@@ -33,6 +33,22 @@ const KEYWORDS: &[&str] = &[
     "request_timeout",
 ];
 
+/// A keyword no face knows is the core's `invalid_option`, as in every
+/// face (not Python's TypeError); `known` are the ones the call takes.
+fn refuse_unknown(
+    py: Python<'_>,
+    unknown: Option<&Bound<'_, PyDict>>,
+    known: &[&str],
+) -> PyResult<()> {
+    match unknown.and_then(|u| u.iter().next()) {
+        Some((name, _)) => {
+            let name: String = name.extract()?;
+            Err(dlock::options::unknown_setting(&name, known)).or_raise(py)
+        }
+        None => Ok(()),
+    }
+}
+
 /// A connection to a lock service (see `dlock.Client`).
 #[pyclass(module = "dlock._dlock", subclass, frozen)]
 pub(crate) struct Client {
@@ -69,12 +85,7 @@ impl Client {
         unknown: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Client> {
         not_forked(py)?;
-        // A keyword no face knows is the core's `invalid_option`, as in
-        // every face (not Python's TypeError).
-        if let Some((name, _)) = unknown.and_then(|u| u.iter().next()) {
-            let name: String = name.extract()?;
-            return Err(dlock::options::unknown_setting(&name, KEYWORDS)).or_raise(py);
-        }
+        refuse_unknown(py, unknown, KEYWORDS)?;
         let timing = Timing {
             ttl,
             keepalive_interval,
@@ -181,7 +192,7 @@ impl Client {
 
     /// A new session (its own lease); settings default to the client's.
     #[pyo3(signature = (*, ttl=None, keepalive_interval=None, keepalive_timeout=None,
-        retry_interval=None, margin=None, reacquire=None))]
+        retry_interval=None, margin=None, reacquire=None, **unknown))]
     #[allow(clippy::too_many_arguments)]
     fn _session(
         &self,
@@ -192,8 +203,10 @@ impl Client {
         retry_interval: Option<f64>,
         margin: Option<f64>,
         reacquire: Option<bool>,
+        unknown: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Session> {
         not_forked(py)?;
+        refuse_unknown(py, unknown, &KEYWORDS[1..7])?;
         let timing = Timing {
             ttl,
             keepalive_interval,

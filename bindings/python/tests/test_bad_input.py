@@ -60,6 +60,14 @@ def test_bad_input(case: Dict[str, Any]) -> None:
     assert play(case) == case["code"], case["id"]
 
 
+def test_an_unknown_keyword_of_a_session_is_invalid_option_too() -> None:
+    c = dlock.Client(memory=dlock.MemoryService())
+    with pytest.raises(dlock.InvalidOption) as e:
+        c.session(frobnicate=1)
+    assert e.value.code == "invalid_option" and "frobnicate" in str(e.value)
+    c.shutdown()
+
+
 def test_the_constants_are_the_cores() -> None:
     k = DATA["constants"]
     assert dlock.MAX_NAME_LEN == k["MAX_NAME_LEN"]

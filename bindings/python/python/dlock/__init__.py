@@ -190,9 +190,11 @@ class Client(_dlock.Client):
         retry_interval: Optional[float] = None,
         margin: Optional[float] = None,
         reacquire: Optional[bool] = None,
+        **unknown: Any,
     ) -> "Session":
         """A new session: its own lease, so its locks fence independently of
-        the other sessions'. Settings default to the client's."""
+        the other sessions'. Settings default to the client's; an unknown
+        keyword is ``InvalidOption`` (the core's, as in every face)."""
         return Session(
             self._session(
                 ttl=ttl,
@@ -201,6 +203,7 @@ class Client(_dlock.Client):
                 retry_interval=retry_interval,
                 margin=margin,
                 reacquire=reacquire,
+                **unknown,
             )
         )
 

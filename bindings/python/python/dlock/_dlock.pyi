@@ -95,6 +95,7 @@ class Client:
         retry_interval: Optional[float] = None,
         margin: Optional[float] = None,
         reacquire: Optional[bool] = None,
+        **unknown: Any,
     ) -> Session: ...
 
 @disjoint_base
