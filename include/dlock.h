@@ -108,6 +108,21 @@
 // Default time for one etcd request (ms).
 #define LK_DEFAULT_REQUEST_TIMEOUT_MS 3000
 
+// Longest lock or election name, in bytes (the core's `MAX_NAME_LEN`):
+// a longer or empty one is `LK_INVALID_ARGUMENT`.
+#define LK_MAX_NAME_LEN 1024
+
+// Longest key of a guarded write, in bytes (the core's `MAX_KEY_LEN`).
+#define LK_MAX_KEY_LEN 2048
+
+// Per-lock series `lk_client_metrics_text` keeps by default (the core's
+// `DEFAULT_LOCK_SERIES`); the rest are folded into one `_other` series.
+#define LK_DEFAULT_LOCK_SERIES 100
+
+// The `max_overdue_ms` to pass to `lk_lock_healthy` when the caller has
+// no reason to choose: the core's default, the one Python and Node use.
+#define LK_DEFAULT_MAX_OVERDUE_MS 0
+
 // The version of `struct lk_lock_stats` this header describes.
 #define LK_LOCK_STATS_VERSION 1
 
@@ -416,6 +431,13 @@ typedef void (*lk_observed_fn)(void *user_data,
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Checks a lock or election name of `len` bytes by the core's one rule
+// (1 to `LK_MAX_NAME_LEN` bytes of UTF-8, no NUL): `LK_OK`, else
+// `LK_INVALID_ARGUMENT` with the core's message. For a face whose strings
+// carry a length and may hold a NUL (C++'s `std::string`), before it
+// passes the name as a C string; C's NUL-terminated names need no call.
+enum lk_status lk_check_name(const uint8_t *name, size_t len);
 
 // Stable snake_case name of a status (`"ok"`, `"fenced"`, `"timeout"`, …),
 // the same word every dlock binding uses. Any value is accepted; unknown

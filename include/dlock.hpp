@@ -12,6 +12,10 @@
 // - lock::permit() never throws: a refusal (draining, fenced, released,
 //   not_held) is the normal way work stops. The permit holds struct
 //   lk_permit by value (no allocation) and ends in its destructor.
+// - Names and durations are checked as in every face: a name holding a NUL
+//   is refused by the core (lk_check_name), not cut short by c_str(); a
+//   negative duration is refused (invalid_option for a setting,
+//   invalid_argument for a timeout or grace), never clamped to 0.
 // - Durations are std::chrono; callbacks are std::function, run on
 //   dlock's callback thread (see "Callbacks" in dlock.h; an observer's on
 //   a thread of its own). A callback must not throw: the trampolines are
@@ -108,8 +112,21 @@ namespace detail {
 inline void check(enum lk_status s, const char *call) {
   if (s != LK_OK) throw error(s, call);
 }
-inline std::uint64_t to_ms(std::chrono::milliseconds d) {
-  return d.count() < 0 ? 0 : static_cast<std::uint64_t>(d.count());
+/// A duration argument (a timeout, a grace) in ms. C takes no negative
+/// one, so a negative one is refused here (invalid_argument) rather than
+/// clamped to 0, which would turn a wait into a single try.
+inline std::uint64_t to_ms(std::chrono::milliseconds d, const char *what) {
+  if (d.count() < 0)
+    throw error::refused(LK_INVALID_ARGUMENT,
+                         std::string(what) + " must be >= 0 milliseconds, got " + std::to_string(d.count()));
+  return static_cast<std::uint64_t>(d.count());
+}
+/// A lock or election name as the C string the C API takes: checked by
+/// the core's rule first (lk_check_name), so a name holding a NUL is
+/// refused (invalid_argument) instead of being cut short by c_str().
+inline const char *name(const std::string &n) {
+  check(lk_check_name(reinterpret_cast<const std::uint8_t *>(n.data()), n.size()), "lk_check_name");
+  return n.c_str();
 }
 inline std::chrono::milliseconds from_ms(std::uint64_t ms) {
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(ms));
@@ -296,7 +313,7 @@ class lock {
   /// Throws dlock::error (timeout, already_held, released, backend, ...).
   std::uint64_t acquire(std::chrono::milliseconds timeout) {
     std::uint64_t token = 0;
-    detail::check(lk_lock_acquire(raw_, detail::to_ms(timeout), &token), "lk_lock_acquire");
+    detail::check(lk_lock_acquire(raw_, detail::to_ms(timeout, "timeout"), &token), "lk_lock_acquire");
     return token;
   }
   /// The token if nobody held the lock; std::nullopt if someone does.
@@ -314,7 +331,7 @@ class lock {
   acquisition acquire_start(std::chrono::milliseconds timeout, acquire_done_fn done) {
     auto held = std::make_unique<acquire_done_fn>(std::move(done));
     struct lk_acquisition *a = nullptr;
-    detail::check(lk_lock_acquire_start(raw_, detail::to_ms(timeout), &done_call, held.get(), &a),
+    detail::check(lk_lock_acquire_start(raw_, detail::to_ms(timeout, "timeout"), &done_call, held.get(), &a),
                   "lk_lock_acquire_start");
     held.release();  // done_call owns it now: it runs exactly once
     return acquisition(a);
@@ -355,9 +372,9 @@ class lock {
   /// For a health endpoint: false once the lock is still holding or
   /// draining more than `max_overdue` past its deadline (a fence that was
   /// due did not happen); a lock not held is healthy.
-  bool healthy(std::chrono::milliseconds max_overdue) const {
+  bool healthy(std::chrono::milliseconds max_overdue = std::chrono::milliseconds(LK_DEFAULT_MAX_OVERDUE_MS)) const {
     bool h = true;
-    detail::check(lk_lock_healthy(raw_, detail::to_ms(max_overdue), &h), "lk_lock_healthy");
+    detail::check(lk_lock_healthy(raw_, detail::to_ms(max_overdue, "max_overdue"), &h), "lk_lock_healthy");
     return h;
   }
   std::string_view name() const noexcept {
@@ -527,7 +544,7 @@ class election : private lock {
   std::uint64_t campaign(std::string_view value, std::chrono::milliseconds timeout) {
     std::uint64_t token = 0;
     detail::check(
-        lk_election_campaign(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout), &token),
+        lk_election_campaign(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout, "timeout"), &token),
         "lk_election_campaign");
     return token;
   }
@@ -537,7 +554,7 @@ class election : private lock {
   acquisition campaign_start(std::string_view value, std::chrono::milliseconds timeout, acquire_done_fn done) {
     auto held = std::make_unique<acquire_done_fn>(std::move(done));
     struct lk_acquisition *a = nullptr;
-    detail::check(lk_election_campaign_start(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout),
+    detail::check(lk_election_campaign_start(raw_, detail::bytes(value), value.size(), detail::to_ms(timeout, "timeout"),
                                              &done_call, held.get(), &a),
                   "lk_election_campaign_start");
     held.release();  // done_call owns it now: it runs exactly once
@@ -552,7 +569,7 @@ class election : private lock {
   /// flight end, or after `grace` with some still running, so the next
   /// leader starts only after this one's work. Campaigning again is allowed.
   void resign(std::chrono::milliseconds grace = std::chrono::milliseconds(LK_RESIGN_GRACE_MS)) {
-    detail::check(lk_election_resign(raw_, detail::to_ms(grace)), "lk_election_resign");
+    detail::check(lk_election_resign(raw_, detail::to_ms(grace, "grace")), "lk_election_resign");
   }
   /// The current leader (one read of the service), std::nullopt when
   /// nobody leads.
@@ -616,7 +633,7 @@ class observer {
   /// std::nullopt when none came. Throws dlock::error: released once the
   /// observer is closed (also while waiting), invalid_argument on a
   /// callback observer.
-  std::optional<observed> next(std::chrono::milliseconds timeout) { return next_ms(detail::to_ms(timeout)); }
+  std::optional<observed> next(std::chrono::milliseconds timeout) { return next_ms(detail::to_ms(timeout, "timeout")); }
   /// The next event, waiting as long as it takes (or until close()).
   observed next() {
     for (;;)
@@ -671,14 +688,14 @@ class session {
 
   class lock lock(const std::string &name) const {
     struct lk_lock *l = nullptr;
-    detail::check(lk_session_lock_new(raw_, name.c_str(), &l), "lk_session_lock_new");
+    detail::check(lk_session_lock_new(raw_, detail::name(name), &l), "lk_session_lock_new");
     return dlock::lock(l);
   }
   /// A candidate in the election `name` on this session (its own lease
   /// and deadline); not campaigning yet.
   class election election(const std::string &name) const {
     struct lk_election *e = nullptr;
-    detail::check(lk_session_election_new(raw_, name.c_str(), &e), "lk_session_election_new");
+    detail::check(lk_session_election_new(raw_, detail::name(name), &e), "lk_session_election_new");
     return dlock::election(e);
   }
   /// Releases every lock of the session and revokes its lease.
@@ -743,7 +760,7 @@ class client {
   /// A lock on the client's default session (not acquired yet).
   class lock lock(const std::string &name) const {
     struct lk_lock *l = nullptr;
-    detail::check(lk_lock_new(raw_, name.c_str(), &l), "lk_lock_new");
+    detail::check(lk_lock_new(raw_, detail::name(name), &l), "lk_lock_new");
     return dlock::lock(l);
   }
   /// A session with its own lease; timing and reacquire from `o`.
@@ -767,13 +784,13 @@ class client {
   /// campaigning yet (set callbacks, then election::campaign).
   class election election(const std::string &name) const {
     struct lk_election *e = nullptr;
-    detail::check(lk_election_new(raw_, name.c_str(), &e), "lk_election_new");
+    detail::check(lk_election_new(raw_, detail::name(name), &e), "lk_election_new");
     return dlock::election(e);
   }
   /// Observes the election `name`: pull the events with observer::next.
   class observer observe(const std::string &name) const {
     struct lk_observer *o = nullptr;
-    detail::check(lk_observer_new(raw_, name.c_str(), &o), "lk_observer_new");
+    detail::check(lk_observer_new(raw_, detail::name(name), &o), "lk_observer_new");
     return dlock::observer(o);
   }
   /// Observes the election `name` with a callback: `fn` runs for each
@@ -783,7 +800,7 @@ class client {
   class observer observe(const std::string &name, observer::observed_fn fn) const {
     auto held = std::make_unique<observer::observed_fn>(std::move(fn));
     struct lk_observer *o = nullptr;
-    detail::check(lk_observer_start(raw_, name.c_str(), &observer::observed_call, held.get(), &o),
+    detail::check(lk_observer_start(raw_, detail::name(name), &observer::observed_call, held.get(), &o),
                   "lk_observer_start");
     return dlock::observer(o, std::move(held));
   }

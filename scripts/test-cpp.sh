@@ -44,6 +44,14 @@ for std in c++17 c++20; do
   san_env_on
   [[ -x $work/api-$std ]] && step "api.cpp ($std) under ASan/UBSan" "$work/api-$std"
   san_env_off
+  # scenarios/vectors/bad_input.json: every case C++ can express gets the
+  # vector's code (the core's), the others skipped by the file.
+  step "bad_input.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
+    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/bad_input.cpp -o "$work/bad-input-$std" "${LINK[@]}"
+  san_env_on
+  [[ -x $work/bad-input-$std ]] && step "bad_input.cpp ($std): the shared bad inputs under ASan/UBSan" \
+    "$work/bad-input-$std" "$root/scenarios/vectors/bad_input.json"
+  san_env_off
   # The README's C++ blocks as written: the loop (its text checked against
   # this file by core/tests/readme.rs) stops at a fence; the election (its
   # text checked by readme.cpp itself) leads, then resigns.

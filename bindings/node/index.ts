@@ -50,6 +50,14 @@ const native = loadAddon();
 // the addon's cleanup hook covers an embedder's teardown).
 process.on('exit', () => native.shutdown());
 const WORDS: string[] = native.codeWords();
+const CONSTANTS = native.constants();
+
+/** The longest lock or election name, in bytes: the core's, as in every face. */
+export const MAX_NAME_LEN: number = CONSTANTS.maxNameLen;
+/** The longest key of a guarded write, in bytes: the core's. */
+export const MAX_KEY_LEN: number = CONSTANTS.maxKeyLen;
+/** Milliseconds `lock.healthy()` allows past the deadline when given none: the core's (0), as in every face. */
+export const DEFAULT_MAX_OVERDUE_MS: number = CONSTANTS.defaultMaxOverdueMs;
 
 // ---------------------------------------------------------------- errors
 
@@ -146,9 +154,8 @@ function checkMs(name: string, v: unknown, nullable = false): number | undefined
   if (typeof v !== 'number') {
     throw new TypeError(`${name} must be a number of milliseconds, got ${typeof v}`);
   }
-  if (!Number.isFinite(v) || v < 0) {
-    throw new RangeError(`${name} must be a finite number of milliseconds >= 0, got ${v}`);
-  }
+  // NaN, infinite, negative: the core's error (invalid_option for a
+  // setting, invalid_argument for an argument), as in every face.
   return v;
 }
 
@@ -159,7 +166,8 @@ function checkObject(name: string, v: unknown, keys: readonly string[]): Record<
   }
   for (const k of Object.keys(v)) {
     if (!keys.includes(k)) {
-      throw new TypeError(`${name}: unknown option '${k}' (known: ${keys.join(', ')})`);
+      // The core's invalid_option, as in every face.
+      call(() => native.unknownSetting(`${name}.${k}`, [...keys]));
     }
   }
   return v as Record<string, unknown>;
@@ -376,29 +384,31 @@ export class Client {
   constructor(options?: ClientOptions) {
     const o = checkObject('options', options, CLIENT_KEYS);
     const t = timing('options', o);
-    let etcd: N.NativeEtcd | undefined;
+    let list: string[] | undefined;
     if (o.endpoints !== undefined) {
       const e = o.endpoints;
       // The core splits and decides (a PostgreSQL URL may hold commas).
-      const list =
+      list =
         typeof e === 'string'
           ? [e]
           : Array.isArray(e)
             ? e.map((s, i) => checkString(`options.endpoints[${i}]`, s))
             : undefined;
       if (list === undefined) throw new TypeError('options.endpoints must be a string or a list of strings');
-      etcd = {
-        endpoints: list,
-        caFile: optionalString('options.caFile', o.caFile),
-        certFile: optionalString('options.certFile', o.certFile),
-        keyFile: optionalString('options.keyFile', o.keyFile),
-        user: optionalString('options.user', o.user),
-        password: optionalString('options.password', o.password),
-        allowPlaintextPassword: checkBool('options.allowPlaintextPassword', o.allowPlaintextPassword),
-        connectTimeout: checkMs('options.connectTimeout', o.connectTimeout),
-        requestTimeout: checkMs('options.requestTimeout', o.requestTimeout),
-      };
     }
+    // Always passed: TLS or credentials without endpoints are the core's
+    // invalid_argument, not ignored.
+    const etcd: N.NativeEtcd = {
+      endpoints: list,
+      caFile: optionalString('options.caFile', o.caFile),
+      certFile: optionalString('options.certFile', o.certFile),
+      keyFile: optionalString('options.keyFile', o.keyFile),
+      user: optionalString('options.user', o.user),
+      password: optionalString('options.password', o.password),
+      allowPlaintextPassword: checkBool('options.allowPlaintextPassword', o.allowPlaintextPassword),
+      connectTimeout: checkMs('options.connectTimeout', o.connectTimeout),
+      requestTimeout: checkMs('options.requestTimeout', o.requestTimeout),
+    };
     let service: N.NativeService | undefined;
     if (o.service !== undefined) {
       if (!(o.service instanceof Service)) throw new TypeError('options.service must be a dlock Service');
@@ -762,8 +772,8 @@ export class Lock extends EventEmitter<LockEvents> {
    * still Holding or Draining more than `maxOverdueMs` past its deadline,
    * i.e. the fence that was due did not happen. Not held: true.
    */
-  healthy(maxOverdueMs = 0): boolean {
-    const m = checkMs('maxOverdueMs', maxOverdueMs) ?? 0;
+  healthy(maxOverdueMs = DEFAULT_MAX_OVERDUE_MS): boolean {
+    const m = checkMs('maxOverdueMs', maxOverdueMs) ?? DEFAULT_MAX_OVERDUE_MS;
     return call(() => native.lockHealthy(this._n, m));
   }
   stats(): LockStats {

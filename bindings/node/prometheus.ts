@@ -10,8 +10,8 @@ import type { Counter, Gauge, Histogram, Metric, Registry } from 'prom-client';
 import { Client, InvalidArgumentError, _native } from './index';
 import type * as N from './native';
 
-/** Per-lock series kept by default; the rest are folded into `lock="_other"`. */
-export const DEFAULT_LOCK_SERIES = 100;
+/** Per-lock series kept by default; the rest are folded into `lock="_other"`: the core's (100), as in every face. */
+export const DEFAULT_LOCK_SERIES: number = _native.constants().defaultLockSeries;
 
 export interface RegisterOptions {
   /** At most this many per-lock series (default 100); the rest are folded into one. */

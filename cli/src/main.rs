@@ -121,10 +121,82 @@ impl Conn {
     }
 }
 
-/// A duration with its unit: `6s`, `500ms`, `1m 30s`.
-pub fn duration(s: &str) -> Result<Duration, String> {
+/// A duration with its unit: `6s`, `500ms`, `1m 30s`; else why not.
+fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s)
         .map_err(|e| format!("`{s}`: {e} (a duration with its unit, e.g. 6s or 500ms)"))
+}
+
+/// A number of seconds or milliseconds that is no duration (`-1s`,
+/// `-500ms`, `NaN`, `inf`), for the core to judge: `(value, in ms)`.
+fn number(s: &str) -> Option<(f64, bool)> {
+    let s = s.trim();
+    let (digits, in_ms) = match (s.strip_suffix("ms"), s.strip_suffix('s')) {
+        (Some(d), _) => (d, true),
+        (None, Some(d)) => (d, false),
+        (None, None) => (s, false),
+    };
+    let v: f64 = digits.trim().parse().ok()?;
+    // A bare finite number needs its unit (humantime's message says so).
+    (!v.is_finite() || digits.len() != s.len()).then_some((v, in_ms))
+}
+
+/// A duration argument (`--timeout`, `--grace`, `--connect-timeout`, ...):
+/// negative, NaN or infinite is the core's `invalid_argument`, as in
+/// every face; text that is no duration too.
+pub fn duration(s: &str) -> Result<Duration, dlock::Error> {
+    parse_duration(s).or_else(|why| match number(s) {
+        Some((v, true)) => dlock::options::argument_millis(&format!("duration `{s}`"), v),
+        Some((v, false)) => dlock::options::argument_secs(&format!("duration `{s}`"), v),
+        None => Err(dlock::Error::InvalidArgument(why)),
+    })
+}
+
+/// A timing setting's flag (`--ttl`, ...): as [`duration`], the error
+/// the core's `invalid_option` naming the setting.
+pub fn setting(
+    name: &'static str,
+) -> impl Fn(&str) -> Result<Duration, dlock::Error> + Clone + Send + Sync + 'static {
+    move |s| {
+        parse_duration(s).or_else(|why| match number(s) {
+            Some((v, true)) => dlock::options::setting_millis(name, v),
+            Some((v, false)) => dlock::options::setting_secs(name, v),
+            None => Err(dlock::Error::InvalidOption {
+                setting: name,
+                rule: why,
+            }),
+        })
+    }
+}
+
+/// A parse error of clap as the core's error where the vocabulary has a
+/// word for it (as in every face): a bad value of a flag (the core's
+/// error from [`duration`] or [`setting`]), and an unknown flag
+/// (`invalid_option`). Other usage errors stay clap's.
+fn core_error(e: &clap::Error) -> Option<dlock::Error> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use std::error::Error as _;
+    match e.kind() {
+        ErrorKind::ValueValidation => match e.source()?.downcast_ref::<dlock::Error>()? {
+            // The flag's name with the argument's error (the setting's
+            // error names the setting itself).
+            dlock::Error::InvalidArgument(m) => match e.get(ContextKind::InvalidArg) {
+                Some(ContextValue::String(flag)) => {
+                    Some(dlock::Error::InvalidArgument(format!("{flag}: {m}")))
+                }
+                _ => Some(dlock::Error::InvalidArgument(m.clone())),
+            },
+            other => Some(other.clone()),
+        },
+        ErrorKind::UnknownArgument => match e.get(ContextKind::InvalidArg)? {
+            ContextValue::String(flag) if flag.starts_with('-') => {
+                let flag = flag.split('=').next().unwrap_or(flag);
+                Some(dlock::options::unknown_setting(flag, &[]))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 fn main() {
@@ -144,6 +216,11 @@ fn main() {
             if matches!(e.kind(), DisplayHelp | DisplayVersion) {
                 let _ = e.print();
                 std::process::exit(0);
+            }
+            if let Some(core) = core_error(&e) {
+                let fail = Fail::from(core);
+                say(format_args!("{}", fail.message));
+                std::process::exit(fail.code);
             }
             // One line: clap's first, without its usage block.
             let text = e.render().to_string();

@@ -26,7 +26,7 @@ const ENDING: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 const FORWARDED: [i32; 5] = [SIGTSTP, SIGCONT, SIGUSR1, SIGUSR2, SIGWINCH];
 
 use crate::exit::{self, Fail};
-use crate::{Conn, duration};
+use crate::{Conn, duration, setting};
 
 /// Time kept inside the margin beyond `--grace`: for the fence to be seen
 /// and the SIGTERM sent, and for the SIGKILLed group to be gone.
@@ -72,21 +72,21 @@ pub struct RunArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct Timing {
     /// Lease TTL [default: 15s]
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = setting("ttl"))]
     ttl: Option<Duration>,
     /// Time between keepalives [default: ttl/3, 5s]
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = setting("keepalive_interval"))]
     keepalive_interval: Option<Duration>,
     /// Time a keepalive may take [default: min(2s, keepalive-interval × 2/5)]
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = setting("keepalive_timeout"))]
     keepalive_timeout: Option<Duration>,
     /// Time between keepalive retries while draining [default: min(1s,
     /// keepalive-interval / 5)]
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = setting("retry_interval"))]
     retry_interval: Option<Duration>,
     /// Subtracted from every deadline: the time between the local deadline
     /// and the server's expiry [default: min(1s, (ttl - keepalive-interval) / 2)]
-    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    #[arg(long, value_name = "DURATION", value_parser = setting("margin"))]
     margin: Option<Duration>,
 }
 
@@ -194,6 +194,8 @@ pub fn main_with(
     held: impl FnOnce(&dlock::Session, &str) -> Result<Arc<dyn Held>, Fail>,
 ) -> Result<i32, Fail> {
     let options = args.timing.options(args.restart)?;
+    // The name by the core's rule before anything connects.
+    dlock::options::check_name("lock", args.name.as_bytes())?;
     if args.grace + KILL_ROOM > options.margin {
         return Err(Fail::new(
             exit::INVALID,

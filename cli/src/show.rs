@@ -112,17 +112,9 @@ fn key(k: &LockKey) -> Key {
 }
 
 fn check_name(name: &str) -> Result<(), Fail> {
-    if name.is_empty() || name.len() > dlock::MAX_NAME_LEN {
-        return Err(Fail::new(
-            exit::INVALID,
-            format!(
-                "invalid_argument: lock name must be 1 to {} bytes, got {}",
-                dlock::MAX_NAME_LEN,
-                name.len()
-            ),
-        ));
-    }
-    Ok(())
+    dlock::options::check_name("lock", name.as_bytes())
+        .map(drop)
+        .map_err(Fail::from)
 }
 
 pub fn show(args: ShowArgs) -> Result<i32, Fail> {

@@ -29,7 +29,7 @@ fn one_line_error(args: &[&str], code: i32, needle: &str) {
 }
 
 #[test]
-fn usage_errors_are_one_line_and_exit_2() {
+fn usage_errors_are_one_line_and_exit_2_or_123() {
     one_line_error(
         &["run", "jobs", "sleep", "1"],
         2,
@@ -37,11 +37,22 @@ fn usage_errors_are_one_line_and_exit_2() {
     );
     one_line_error(&["run", "jobs"], 2, "<CMD>");
     one_line_error(&["run", "jobs", "--"], 2, "<CMD>");
-    one_line_error(&["run", "--bogus", "jobs", "--", "true"], 2, "--bogus");
+    // An unknown flag and a bad setting are the core's invalid_option (exit
+    // 123), as in every face (scenarios/vectors/bad_input.json).
+    one_line_error(
+        &["run", "--bogus", "jobs", "--", "true"],
+        123,
+        "invalid_option: invalid option `unknown`: `--bogus` is not a setting",
+    );
     one_line_error(
         &["run", "--ttl", "5", "jobs", "--", "true"],
-        2,
-        "time unit needed",
+        123,
+        "invalid_option: invalid option `ttl`: `5`: time unit needed",
+    );
+    one_line_error(
+        &["run", "--timeout=-2s", "jobs", "--", "true"],
+        123,
+        "invalid_argument: invalid argument: --timeout <DURATION>: duration `-2s` must be >= 0 seconds",
     );
     one_line_error(
         &["run", "--on-drain", "freeze", "jobs", "--", "true"],

@@ -527,12 +527,7 @@ impl Session {
         if crate::forked() {
             return Err(Error::Forked);
         }
-        if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
-            return Err(Error::InvalidArgument(format!(
-                "lock name must be 1 to {MAX_NAME_LEN} bytes without NUL, got {} bytes",
-                name.len()
-            )));
-        }
+        crate::options::check_name("lock", name.as_bytes())?;
         self.live()?;
         if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Released);

@@ -13,6 +13,18 @@ use crate::etcd::{parse_bool, parse_ms};
 use crate::postgres::is_postgres_url;
 use crate::{Error, EtcdConfig, PostgresConfig};
 
+/// The `DLOCK_*` variables that only mean something with `DLOCK_ENDPOINTS`.
+const CONNECTION_VARS: [&str; 8] = [
+    "DLOCK_CA_FILE",
+    "DLOCK_CERT_FILE",
+    "DLOCK_KEY_FILE",
+    "DLOCK_USER",
+    "DLOCK_PASSWORD",
+    "DLOCK_ALLOW_PLAINTEXT_PASSWORD",
+    "DLOCK_CONNECT_TIMEOUT_MS",
+    "DLOCK_REQUEST_TIMEOUT_MS",
+];
+
 /// A lock service's address and the settings that go with it, as a face
 /// takes them. Every setting is optional; unset ones keep the backend's
 /// default.
@@ -52,8 +64,45 @@ impl Endpoints {
         }
     }
 
+    /// The names of the settings given (each only means something with
+    /// endpoints), in the order of the fields.
+    fn settings_given(&self) -> Vec<&'static str> {
+        [
+            ("ca_file", self.ca_file.is_some()),
+            ("cert_file", self.cert_file.is_some()),
+            ("key_file", self.key_file.is_some()),
+            ("user", self.user.is_some()),
+            ("password", self.password.is_some()),
+            (
+                "allow_plaintext_password",
+                self.allow_plaintext_password.is_some(),
+            ),
+            ("connect_timeout", self.connect_timeout.is_some()),
+            ("request_timeout", self.request_timeout.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+
+    /// For a face given no endpoints (the embedded service, or the
+    /// `DLOCK_*` environment's): TLS, credentials and connection timeouts
+    /// are refused ([`Error::InvalidArgument`] naming them) instead of
+    /// being silently ignored, in every face.
+    pub fn check_without_list(&self) -> Result<(), Error> {
+        let given = self.settings_given();
+        if given.is_empty() {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "{} given without endpoints: TLS, credentials and connection timeouts go with endpoints (give endpoints too, or set DLOCK_ENDPOINTS and the other DLOCK_* variables)",
+            given.join(", ")
+        )))
+    }
+
     /// The `DLOCK_*` environment: `None` when `DLOCK_ENDPOINTS` is unset
-    /// or empty. `DLOCK_CA_FILE`, `DLOCK_CERT_FILE`, `DLOCK_KEY_FILE`,
+    /// or empty (and then no other `DLOCK_*` connection variable may be
+    /// set: one without endpoints is refused, as in every face). `DLOCK_CA_FILE`, `DLOCK_CERT_FILE`, `DLOCK_KEY_FILE`,
     /// `DLOCK_USER`, `DLOCK_PASSWORD`, `DLOCK_ALLOW_PLAINTEXT_PASSWORD`,
     /// `DLOCK_CONNECT_TIMEOUT_MS`, `DLOCK_REQUEST_TIMEOUT_MS`.
     pub fn from_env() -> Result<Option<Endpoints>, Error> {
@@ -76,7 +125,18 @@ impl Endpoints {
             Ok(get(name)?.filter(|v| !v.trim().is_empty()))
         };
         let Some(list) = var("DLOCK_ENDPOINTS")? else {
-            return Ok(None);
+            let alone: Vec<&str> = CONNECTION_VARS
+                .iter()
+                .copied()
+                .filter(|name| var(name).is_ok_and(|v| v.is_some()))
+                .collect();
+            if alone.is_empty() {
+                return Ok(None);
+            }
+            return Err(Error::InvalidArgument(format!(
+                "{} set without DLOCK_ENDPOINTS: TLS, credentials and connection timeouts go with endpoints",
+                alone.join(", ")
+            )));
         };
         let ms = |name: &str| var(name)?.map(|v| parse_ms(name, &v)).transpose();
         Ok(Some(Endpoints {
@@ -99,6 +159,9 @@ impl Endpoints {
     /// anything connects.
     pub fn backend(self) -> Result<BackendConfig, Error> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.list.iter().all(|s| s.trim().is_empty()) {
+            self.check_without_list()?;
+        }
         let items: Vec<&str> = self.list.iter().map(|s| s.trim()).collect();
         if let Some(url) = items.iter().find(|i| is_postgres_url(i)) {
             if items.len() != 1 {
@@ -259,6 +322,23 @@ mod tests {
         ]));
         assert!(
             matches!(bad, Err(Error::InvalidArgument(m)) if m.contains("DLOCK_REQUEST_TIMEOUT_MS"))
+        );
+    }
+
+    #[test]
+    fn settings_without_endpoints_are_refused_everywhere() {
+        let mut e = Endpoints::default();
+        e.check_without_list().unwrap();
+        e.ca_file = Some("/tmp/ca.pem".into());
+        e.user = Some("u".into());
+        let m = e.check_without_list().unwrap_err().to_string();
+        assert!(m.contains("ca_file, user given without endpoints"), "{m}");
+        assert!(err(e).contains("without endpoints"));
+        let env = |name: &str| -> Result<Option<String>, Error> {
+            Ok((name == "DLOCK_CA_FILE").then(|| "/tmp/ca.pem".to_string()))
+        };
+        assert!(
+            matches!(Endpoints::from_vars(env), Err(Error::InvalidArgument(m)) if m.contains("DLOCK_CA_FILE set without DLOCK_ENDPOINTS"))
         );
     }
 

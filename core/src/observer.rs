@@ -394,12 +394,5 @@ impl Drop for Observer {
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
-    if name.is_empty() || name.len() > crate::MAX_NAME_LEN || name.contains('\0') {
-        return Err(Error::InvalidArgument(format!(
-            "election name must be 1 to {} bytes without NUL, got {} bytes",
-            crate::MAX_NAME_LEN,
-            name.len()
-        )));
-    }
-    Ok(())
+    crate::options::check_name("election", name.as_bytes()).map(drop)
 }

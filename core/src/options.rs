@@ -8,6 +8,90 @@ use crate::Error;
 /// (9,000,000,000 s). A longer one is refused up front, on every backend.
 pub const MAX_TTL: Duration = Duration::from_secs(9_000_000_000);
 
+/// `Lock::healthy`'s allowance when a face's caller gives none (Node's
+/// `healthy()`, Python's `healthy()`, C's `LK_DEFAULT_MAX_OVERDUE_MS`): no
+/// time past the deadline at all.
+pub const DEFAULT_MAX_OVERDUE: Duration = Duration::ZERO;
+
+/// The one rule for a duration a face got as a number: finite, not NaN,
+/// ≥ 0 and within `Duration`'s range. `unit` is the number's unit in
+/// seconds (1 or 0.001); the error is the rule broken.
+fn duration_of(v: f64, unit: f64, unit_name: &str) -> Result<Duration, String> {
+    if v.is_nan() {
+        return Err(format!("must be a number of {unit_name}, got NaN"));
+    }
+    if v < 0.0 {
+        return Err(format!("must be >= 0 {unit_name}, got {v}"));
+    }
+    Duration::try_from_secs_f64(v * unit)
+        .map_err(|_| format!("must be a finite number of {unit_name}, got {v}"))
+}
+
+/// A timing setting a face got in seconds (Python): negative, NaN,
+/// infinite or out of range is [`Error::InvalidOption`] naming it. The
+/// setting's own rules (≥ 2 s TTL, …) are [`PartialOptions::resolve`]'s.
+pub fn setting_secs(setting: &'static str, secs: f64) -> Result<Duration, Error> {
+    duration_of(secs, 1.0, "seconds").map_err(|rule| Error::InvalidOption { setting, rule })
+}
+
+/// [`setting_secs`] for a setting given in milliseconds (Node, C++).
+pub fn setting_millis(setting: &'static str, ms: f64) -> Result<Duration, Error> {
+    duration_of(ms, 1e-3, "milliseconds").map_err(|rule| Error::InvalidOption { setting, rule })
+}
+
+/// A duration argument (an acquire timeout, a grace, a connect timeout)
+/// a face got in seconds: the rule of [`setting_secs`], the error
+/// [`Error::InvalidArgument`] naming `what`.
+pub fn argument_secs(what: &str, secs: f64) -> Result<Duration, Error> {
+    duration_of(secs, 1.0, "seconds")
+        .map_err(|rule| Error::InvalidArgument(format!("{what} {rule}")))
+}
+
+/// [`argument_secs`] for an argument given in milliseconds.
+pub fn argument_millis(what: &str, ms: f64) -> Result<Duration, Error> {
+    duration_of(ms, 1e-3, "milliseconds")
+        .map_err(|rule| Error::InvalidArgument(format!("{what} {rule}")))
+}
+
+/// A setting a face does not know (a misspelt keyword, option key or
+/// flag): [`Error::InvalidOption`], in every face, naming it and the
+/// settings it knows (`known` may be empty).
+pub fn unknown_setting(name: &str, known: &[&str]) -> Error {
+    let known = if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (known: {})", known.join(", "))
+    };
+    Error::InvalidOption {
+        setting: "unknown",
+        rule: format!("`{name}` is not a setting of dlock{known}"),
+    }
+}
+
+/// The one rule for a lock's or an election's name (`what`: "lock",
+/// "election"), on every engine and in every face: 1 to
+/// [`crate::MAX_NAME_LEN`] bytes of UTF-8 without NUL, else
+/// [`Error::InvalidArgument`]. Faces whose strings may hold a NUL or
+/// bytes that are not UTF-8 (C++'s `std::string`) pass the bytes.
+pub fn check_name<'a>(what: &str, name: &'a [u8]) -> Result<&'a str, Error> {
+    let max = crate::MAX_NAME_LEN;
+    let rule = |why: String| {
+        Err(Error::InvalidArgument(format!(
+            "{what} name must be 1 to {max} bytes of UTF-8 without NUL: {why}"
+        )))
+    };
+    if name.is_empty() {
+        return rule("it is empty".into());
+    }
+    if name.len() > max {
+        return rule(format!("got {} bytes", name.len()));
+    }
+    if let Some(at) = name.iter().position(|b| *b == 0) {
+        return rule(format!("a NUL at byte {at}"));
+    }
+    std::str::from_utf8(name).or_else(|e| rule(format!("not UTF-8 ({e})")))
+}
+
 /// How a holder keeps its session alive and when it gives up.
 ///
 /// Every field has the default of the design brief; [`Options::validate`]
@@ -465,6 +549,70 @@ mod tests {
                 }
                 other => panic!("{fields:?}: expected an invalid option, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn bad_numbers_are_the_settings_or_the_arguments_error() {
+        for v in [
+            -1.0,
+            -0.001,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+        ] {
+            assert!(
+                matches!(
+                    setting_secs("ttl", v),
+                    Err(Error::InvalidOption { setting: "ttl", .. })
+                ),
+                "{v}"
+            );
+            assert!(
+                matches!(
+                    setting_millis("ttl", v),
+                    Err(Error::InvalidOption { setting: "ttl", .. })
+                ),
+                "{v}"
+            );
+            assert!(
+                matches!(argument_secs("timeout", v), Err(Error::InvalidArgument(m)) if m.starts_with("timeout")),
+                "{v}"
+            );
+            assert!(matches!(
+                argument_millis("timeout", v),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
+        assert_eq!(
+            setting_secs("ttl", 1.5).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            setting_millis("ttl", 1500.0).unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(argument_millis("timeout", 0.0).unwrap(), Duration::ZERO);
+        let e = unknown_setting("tll", &["ttl", "margin"]);
+        assert_eq!(e.code(), "invalid_option");
+        assert!(
+            e.to_string().contains("`tll`") && e.to_string().contains("ttl, margin"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_name_is_1_to_max_bytes_of_utf8_without_nul() {
+        assert_eq!(check_name("lock", b"jobs").unwrap(), "jobs");
+        let long = vec![b'a'; crate::MAX_NAME_LEN];
+        assert!(check_name("lock", &long).is_ok());
+        let longer = vec![b'a'; crate::MAX_NAME_LEN + 1];
+        for bad in [&b""[..], b"a\0b", &longer, b"\xff"] {
+            assert!(
+                matches!(check_name("lock", bad), Err(Error::InvalidArgument(m)) if m.starts_with("lock name")),
+                "{bad:?}"
+            );
         }
     }
 

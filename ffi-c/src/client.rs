@@ -35,6 +35,23 @@ pub const LK_DEFAULT_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Default time for one etcd request (ms).
 pub const LK_DEFAULT_REQUEST_TIMEOUT_MS: u64 = 3_000;
 
+/// Longest lock or election name, in bytes (the core's `MAX_NAME_LEN`):
+/// a longer or empty one is `LK_INVALID_ARGUMENT`.
+pub const LK_MAX_NAME_LEN: usize = 1_024;
+const _: () = assert!(LK_MAX_NAME_LEN == dlock_core::MAX_NAME_LEN);
+/// Longest key of a guarded write, in bytes (the core's `MAX_KEY_LEN`).
+pub const LK_MAX_KEY_LEN: usize = 2_048;
+const _: () = assert!(LK_MAX_KEY_LEN == dlock_core::MAX_KEY_LEN);
+/// Per-lock series `lk_client_metrics_text` keeps by default (the core's
+/// `DEFAULT_LOCK_SERIES`); the rest are folded into one `_other` series.
+pub const LK_DEFAULT_LOCK_SERIES: usize = 100;
+const _: () = assert!(LK_DEFAULT_LOCK_SERIES == dlock_core::metrics::DEFAULT_LOCK_SERIES);
+/// The `max_overdue_ms` to pass to `lk_lock_healthy` when the caller has
+/// no reason to choose: the core's default, the one Python and Node use.
+pub const LK_DEFAULT_MAX_OVERDUE_MS: u64 = 0;
+const _: () =
+    assert!(LK_DEFAULT_MAX_OVERDUE_MS as u128 == dlock_core::DEFAULT_MAX_OVERDUE.as_millis());
+
 /// Settings of a client. Start from `LK_CLIENT_OPTIONS_INIT` or
 /// `lk_client_options_init()`, then change fields: the timing fields start
 /// `LK_UNSET_MS` and the core derives the ones left out from the ones given
@@ -238,10 +255,22 @@ pub unsafe extern "C" fn lk_client_new(
             false => unsafe { read_options(opts) }?,
         };
         let backend = match unsafe { opt_text(o.endpoints, "endpoints") }? {
-            None => BackendConfig::Embedded(match unsafe { o.memory.as_ref() } {
-                Some(m) => m.service.clone(),
-                None => MemoryService::shared(),
-            }),
+            None => {
+                // TLS or credentials without endpoints: refused by the
+                // core, as in every face (the other connection fields
+                // always hold a value in C).
+                let mut e = Endpoints::default();
+                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                e.check_without_list()?;
+                BackendConfig::Embedded(match unsafe { o.memory.as_ref() } {
+                    Some(m) => m.service.clone(),
+                    None => MemoryService::shared(),
+                })
+            }
             Some(endpoints) => {
                 // The core decides: one PostgreSQL URL, or etcd endpoints.
                 let mut e = Endpoints::new([endpoints]);

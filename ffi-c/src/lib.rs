@@ -273,6 +273,20 @@ pub(crate) unsafe fn key_bytes<'a>(p: *const u8, len: usize, what: &str) -> Resu
     unsafe { bytes(p, len, what) }
 }
 
+/// Checks a lock or election name of `len` bytes by the core's one rule
+/// (1 to `LK_MAX_NAME_LEN` bytes of UTF-8, no NUL): `LK_OK`, else
+/// `LK_INVALID_ARGUMENT` with the core's message. For a face whose strings
+/// carry a length and may hold a NUL (C++'s `std::string`), before it
+/// passes the name as a C string; C's NUL-terminated names need no call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_check_name(name: *const u8, len: usize) -> lk_status {
+    ffi!({
+        let name = unsafe { key_bytes(name, len, "name") }?;
+        dlock_core::options::check_name("lock", name)?;
+        Ok(())
+    })
+}
+
 /// Stable snake_case name of a status (`"ok"`, `"fenced"`, `"timeout"`, …),
 /// the same word every dlock binding uses. Any value is accepted; unknown
 /// ones give `"unknown"`. The string is static.

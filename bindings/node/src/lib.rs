@@ -77,12 +77,43 @@ fn invalid(message: impl Into<String>) -> napi::Error {
     thrown(CoreError::InvalidArgument(message.into()))
 }
 
+/// A duration argument in ms: the core's rule (`invalid_argument`).
 fn ms(name: &str, v: f64) -> Result<Duration> {
-    Duration::try_from_secs_f64(v / 1000.0).map_err(|_| {
-        invalid(format!(
-            "{name} must be a finite number of milliseconds >= 0"
-        ))
-    })
+    dlock::options::argument_millis(name, v).map_err(thrown)
+}
+
+/// A timing setting in ms: the core's rule (`invalid_option`).
+fn setting_ms(name: &'static str, v: f64) -> Result<Duration> {
+    dlock::options::setting_millis(name, v).map_err(thrown)
+}
+
+/// An option key no function of this face knows: the core's
+/// `invalid_option`, thrown (as in every face).
+#[napi]
+pub fn unknown_setting(name: String, known: Vec<String>) -> Result<()> {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    Err(thrown(dlock::options::unknown_setting(&name, &known)))
+}
+
+/// The core's constants the face exports: the longest name and guarded
+/// write key (bytes), the metrics' per-lock series, `healthy()`'s default
+/// allowance (ms).
+#[napi(object)]
+pub struct Constants {
+    pub max_name_len: u32,
+    pub max_key_len: u32,
+    pub default_lock_series: u32,
+    pub default_max_overdue_ms: f64,
+}
+
+#[napi]
+pub fn constants() -> Constants {
+    Constants {
+        max_name_len: dlock::MAX_NAME_LEN as u32,
+        max_key_len: dlock::MAX_KEY_LEN as u32,
+        default_lock_series: dlock::metrics::DEFAULT_LOCK_SERIES as u32,
+        default_max_overdue_ms: millis(dlock::DEFAULT_MAX_OVERDUE),
+    }
 }
 
 fn millis(d: Duration) -> f64 {
@@ -126,7 +157,7 @@ pub struct NativeOptions {
 impl NativeOptions {
     /// The settings given; the core derives the ones left out (design §14).
     fn to_core(&self) -> Result<dlock::Options> {
-        let given = |name: &str, v: Option<f64>| v.map(|v| ms(name, v)).transpose();
+        let given = |name: &'static str, v: Option<f64>| v.map(|v| setting_ms(name, v)).transpose();
         dlock::PartialOptions {
             ttl: given("ttl", self.ttl)?,
             keepalive_interval: given("keepaliveInterval", self.keepalive_interval)?,
@@ -145,7 +176,8 @@ impl NativeOptions {
 #[napi(object)]
 #[derive(Default)]
 pub struct NativeEtcd {
-    pub endpoints: Vec<String>,
+    /// None: no endpoints (the service given, or the `DLOCK_*` environment's).
+    pub endpoints: Option<Vec<String>>,
     pub ca_file: Option<String>,
     pub cert_file: Option<String>,
     pub key_file: Option<String>,
@@ -157,8 +189,9 @@ pub struct NativeEtcd {
 }
 
 impl NativeEtcd {
-    fn to_core(&self) -> Result<dlock::BackendConfig> {
-        let mut c = dlock::Endpoints::new(self.endpoints.iter().cloned());
+    /// The endpoints and settings as the core takes them.
+    fn endpoints(&self) -> Result<dlock::Endpoints> {
+        let mut c = dlock::Endpoints::new(self.endpoints.iter().flatten().cloned());
         c.ca_file = self.ca_file.clone().map(Into::into);
         c.cert_file = self.cert_file.clone().map(Into::into);
         c.key_file = self.key_file.clone().map(Into::into);
@@ -168,7 +201,7 @@ impl NativeEtcd {
         let given = |name: &str, v: Option<f64>| v.map(|v| ms(name, v)).transpose();
         c.connect_timeout = given("connectTimeout", self.connect_timeout)?;
         c.request_timeout = given("requestTimeout", self.request_timeout)?;
-        c.backend().map_err(thrown)
+        Ok(c)
     }
 }
 
@@ -254,11 +287,23 @@ impl NativeClient {
         service: Option<&NativeService>,
     ) -> Result<NativeClient> {
         let options = options.to_core()?;
-        let backend = match (etcd, service) {
-            (Some(_), Some(_)) => return Err(invalid("give either endpoints or a service")),
-            (Some(e), None) => e.to_core()?,
-            (None, Some(s)) => dlock::BackendConfig::Embedded(s.inner.clone()),
-            (None, None) => dlock::BackendConfig::FromEnv,
+        let etcd = etcd.map(|e| Ok::<_, napi::Error>((e.endpoints.is_some(), e.endpoints()?)));
+        let backend = match (etcd.transpose()?, service) {
+            (Some((true, _)), Some(_)) => {
+                return Err(invalid("give either endpoints or a service"));
+            }
+            (Some((true, e)), None) => e.backend().map_err(thrown)?,
+            (without, service) => {
+                // TLS or credentials without endpoints: the core refuses
+                // them, as in every face.
+                if let Some((_, e)) = without {
+                    e.check_without_list().map_err(thrown)?;
+                }
+                match service {
+                    Some(s) => dlock::BackendConfig::Embedded(s.inner.clone()),
+                    None => dlock::BackendConfig::FromEnv,
+                }
+            }
         };
         let mut config = dlock::ClientConfig::from_env().with_options(options);
         config.backend = backend;

@@ -146,7 +146,7 @@ test('a blip and a deleted key move the counters; lock.healthy', async () => {
   assert.equal(lock.healthy(), true, 'not held is no fault');
   await lock.acquire({ timeout: 2000 });
   assert.equal(lock.healthy(0), true);
-  assert.throws(() => lock.healthy(-1), RangeError);
+  assert.throws(() => lock.healthy(-1), dlock.InvalidArgumentError);
   c.link.failKeepalives(true);
   await until(() => lock.state === 'Draining', 'drained');
   c.link.failKeepalives(false);

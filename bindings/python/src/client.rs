@@ -2,7 +2,6 @@
 //! PostgreSQL or an embedded service), built from keywords; the core
 //! decides which from `endpoints` (`dlock::Endpoints`).
 
-use dlock::Code;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -13,6 +12,42 @@ use crate::link::Link;
 use crate::memory::MemoryService;
 use crate::options::{Timing, options_dict};
 use crate::session::Session;
+
+/// The keywords of `Client(...)`, named by the error for any other.
+const KEYWORDS: &[&str] = &[
+    "endpoints",
+    "ttl",
+    "keepalive_interval",
+    "keepalive_timeout",
+    "retry_interval",
+    "margin",
+    "reacquire",
+    "memory",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "user",
+    "password",
+    "allow_plaintext_password",
+    "connect_timeout",
+    "request_timeout",
+];
+
+/// A keyword no face knows is the core's `invalid_option`, as in every
+/// face (not Python's TypeError); `known` are the ones the call takes.
+fn refuse_unknown(
+    py: Python<'_>,
+    unknown: Option<&Bound<'_, PyDict>>,
+    known: &[&str],
+) -> PyResult<()> {
+    match unknown.and_then(|u| u.iter().next()) {
+        Some((name, _)) => {
+            let name: String = name.extract()?;
+            Err(dlock::options::unknown_setting(&name, known)).or_raise(py)
+        }
+        None => Ok(()),
+    }
+}
 
 /// A connection to a lock service (see `dlock.Client`).
 #[pyclass(module = "dlock._dlock", subclass, frozen)]
@@ -27,7 +62,7 @@ impl Client {
         keepalive_timeout=None, retry_interval=None, margin=None, reacquire=None,
         memory=None, ca_file=None, cert_file=None, key_file=None, user=None,
         password=None, allow_plaintext_password=None, connect_timeout=None,
-        request_timeout=None))]
+        request_timeout=None, **unknown))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -47,8 +82,10 @@ impl Client {
         allow_plaintext_password: Option<bool>,
         connect_timeout: Option<f64>,
         request_timeout: Option<f64>,
+        unknown: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Client> {
         not_forked(py)?;
+        refuse_unknown(py, unknown, KEYWORDS)?;
         let timing = Timing {
             ttl,
             keepalive_interval,
@@ -58,14 +95,6 @@ impl Client {
             reacquire,
         };
         let options = timing.options(py, &dlock::Options::default())?;
-        let etcd_only = ca_file.is_some()
-            || cert_file.is_some()
-            || key_file.is_some()
-            || user.is_some()
-            || password.is_some()
-            || allow_plaintext_password.is_some()
-            || connect_timeout.is_some()
-            || request_timeout.is_some();
         let invalid = |m: &str| invalid_argument(py, m);
         let config = match (endpoints, memory) {
             (Some(_), Some(_)) => {
@@ -74,12 +103,22 @@ impl Client {
                 ));
             }
             (None, memory) => {
-                if etcd_only {
-                    return Err(invalid(
-                        "TLS, user and timeout settings go with endpoints: give endpoints too \
-                         (or set DLOCK_ENDPOINTS and the DLOCK_* variables)",
-                    ));
-                }
+                // Connection settings without endpoints: the core refuses
+                // them (as in every face) instead of ignoring them.
+                let mut c = dlock::Endpoints::default();
+                c.ca_file = ca_file;
+                c.cert_file = cert_file;
+                c.key_file = key_file;
+                c.user = user;
+                c.password = password;
+                c.allow_plaintext_password = allow_plaintext_password;
+                c.connect_timeout = connect_timeout
+                    .map(|t| seconds(py, "connect_timeout", t))
+                    .transpose()?;
+                c.request_timeout = request_timeout
+                    .map(|t| seconds(py, "request_timeout", t))
+                    .transpose()?;
+                c.check_without_list().or_raise(py)?;
                 match memory {
                     Some(m) => dlock::ClientConfig::embedded_in(m.inner.clone()),
                     None => dlock::ClientConfig::from_env(),
@@ -101,12 +140,10 @@ impl Client {
                 c.password = password;
                 c.allow_plaintext_password = allow_plaintext_password;
                 if let Some(t) = connect_timeout {
-                    c.connect_timeout =
-                        Some(seconds(py, "connect_timeout", Code::InvalidArgument, t)?);
+                    c.connect_timeout = Some(seconds(py, "connect_timeout", t)?);
                 }
                 if let Some(t) = request_timeout {
-                    c.request_timeout =
-                        Some(seconds(py, "request_timeout", Code::InvalidArgument, t)?);
+                    c.request_timeout = Some(seconds(py, "request_timeout", t)?);
                 }
                 let mut config = dlock::ClientConfig::from_env();
                 config.backend = c.backend().or_raise(py)?;
@@ -155,7 +192,7 @@ impl Client {
 
     /// A new session (its own lease); settings default to the client's.
     #[pyo3(signature = (*, ttl=None, keepalive_interval=None, keepalive_timeout=None,
-        retry_interval=None, margin=None, reacquire=None))]
+        retry_interval=None, margin=None, reacquire=None, **unknown))]
     #[allow(clippy::too_many_arguments)]
     fn _session(
         &self,
@@ -166,8 +203,10 @@ impl Client {
         retry_interval: Option<f64>,
         margin: Option<f64>,
         reacquire: Option<bool>,
+        unknown: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Session> {
         not_forked(py)?;
+        refuse_unknown(py, unknown, &KEYWORDS[1..7])?;
         let timing = Timing {
             ttl,
             keepalive_interval,

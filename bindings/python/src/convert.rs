@@ -8,25 +8,23 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::error::error;
+use crate::error::{OrRaise, error};
 
-/// Seconds as a `Duration`: a finite number ≥ 0, else the error `code`
-/// naming `what`.
-pub(crate) fn seconds(py: Python<'_>, what: &str, code: Code, v: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(v).map_err(|_| {
-        error(
-            py,
-            code,
-            format!("{what} must be a finite number of seconds >= 0, got {v}"),
-        )
-    })
+/// Seconds as a `Duration`, for an argument: the core's rule
+/// (`dlock::options::argument_secs`, `invalid_argument` naming `what`).
+pub(crate) fn seconds(py: Python<'_>, what: &str, v: f64) -> PyResult<Duration> {
+    dlock::options::argument_secs(what, v).or_raise(py)
+}
+
+/// Seconds as a `Duration`, for a timing setting: the core's rule
+/// (`dlock::options::setting_secs`, `invalid_option` naming it).
+pub(crate) fn setting_seconds(py: Python<'_>, setting: &'static str, v: f64) -> PyResult<Duration> {
+    dlock::options::setting_secs(setting, v).or_raise(py)
 }
 
 /// A timeout argument: `None` waits as long as it takes.
 pub(crate) fn timeout_arg(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration>> {
-    timeout
-        .map(|t| seconds(py, "timeout", Code::InvalidArgument, t))
-        .transpose()
+    timeout.map(|t| seconds(py, "timeout", t)).transpose()
 }
 
 /// A duration as Python's seconds.

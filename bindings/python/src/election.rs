@@ -8,7 +8,6 @@
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use dlock::Code;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -101,7 +100,7 @@ impl Drop for Election {
 /// grace before campaigning, not on leaving its block (issue 32).
 #[pyfunction]
 pub(crate) fn check_grace(py: Python<'_>, grace: f64) -> PyResult<f64> {
-    seconds(py, "grace", Code::InvalidArgument, grace).map(|d| d.as_secs_f64())
+    seconds(py, "grace", grace).map(|d| d.as_secs_f64())
 }
 
 /// A candidate's value: bytes, bytearray or str (UTF-8).
@@ -178,7 +177,7 @@ impl Election {
     /// permits in flight end, or after `grace` seconds with some still in
     /// flight. Returns once the delete had its first try.
     fn resign(&self, py: Python<'_>, grace: f64) -> PyResult<()> {
-        let grace = seconds(py, "grace", Code::InvalidArgument, grace)?;
+        let grace = seconds(py, "grace", grace)?;
         not_forked(py)?;
         let got = wait_interruptible(py, self.inner.resign_async(grace))?;
         got.or_raise(py)
@@ -237,7 +236,7 @@ impl Election {
         r#loop: Py<PyAny>,
         fut: Py<PyAny>,
     ) -> PyResult<()> {
-        let grace = seconds(py, "grace", Code::InvalidArgument, grace)?;
+        let grace = seconds(py, "grace", grace)?;
         let e = Arc::clone(&self.inner);
         spawn(py, r#loop, fut, async move {
             Outcome::Unit(e.resign_async(grace).await)

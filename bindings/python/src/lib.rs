@@ -34,6 +34,12 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MAX_NAME_LEN", dlock::MAX_NAME_LEN)?;
     m.add("MAX_VALUE_LEN", dlock::election::MAX_VALUE_LEN)?;
+    m.add("MAX_KEY_LEN", dlock::MAX_KEY_LEN)?;
+    m.add("DEFAULT_LOCK_SERIES", dlock::metrics::DEFAULT_LOCK_SERIES)?;
+    m.add(
+        "DEFAULT_MAX_OVERDUE",
+        dlock::DEFAULT_MAX_OVERDUE.as_secs_f64(),
+    )?;
     m.add("RESIGN_GRACE", dlock::election::RESIGN_GRACE.as_secs_f64())?;
     m.add_class::<client::Client>()?;
     m.add_class::<session::Session>()?;

@@ -1,7 +1,6 @@
 //! `dlock._dlock.Link`: one client's link to an embedded service, with its
 //! fault switches; `stall_driver` starves the driver as a busy process would.
 
-use dlock::Code;
 use pyo3::prelude::*;
 
 use crate::error::not_forked;
@@ -42,7 +41,7 @@ impl Link {
 
     /// Replies arrive `seconds` late (0: on time).
     fn delay_keepalive_replies(&self, py: Python<'_>, seconds: f64) -> PyResult<()> {
-        let d = crate::convert::seconds(py, "delay", Code::InvalidArgument, seconds)?;
+        let d = crate::convert::seconds(py, "delay", seconds)?;
         self.inner.delay_keepalive_replies(d);
         Ok(())
     }
@@ -63,7 +62,7 @@ impl Link {
 /// without blocking the caller.
 #[pyfunction]
 pub(crate) fn stall_driver(py: Python<'_>, seconds: f64) -> PyResult<()> {
-    let d = crate::convert::seconds(py, "seconds", Code::InvalidArgument, seconds)?;
+    let d = crate::convert::seconds(py, "seconds", seconds)?;
     not_forked(py)?;
     dlock::memory::stall_driver(d);
     Ok(())

@@ -87,6 +87,6 @@ pub(crate) fn process_metrics_text() -> String {
 #[pyfunction]
 pub(crate) fn lock_healthy(py: Python<'_>, lock: &Lock, max_overdue: f64) -> PyResult<bool> {
     crate::error::not_forked(py)?;
-    let d = crate::convert::seconds(py, "max_overdue", dlock::Code::InvalidArgument, max_overdue)?;
+    let d = crate::convert::seconds(py, "max_overdue", max_overdue)?;
     Ok(lock.inner.healthy(d))
 }

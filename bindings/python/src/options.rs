@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use dlock::Code;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::convert::{seconds, secs_f64};
+use crate::convert::{secs_f64, setting_seconds};
 use crate::error::OrRaise;
 
 /// The timing settings of a client or session, each `None` for the base's.
@@ -29,9 +28,8 @@ impl Timing {
         py: Python<'_>,
         base: &dlock::Options,
     ) -> PyResult<dlock::Options> {
-        let given = |name: &str, v: Option<f64>| -> PyResult<Option<Duration>> {
-            v.map(|v| seconds(py, name, Code::InvalidOption, v))
-                .transpose()
+        let given = |name: &'static str, v: Option<f64>| -> PyResult<Option<Duration>> {
+            v.map(|v| setting_seconds(py, name, v)).transpose()
         };
         dlock::PartialOptions {
             ttl: given("ttl", self.ttl)?,

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, Generator, Optional, Type, TypeVar, Unio
 
 from . import _dlock
 from ._dlock import (
+    MAX_KEY_LEN,
     MAX_NAME_LEN,
     MAX_VALUE_LEN,
     Event,
@@ -69,6 +70,8 @@ from ._errors import (
 __version__: str = _dlock.__version__
 
 __all__ = [
+    "DEFAULT_MAX_OVERDUE",
+    "MAX_KEY_LEN",
     "MAX_NAME_LEN",
     "MAX_VALUE_LEN",
     "AlreadyHeld",
@@ -118,6 +121,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: deleted, unless ``campaign(..., grace=...)`` says otherwise: the core's
 #: value (5 s), the same in every face.
 RESIGN_GRACE: float = _dlock.RESIGN_GRACE
+
+#: Seconds ``Lock.healthy()`` allows past the deadline when given none: the
+#: core's value (0), the same in every face.
+DEFAULT_MAX_OVERDUE: float = _dlock.DEFAULT_MAX_OVERDUE
 
 
 # The core's state names by their upper-case spelling: a name the core
@@ -183,9 +190,11 @@ class Client(_dlock.Client):
         retry_interval: Optional[float] = None,
         margin: Optional[float] = None,
         reacquire: Optional[bool] = None,
+        **unknown: Any,
     ) -> "Session":
         """A new session: its own lease, so its locks fence independently of
-        the other sessions'. Settings default to the client's."""
+        the other sessions'. Settings default to the client's; an unknown
+        keyword is ``InvalidOption`` (the core's, as in every face)."""
         return Session(
             self._session(
                 ttl=ttl,
@@ -194,6 +203,7 @@ class Client(_dlock.Client):
                 retry_interval=retry_interval,
                 margin=margin,
                 reacquire=reacquire,
+                **unknown,
             )
         )
 
@@ -309,10 +319,11 @@ class Lock(_dlock.Lock):
     with the GIL taken; an exception in one goes to the logger ``dlock``.
     """
 
-    def healthy(self, max_overdue: float) -> bool:
+    def healthy(self, max_overdue: float = DEFAULT_MAX_OVERDUE) -> bool:
         """For a health endpoint: False once the lock is still holding or
-        draining more than ``max_overdue`` seconds past its deadline (the
-        fence that was due did not happen); a lock not held is healthy."""
+        draining more than ``max_overdue`` seconds (default
+        ``DEFAULT_MAX_OVERDUE``, the core's 0) past its deadline (the fence
+        that was due did not happen); a lock not held is healthy."""
         return _dlock.lock_healthy(self, max_overdue)
 
     @property

@@ -10,6 +10,9 @@ __all__ = [
     "__version__",
     "MAX_NAME_LEN",
     "MAX_VALUE_LEN",
+    "MAX_KEY_LEN",
+    "DEFAULT_LOCK_SERIES",
+    "DEFAULT_MAX_OVERDUE",
     "RESIGN_GRACE",
     "Client",
     "Session",
@@ -44,6 +47,9 @@ __all__ = [
 __version__: str
 MAX_NAME_LEN: int
 MAX_VALUE_LEN: int
+MAX_KEY_LEN: int
+DEFAULT_LOCK_SERIES: int
+DEFAULT_MAX_OVERDUE: float
 RESIGN_GRACE: float
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -70,6 +76,7 @@ class Client:
         allow_plaintext_password: Optional[bool] = None,
         connect_timeout: Optional[float] = None,
         request_timeout: Optional[float] = None,
+        **unknown: Any,
     ) -> Client: ...
     def options(self) -> Dict[str, Union[float, bool]]: ...
     def shutdown(self) -> None: ...
@@ -88,6 +95,7 @@ class Client:
         retry_interval: Optional[float] = None,
         margin: Optional[float] = None,
         reacquire: Optional[bool] = None,
+        **unknown: Any,
     ) -> Session: ...
 
 @disjoint_base

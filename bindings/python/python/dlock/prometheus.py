@@ -30,8 +30,9 @@ from typing import Any, Iterator, List, Optional
 
 from . import _dlock
 
-#: Per-lock series kept; the rest are folded into ``lock="_other"``.
-DEFAULT_LOCK_SERIES = 100
+#: Per-lock series kept; the rest are folded into ``lock="_other"``: the
+#: core's value, the same in every face.
+DEFAULT_LOCK_SERIES: int = _dlock.DEFAULT_LOCK_SERIES
 
 
 def text(client: Optional[_dlock.Client] = None) -> str:

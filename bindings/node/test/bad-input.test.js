@@ -1,0 +1,79 @@
+// The Node player of scenarios/vectors/bad_input.json: every case gets the
+// vector's code (the error's `.code`), decided by the core; the face only
+// converts. Cases Node cannot express are skipped by the file itself
+// ("skip": {"node": why}). Also: the constants Node exports are the
+// vector's (read from the native module, the core's).
+'use strict';
+
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const { readFileSync } = require('node:fs');
+const { join } = require('node:path');
+const dlock = require('..');
+const dlockProm = require('../prometheus');
+
+const vector = JSON.parse(
+  readFileSync(join(__dirname, '..', '..', '..', 'scenarios', 'vectors', 'bad_input.json'), 'utf8'),
+);
+
+/** snake_case setting → the face's camelCase option key. */
+const key = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
+/** The vector's seconds (a number, "NaN" or "Infinity") in ms. */
+const millis = (seconds) => Number(seconds) * 1000;
+
+/** The code the face answers one case with ('ok' if nothing was refused). */
+async function play(c) {
+  const clients = [];
+  const client = (options) => {
+    const made = new dlock.Client(options);
+    clients.push(made);
+    return made;
+  };
+  try {
+    switch (c.input) {
+      case 'setting':
+        client({ service: new dlock.Service(), [key(c.setting)]: millis(c.seconds) });
+        break;
+      case 'acquire_timeout': {
+        const lock = client({ service: new dlock.Service() }).lock('bad-input/timeout');
+        await lock.acquire({ timeout: millis(c.seconds) });
+        break;
+      }
+      case 'without_endpoints':
+        client({ [key(c.setting)]: c.value });
+        break;
+      case 'unknown_option':
+        client({ service: new dlock.Service(), [c.setting]: 1 });
+        break;
+      case 'lock_name':
+        client({ service: new dlock.Service() }).lock(c.name ?? 'a'.repeat(c.name_len));
+        break;
+      default:
+        throw new Error(`Node cannot play input ${c.input}, yet the vector does not skip it`);
+    }
+    return { code: 'ok' };
+  } catch (e) {
+    if (!(e instanceof dlock.DlockError)) throw e;
+    return { code: e.code, message: e.message };
+  } finally {
+    for (const made of clients) made.shutdown();
+  }
+}
+
+for (const c of vector.cases) {
+  const why = c.skip?.node;
+  test(`bad input ${c.id}: ${c.code}`, { skip: why }, async () => {
+    const got = await play(c);
+    assert.equal(got.code, c.code, `${c.id}: ${got.message ?? 'accepted'}`);
+  });
+}
+
+test('the constants are the core\'s, as the vector says', () => {
+  const k = vector.constants;
+  assert.equal(dlock.MAX_NAME_LEN, k.MAX_NAME_LEN);
+  assert.equal(dlock.MAX_KEY_LEN, k.MAX_KEY_LEN);
+  assert.equal(dlock.DEFAULT_MAX_OVERDUE_MS, k.DEFAULT_MAX_OVERDUE_MS);
+  assert.equal(dlock.RESIGN_GRACE_MS, k.RESIGN_GRACE_MS);
+  assert.equal(dlockProm.DEFAULT_LOCK_SERIES, k.DEFAULT_LOCK_SERIES);
+});

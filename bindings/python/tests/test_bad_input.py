@@ -1,0 +1,77 @@
+"""The Python player of scenarios/vectors/bad_input.json: every case gets
+the vector's code (the exception's ``.code``), decided by the core; the face
+only converts. Cases Python cannot express are skipped by the file itself
+(``"skip": {"python": why}``). Also: the constants the module exports are
+the vector's (read from the native module, the core's)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Dict, List
+
+import pytest
+
+import dlock
+import dlock.prometheus
+
+VECTOR = pathlib.Path(__file__).resolve().parents[3] / "scenarios" / "vectors" / "bad_input.json"
+DATA: Dict[str, Any] = json.loads(VECTOR.read_text())
+CASES: List[Dict[str, Any]] = DATA["cases"]
+
+
+def play(case: Dict[str, Any]) -> str:
+    """The code word the face answers ``case`` with (``"ok"``: accepted)."""
+    clients: List[dlock.Client] = []
+
+    def client(**kw: Any) -> dlock.Client:
+        c = dlock.Client(**kw)
+        clients.append(c)
+        return c
+
+    kind = case["input"]
+    try:
+        if kind == "setting":
+            client(memory=dlock.MemoryService(), **{case["setting"]: float(case["seconds"])})
+        elif kind == "acquire_timeout":
+            client(memory=dlock.MemoryService()).lock("bad-input/timeout").acquire(float(case["seconds"]))
+        elif kind == "without_endpoints":
+            client(**{case["setting"]: case["value"]})
+        elif kind == "unknown_option":
+            client(memory=dlock.MemoryService(), **{case["setting"]: 1})
+        elif kind == "lock_name":
+            name = case["name"] if "name" in case else "a" * case["name_len"]
+            client(memory=dlock.MemoryService()).lock(name)
+        else:
+            pytest.fail(f"Python cannot play input {kind!r}, yet the vector does not skip it")
+        return "ok"
+    except dlock.Error as e:
+        return e.code
+    finally:
+        for c in clients:
+            c.shutdown()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_bad_input(case: Dict[str, Any]) -> None:
+    why = case.get("skip", {}).get("python")
+    if why:
+        pytest.skip(why)
+    assert play(case) == case["code"], case["id"]
+
+
+def test_an_unknown_keyword_of_a_session_is_invalid_option_too() -> None:
+    c = dlock.Client(memory=dlock.MemoryService())
+    with pytest.raises(dlock.InvalidOption) as e:
+        c.session(frobnicate=1)
+    assert e.value.code == "invalid_option" and "frobnicate" in str(e.value)
+    c.shutdown()
+
+
+def test_the_constants_are_the_cores() -> None:
+    k = DATA["constants"]
+    assert dlock.MAX_NAME_LEN == k["MAX_NAME_LEN"]
+    assert dlock.MAX_KEY_LEN == k["MAX_KEY_LEN"]
+    assert dlock.DEFAULT_MAX_OVERDUE * 1000 == k["DEFAULT_MAX_OVERDUE_MS"]
+    assert dlock.RESIGN_GRACE * 1000 == k["RESIGN_GRACE_MS"]
+    assert dlock.prometheus.DEFAULT_LOCK_SERIES == k["DEFAULT_LOCK_SERIES"]

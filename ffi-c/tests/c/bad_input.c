@@ -1,0 +1,124 @@
+/* The C player of scenarios/vectors/bad_input.json: every case the C face
+ * can express gets the vector's code (lk_status_name), decided by the core;
+ * the cases C cannot express are skipped by the file itself ("skip": "c").
+ * Also: the constants the header exports are the vector's (the core's).
+ * Usage: bad_input PATH/TO/bad_input.json */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+
+#include "check.h"
+#include "json.h"
+
+static int played, skipped;
+
+/* The status of one case, or -1 if C has no way to play it. */
+static int play(const struct json *c) {
+  const char *input = json_str(c, "input");
+  const char *setting = json_str(c, "setting");
+  struct lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+  struct lk_client *client = NULL;
+  enum lk_status s;
+  if (!strcmp(input, "setting")) {
+    const struct json *secs = json_get(c, "seconds");
+    if (!secs || secs->kind != JSON_NUMBER || secs->number < 0) return -1;
+    uint64_t ms = (uint64_t)(secs->number * 1000.0 + 0.5);
+    if (!strcmp(setting, "ttl")) o.ttl_ms = ms;
+    else if (!strcmp(setting, "keepalive_interval")) o.keepalive_interval_ms = ms;
+    else if (!strcmp(setting, "keepalive_timeout")) o.keepalive_timeout_ms = ms;
+    else if (!strcmp(setting, "retry_interval")) o.retry_interval_ms = ms;
+    else if (!strcmp(setting, "margin")) o.margin_ms = ms;
+    else return -1;
+  } else if (!strcmp(input, "without_endpoints")) {
+    const char *value = json_str(c, "value");
+    if (!strcmp(setting, "ca_file")) o.ca_file = value;
+    else if (!strcmp(setting, "cert_file")) o.cert_file = value;
+    else if (!strcmp(setting, "key_file")) o.key_file = value;
+    else if (!strcmp(setting, "user")) o.user = value;
+    else if (!strcmp(setting, "password")) o.password = value;
+    else return -1;
+  } else if (!strcmp(input, "lock_name")) {
+    const struct json *name = json_get(c, "name");
+    const struct json *len = json_get(c, "name_len");
+    char *n;
+    if (name && name->kind == JSON_STRING) {
+      if (strlen(name->text) != name->len) return -1; /* a NUL inside */
+      n = (char *)malloc(name->len + 1);
+      memcpy(n, name->text, name->len + 1);
+    } else if (len && len->kind == JSON_NUMBER) {
+      size_t k = (size_t)len->number;
+      n = (char *)malloc(k + 1);
+      memset(n, 'a', k);
+      n[k] = 0;
+    } else {
+      return -1;
+    }
+    struct lk_lock *lock = NULL;
+    s = lk_client_new(NULL, &client);
+    if (s == LK_OK) {
+      s = lk_lock_new(client, n, &lock);
+      lk_lock_free(lock);
+      lk_client_free(client);
+    }
+    free(n);
+    return (int)s;
+  } else {
+    return -1;
+  }
+  s = lk_client_new(&o, &client);
+  lk_client_free(client);
+  return (int)s;
+}
+
+static void constant(const struct json *constants, const char *name, double value) {
+  const struct json *v = json_get(constants, name);
+  if (!v || v->kind != JSON_NUMBER || v->number != value) {
+    fprintf(stderr, "constant %s: the header says %.0f, the vector %.0f\n", name, value,
+            v ? v->number : -1.0);
+    failures++;
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *path = argc > 1 ? argv[1] : "scenarios/vectors/bad_input.json";
+  struct json v;
+  if (json_load(path, &v) != 0) {
+    fprintf(stderr, "bad_input: cannot read %s\n", path);
+    return 1;
+  }
+  const struct json *cases = json_get(&v, "cases");
+  CHECK(cases && cases->kind == JSON_ARRAY && cases->len > 0);
+  for (size_t i = 0; cases && i < cases->len; i++) {
+    const struct json *c = &cases->items[i];
+    const char *id = json_str(c, "id");
+    const char *want = json_str(c, "code");
+    const char *why = json_str(json_get(c, "skip"), "c");
+    if (why) {
+      printf("skip %s: %s\n", id, why);
+      skipped++;
+      continue;
+    }
+    int got = play(c);
+    if (got < 0) {
+      fprintf(stderr, "%s: C cannot play this case, yet the vector does not skip it\n", id);
+      failures++;
+      continue;
+    }
+    played++;
+    if (strcmp(lk_status_name(got), want) != 0) {
+      fprintf(stderr, "%s: got %s (%s), expected %s\n", id, lk_status_name(got), lk_last_error(), want);
+      failures++;
+    } else {
+      printf("ok %s: %s (%s)\n", id, want, lk_last_error());
+    }
+  }
+  const struct json *k = json_get(&v, "constants");
+  constant(k, "MAX_NAME_LEN", LK_MAX_NAME_LEN);
+  constant(k, "MAX_KEY_LEN", LK_MAX_KEY_LEN);
+  constant(k, "DEFAULT_LOCK_SERIES", LK_DEFAULT_LOCK_SERIES);
+  constant(k, "DEFAULT_MAX_OVERDUE_MS", LK_DEFAULT_MAX_OVERDUE_MS);
+  constant(k, "RESIGN_GRACE_MS", LK_RESIGN_GRACE_MS);
+  json_free(&v);
+  printf("bad_input: %d played, %d skipped\n", played, skipped);
+  lk_shutdown();
+  return finish("bad_input");
+}
