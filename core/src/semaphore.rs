@@ -259,7 +259,12 @@ impl Semaphore {
     }
 
     fn slot_lock(&self, slot: u32) -> Result<Lock, Error> {
-        self.session.lock_in(&self.slot_name(slot), Some(slot))
+        let lock = self.session.lock_in(&self.slot_name(slot), Some(slot))?;
+        // For the snapshot's `LockSnapshot::semaphore`.
+        lock.metrics()
+            .semaphore_limit
+            .store(self.limit, std::sync::atomic::Ordering::Relaxed);
+        Ok(lock)
     }
 
     /// Queues one ordinary acquisition on every slot, each with `timeout`.

@@ -360,3 +360,25 @@ fn a_slot_is_an_ordinary_lock_under_its_name() {
     );
     assert_eq!(plain.slot(), None, "a plain lock has no slot");
 }
+
+/// The snapshot knows a slot's semaphore and limit. The families that
+/// render it come with the faces: every face's test must fill every family
+/// of core/tests/fixtures/metric-families.txt, and no face holds a slot yet.
+#[test]
+fn the_snapshot_names_each_slots_semaphore_and_limit() {
+    let service = MemoryService::new();
+    let c = client(&service);
+    let held = c
+        .semaphore("sem/metrics", 3)
+        .unwrap()
+        .acquire(EVENT)
+        .unwrap();
+    let plain = c.lock("sem/metrics-plain").unwrap();
+    let snap = c.snapshot();
+    let locks: Vec<_> = snap.sessions.iter().flat_map(|s| &s.locks).collect();
+    let slot = locks.iter().find(|l| l.name == held.name()).unwrap();
+    assert_eq!(slot.semaphore, Some(("sem/metrics".to_owned(), 3)));
+    assert_eq!(slot.token, held.token());
+    let other = locks.iter().find(|l| l.name == plain.name()).unwrap();
+    assert_eq!(other.semaphore, None);
+}
