@@ -173,6 +173,25 @@ pub trait Backend: Send + Sync + 'static {
         })
     }
 
+    /// Puts `key` = `value` in the service's key-value store only if `key`
+    /// is absent (etcd: one transaction comparing its create revision with
+    /// 0; the others: the store guarded writes use) and returns the value
+    /// stored now: `value` if it was put, else the one found. A
+    /// semaphore's limit is recorded this way, once, by its first handle
+    /// ([`crate::Semaphore`]); the core compares, the service only stores.
+    fn put_if_absent<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        let _ = (key, value);
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend has no key-value store".into(),
+            ))
+        })
+    }
+
     /// [`Backend::lock`] for an election's candidate: the key is created
     /// holding `value` (an existing key gets `value`), as etcd's
     /// `Election.Campaign`. The default ignores the value.

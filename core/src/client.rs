@@ -524,6 +524,11 @@ impl Session {
     /// A handle on the lock called `name` on this session (see
     /// [`Client::lock`]).
     pub fn lock(&self, name: &str) -> Result<Lock, Error> {
+        self.lock_in(name, None)
+    }
+
+    /// A handle on `name`; `slot`: it is that slot of a semaphore.
+    pub(crate) fn lock_in(&self, name: &str, slot: Option<u32>) -> Result<Lock, Error> {
         if crate::forked() {
             return Err(Error::Forked);
         }
@@ -558,6 +563,7 @@ impl Session {
             session: self.clone(),
             id,
             name,
+            slot,
         })
     }
 
@@ -627,6 +633,8 @@ pub struct Lock {
     session: Session,
     id: LockId,
     name: Arc<str>,
+    /// The slot of a semaphore this lock is ([`crate::Semaphore`]).
+    slot: Option<u32>,
 }
 
 impl Lock {
@@ -635,9 +643,15 @@ impl Lock {
         &self.gate.metrics
     }
 
-    /// The lock's name.
+    /// The lock's name (a semaphore slot's: `<semaphore>/slot/<i>`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The semaphore slot this lock holds (`None` for a plain lock): a
+    /// lock from [`crate::Semaphore::acquire`] is that slot's ordinary lock.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     fn send(&self, c: Command) -> Result<(), Error> {
@@ -690,7 +704,7 @@ impl Lock {
     }
 
     /// Starts a cancellable acquisition answered through `reply`.
-    fn acquire_start(
+    pub(crate) fn acquire_start(
         &self,
         wait: bool,
         timeout: Option<Duration>,
@@ -1118,6 +1132,7 @@ impl std::fmt::Debug for Lock {
         let s = self.gate.read();
         f.debug_struct("Lock")
             .field("name", &self.name)
+            .field("slot", &self.slot)
             .field("state", &s.state)
             .field("token", &s.token)
             .finish()

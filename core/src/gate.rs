@@ -81,6 +81,9 @@ pub(crate) struct LockMetrics {
     pub(crate) deadline: AtomicU64,
     /// The handle is an election's candidate (`dlock_election_leader`).
     pub(crate) election: AtomicBool,
+    /// The handle is a semaphore's slot: that semaphore's limit (0: a
+    /// plain lock). Its name is the lock's without `/slot/<i>`.
+    pub(crate) semaphore_limit: std::sync::atomic::AtomicU32,
 }
 
 /// Shared between a lock's handle, its permits and its driver task. The

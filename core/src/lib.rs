@@ -55,6 +55,7 @@ mod observer;
 pub mod options;
 mod postgres;
 mod reader;
+pub mod semaphore;
 mod signals;
 mod sync;
 
@@ -79,3 +80,4 @@ pub use metrics::Snapshot as MetricsSnapshot;
 pub use options::{DEFAULT_MAX_OVERDUE, MAX_TTL, Options, PartialOptions};
 pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL, SCHEMA_VERSION};
 pub use reader::{Reader, migrate};
+pub use semaphore::{MAX_SEMAPHORE_LIMIT, Semaphore};

@@ -337,6 +337,18 @@ impl MemoryService {
         Ok(())
     }
 
+    /// Stores `key` = `value` in the key-value store unless `key` is
+    /// there; returns the value stored now.
+    fn put_if_absent(&self, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut st = self.lock();
+        if let Some(found) = st.kv.get(key) {
+            return found.clone();
+        }
+        st.revision += 1;
+        st.kv.insert(key.to_vec(), value.to_vec());
+        value.to_vec()
+    }
+
     fn lock(&self) -> MutexGuard<'_, ServiceState> {
         crate::sync::lock(&self.0.state)
     }
@@ -827,6 +839,18 @@ impl Backend for MemoryBackend {
         Box::new(MemoryKeyWatch {
             service: self.service.clone(),
             id,
+        })
+    }
+
+    fn put_if_absent<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            Ok(self.service.put_if_absent(key, value))
         })
     }
 

@@ -310,6 +310,9 @@ pub struct LockSnapshot {
     /// The handle is an election's candidate: holding or draining is
     /// leading.
     pub election: bool,
+    /// The handle is a slot of a semaphore: its name and limit (holding or
+    /// draining is holding one of its slots).
+    pub semaphore: Option<(String, u32)>,
 }
 
 /// One session as read at scrape time.
@@ -486,6 +489,15 @@ fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
         fences: c.fences,
         refused: c.refused,
         election: g.metrics.election.load(Relaxed),
+        semaphore: match g.metrics.semaphore_limit.load(Relaxed) {
+            0 => None,
+            limit => Some((
+                name.rsplit_once("/slot/")
+                    .map_or(name, |(s, _)| s)
+                    .to_owned(),
+                limit,
+            )),
+        },
     }
 }
 

@@ -9,10 +9,11 @@
 //! scripts/test-cpp.sh); their text is checked here too.
 //!
 //! Issue 28: the sessions block (`### Many locks, one lease: sessions`),
-//! `## Elections and observers` and `## Metrics` live here too, each run
-//! once on the embedded backend; the `## PostgreSQL` block lives in
-//! core/tests/postgres_readme.rs (run on the PostgreSQL test servers by
-//! scripts/test-postgres.sh), its text checked here.
+//! `## Elections and observers`, `## Semaphores` (issue 29) and
+//! `## Metrics` live here too, each run once on the embedded backend; the
+//! `## PostgreSQL` block lives in core/tests/postgres_readme.rs (run on the
+//! PostgreSQL test servers by scripts/test-postgres.sh), its text checked
+//! here.
 
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -368,6 +369,56 @@ fn the_readme_election_leads_and_its_observer_sees_each_state_as_its_comments_sa
             || between.is_empty(),
         "after the leader, only its proclaim (same token) before no-leader: {seen:?}"
     );
+}
+
+// ---- `## Semaphores` ------------------------------------------------------
+
+/// What the block's unit of work got: its slot, the slot's lock name and
+/// the token.
+static USED: Mutex<Vec<(u32, String, Token)>> = Mutex::new(Vec::new());
+
+fn use_gpu(slot: u32, name: &str, token: Token) {
+    USED.lock().unwrap().push((slot, name.to_owned(), token));
+}
+
+#[rustfmt::skip]
+fn readme_semaphore() -> Result<(), dlock::Error> {
+    // README: begin (README.md, `## Semaphores`, the first ```rust block)
+    let client = dlock::Client::memory();
+    let gpus = client.semaphore("gpu", 4)?;                  // at most 4 holders; or session.semaphore(..)
+    let held = gpus.acquire(Duration::from_secs(30))?;       // waits for any free slot: a held Lock
+    let slot = held.slot().expect("a semaphore's lock");     // 0..4; its lock name is "gpu/slot/<slot>"
+    if let Ok(permit) = held.permit() { use_gpu(slot, held.name(), permit.token()) } // fence per slot
+    held.release()?;                                         // the slot passes to one waiter
+    // README: end
+    Ok(())
+}
+
+#[test]
+fn the_semaphore_block_here_is_the_readmes() {
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Semaphores",
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block("## Semaphores", "rust"),
+        "README.md's semaphore block and core/tests/readme.rs differ"
+    );
+}
+
+#[test]
+fn the_readme_semaphore_holds_a_slot_and_releases_it() {
+    readme_semaphore().expect("the semaphore block runs");
+    let used = USED.lock().unwrap().clone();
+    assert_eq!(used.len(), 1, "one unit of work: {used:?}");
+    let (slot, name, _) = &used[0];
+    assert!(*slot < 4);
+    assert_eq!(name, &format!("gpu/slot/{slot}"));
+    let service = dlock::MemoryService::shared();
+    assert_eq!(service.holder(name), None, "released");
 }
 
 // ---- `## Metrics` ----------------------------------------------------------

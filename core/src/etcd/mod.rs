@@ -342,6 +342,14 @@ impl Backend for EtcdBackend {
         Box::pin(self.write(name, lease, token, key, value))
     }
 
+    fn put_if_absent<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        Box::pin(self.put_absent(key, value))
+    }
+
     fn campaign<'a>(
         &'a self,
         name: &'a str,

@@ -108,6 +108,19 @@ impl Backend for PostgresBackend {
         ))
     }
 
+    fn put_if_absent<'a>(
+        &'a self,
+        key: &'a [u8],
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<Vec<u8>, BackendError>> {
+        Box::pin(guarded::put_if_absent(
+            &self.0.ops,
+            key,
+            value,
+            self.0.timeout,
+        ))
+    }
+
     fn proclaim<'a>(
         &'a self,
         name: &'a str,

@@ -1,0 +1,391 @@
+//! Semaphores (docs/design.md §26, issue 29): N holders at once, each
+//! fenced on its own slot. A semaphore of limit N on `name` is N ordinary
+//! locks, slot `i` named `<name>/slot/<i>` ([`slot_name`]), plus the limit,
+//! recorded once on the engine under `<name>/limit` ([`limit_key`]).
+//!
+//! Why slots and not one counter: one token order cannot fence N holders
+//! at once (a live holder with a low token would be refused), so tokens
+//! rise per slot, and a resource keeps its highest token per slot name.
+//! Each slot being an ordinary lock, everything a lock has holds for it
+//! unchanged: drain, fence, reacquire on its own slot, events, exit and
+//! cancel, `FenceGate` and guarded writes on the slot's name and token, and
+//! `etcdctl lock <name>/slot/<i>` excludes it (both ways).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::driver::Reply;
+use crate::machine::Token;
+use crate::{Acquisition, Client, Error, Lock, MAX_NAME_LEN, Session};
+
+/// The largest limit a semaphore may have. A waiter queues on every slot
+/// at once (one ordinary acquisition per slot on its session), so the
+/// limit bounds what one wait costs the engine; larger limits are refused
+/// ([`Error::InvalidArgument`]).
+pub const MAX_SEMAPHORE_LIMIT: u32 = 64;
+
+/// The lock name of slot `slot` of the semaphore `name`:
+/// `<name>/slot/<slot>`. The one definition: `FenceGate`, guarded writes,
+/// `dlock.guard` and `etcdctl lock` take this name.
+pub fn slot_name(name: &str, slot: u32) -> String {
+    format!("{name}/slot/{slot}")
+}
+
+/// The key the limit of the semaphore `name` is recorded under:
+/// `<name>/limit`, outside every slot's key prefix (`<name>/slot/<i>/`), so
+/// it never takes part in a slot's lock. On etcd it is a plain key, which
+/// (being under `<name>/`) keeps `<name>` itself from being locked as a
+/// plain lock: a semaphore's name is not also a lock's.
+pub fn limit_key(name: &str) -> String {
+    format!("{name}/limit")
+}
+
+/// A counting semaphore: at most [`Semaphore::limit`] holders at once,
+/// each holding one slot's ordinary [`Lock`]. Cheap to keep; holds nothing
+/// itself. Made by [`Session::semaphore`] or [`Client::semaphore`].
+#[derive(Clone)]
+pub struct Semaphore {
+    session: Session,
+    name: Arc<str>,
+    limit: u32,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+/// Refuses a name or a limit before anything is sent.
+fn check(name: &str, limit: u32) -> Result<(), Error> {
+    if limit == 0 || limit > MAX_SEMAPHORE_LIMIT {
+        return Err(Error::InvalidArgument(format!(
+            "semaphore limit must be 1 to {MAX_SEMAPHORE_LIMIT} (MAX_SEMAPHORE_LIMIT), got {limit}"
+        )));
+    }
+    let longest = slot_name(name, limit - 1).len();
+    if name.is_empty() || longest > MAX_NAME_LEN || name.contains('\0') {
+        return Err(Error::InvalidArgument(format!(
+            "semaphore name must be 1 byte or more without NUL, and its slot names (`<name>/slot/<i>`) at most {MAX_NAME_LEN} bytes, got a name of {} bytes",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The limit recorded for `name`, compared with the one asked for.
+fn compare(name: &str, limit: u32, stored: &[u8]) -> Result<(), Error> {
+    let recorded = std::str::from_utf8(stored)
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "semaphore `{name}`: its limit key `{}` holds {:?}, not a limit",
+                limit_key(name),
+                String::from_utf8_lossy(stored)
+            ))
+        })?;
+    if recorded != limit {
+        return Err(Error::InvalidArgument(format!(
+            "semaphore `{name}` has limit {recorded} (recorded by its first handle), not {limit}"
+        )));
+    }
+    Ok(())
+}
+
+impl Session {
+    /// A semaphore of `limit` slots called `name` on this session. The
+    /// first handle of `name` anywhere records `limit` on the engine (one
+    /// put-if-absent); a handle asking for another limit is refused with
+    /// [`Error::InvalidArgument`] naming both, as are a limit of 0 or over
+    /// [`MAX_SEMAPHORE_LIMIT`]. Blocks for that one request (at most about
+    /// a TTL).
+    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore, Error> {
+        let record = self.record_limit(name, limit)?;
+        crate::driver::block_on(record)??;
+        Ok(self.semaphore_of(name, limit))
+    }
+
+    /// [`Session::semaphore`] for async code.
+    pub async fn semaphore_async(&self, name: &str, limit: u32) -> Result<Semaphore, Error> {
+        let record = self.record_limit(name, limit)?;
+        crate::driver::on_driver(record)
+            .await
+            .map_err(|_| Error::Shutdown)??;
+        Ok(self.semaphore_of(name, limit))
+    }
+
+    /// The checks, then the request that records (or compares) the limit,
+    /// bounded by the TTL: a service that does not answer is
+    /// [`Error::Backend`].
+    fn record_limit(
+        &self,
+        name: &str,
+        limit: u32,
+    ) -> Result<impl Future<Output = Result<(), Error>> + Send + 'static, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        check(name, limit)?;
+        self.open()?;
+        let backend = self.backend().clone();
+        let bound = self.options().ttl;
+        let name = name.to_owned();
+        Ok(async move {
+            let key = limit_key(&name);
+            let value = limit.to_string();
+            let put = backend.put_if_absent(key.as_bytes(), value.as_bytes());
+            let stored = tokio::time::timeout(bound, put)
+                .await
+                .map_err(|_| Error::Backend("the lock service did not answer in time".into()))?
+                .map_err(|e| Error::Backend(format!("the lock service failed: {e}")))?;
+            compare(&name, limit, &stored)
+        })
+    }
+
+    fn semaphore_of(&self, name: &str, limit: u32) -> Semaphore {
+        Semaphore {
+            session: self.clone(),
+            name: name.into(),
+            limit,
+        }
+    }
+}
+
+impl Client {
+    /// A semaphore on the client's default session (see
+    /// [`Session::semaphore`]).
+    pub fn semaphore(&self, name: &str, limit: u32) -> Result<Semaphore, Error> {
+        self.default_session().semaphore(name, limit)
+    }
+
+    /// [`Client::semaphore`] for async code.
+    pub async fn semaphore_async(&self, name: &str, limit: u32) -> Result<Semaphore, Error> {
+        self.default_session().semaphore_async(name, limit).await
+    }
+}
+
+/// One wait queued on every slot at once. Dropped (a timeout, an error, a
+/// dropped future), it cancels every acquisition and drops every handle,
+/// so nothing stays held, even a slot won just then (the lock lifecycle's
+/// cancel rule); [`Race::win`] keeps the winner out of that.
+struct Race {
+    locks: Vec<Option<Lock>>,
+    acquisitions: Vec<Option<Acquisition>>,
+}
+
+impl Race {
+    /// The winner's lock; every other slot's acquisition is cancelled.
+    fn win(mut self, slot: usize) -> Lock {
+        self.acquisitions[slot] = None;
+        self.locks[slot].take().expect("the winner's lock is there")
+    }
+}
+
+impl Drop for Race {
+    fn drop(&mut self) {
+        for a in self.acquisitions.iter().flatten() {
+            a.cancel();
+        }
+        // Dropping a handle releases whatever it may still hold.
+        self.locks.clear();
+    }
+}
+
+type Answer = oneshot::Receiver<Result<Token, Error>>;
+
+/// The first slot won, once any is; when every slot's acquisition failed,
+/// the first failure that is not a timeout (it says more), else
+/// [`Error::Timeout`].
+struct FirstOf {
+    answers: Vec<Option<Answer>>,
+    failed: Option<Error>,
+}
+
+impl Future for FirstOf {
+    type Output = Result<usize, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        for (i, slot) in this.answers.iter_mut().enumerate() {
+            let Some(rx) = slot else { continue };
+            let Poll::Ready(answer) = Pin::new(rx).poll(cx) else {
+                continue;
+            };
+            *slot = None;
+            match answer.unwrap_or(Err(Error::Shutdown)) {
+                Ok(_) => return Poll::Ready(Ok(i)),
+                Err(Error::Timeout | Error::WouldBlock) => {}
+                Err(e) => {
+                    this.failed.get_or_insert(e);
+                }
+            }
+        }
+        if this.answers.iter().all(Option::is_none) {
+            return Poll::Ready(Err(this.failed.take().unwrap_or(Error::Timeout)));
+        }
+        Poll::Pending
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The lock name of slot `slot` (`<name>/slot/<slot>`): what
+    /// `FenceGate`, guarded writes and `etcdctl lock` take for that slot.
+    pub fn slot_name(&self, slot: u32) -> String {
+        slot_name(&self.name, slot)
+    }
+
+    /// The session its slots are held under.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    fn slot_lock(&self, slot: u32) -> Result<Lock, Error> {
+        let lock = self.session.lock_in(&self.slot_name(slot), Some(slot))?;
+        // For the snapshot's `LockSnapshot::semaphore`.
+        lock.metrics()
+            .semaphore_limit
+            .store(self.limit, std::sync::atomic::Ordering::Relaxed);
+        Ok(lock)
+    }
+
+    /// Queues one ordinary acquisition on every slot, each with `timeout`.
+    fn start(&self, timeout: Option<Duration>) -> Result<(Race, FirstOf), Error> {
+        let n = self.limit as usize;
+        let mut race = Race {
+            locks: Vec::with_capacity(n),
+            acquisitions: Vec::with_capacity(n),
+        };
+        let mut answers = Vec::with_capacity(n);
+        for slot in 0..self.limit {
+            let lock = self.slot_lock(slot)?;
+            let (reply, rx) = Reply::future();
+            let acquisition = lock
+                .acquire_start(true, timeout, reply)
+                .map_err(|(e, _)| e)?;
+            race.locks.push(Some(lock));
+            race.acquisitions.push(Some(acquisition));
+            answers.push(Some(rx));
+        }
+        let first = FirstOf {
+            answers,
+            failed: None,
+        };
+        Ok((race, first))
+    }
+
+    /// Takes a slot, waiting up to `timeout` for one to be free (zero tries
+    /// once, as [`Semaphore::try_acquire`]); returns that slot's held
+    /// [`Lock`] ([`Lock::slot`], [`Lock::token`], permits, `on_fence`,
+    /// release: the whole lock API). The wait is queued on every slot at
+    /// once and wakes on a release or an expiry through the engine's own
+    /// watch, as a lock's does; the first slot won is kept, the others are
+    /// cancelled. [`Error::Timeout`]: every slot stayed held; nothing is
+    /// held then. Blocks.
+    pub fn acquire(&self, timeout: Duration) -> Result<Lock, Error> {
+        if timeout.is_zero() {
+            return self.try_acquire();
+        }
+        let (race, first) = self.start(Some(timeout))?;
+        let slot = crate::driver::block_on(first)??;
+        Ok(race.win(slot))
+    }
+
+    /// [`Semaphore::acquire`] for async code, on any executor (`None`: no
+    /// time limit). Dropping the future before it is ready leaves nothing
+    /// held, even a slot won just then.
+    pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return self.try_acquire_async().await;
+        }
+        let (race, first) = self.start(timeout)?;
+        let slot = first.await?;
+        Ok(race.win(slot))
+    }
+
+    /// Takes a free slot if there is one, else [`Error::WouldBlock`]. The
+    /// slots are tried one after the other (never two at once, so a try
+    /// never holds a slot it does not keep). Blocks for at most about two
+    /// keepalive timeouts per slot tried.
+    pub fn try_acquire(&self) -> Result<Lock, Error> {
+        for slot in 0..self.limit {
+            let lock = self.slot_lock(slot)?;
+            match lock.try_acquire() {
+                Ok(_) => return Ok(lock),
+                Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::WouldBlock)
+    }
+
+    /// [`Semaphore::try_acquire`] for async code.
+    pub async fn try_acquire_async(&self) -> Result<Lock, Error> {
+        for slot in 0..self.limit {
+            let lock = self.slot_lock(slot)?;
+            match lock.try_acquire_async().await {
+                Ok(_) => return Ok(lock),
+                Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::WouldBlock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_names_and_the_limit_key_do_not_overlap() {
+        assert_eq!(slot_name("jobs", 0), "jobs/slot/0");
+        assert_eq!(slot_name("jobs", 12), "jobs/slot/12");
+        assert_eq!(limit_key("jobs"), "jobs/limit");
+        // Slot 1's key prefix does not contain slot 10's keys.
+        let key10 = crate::lock_key(&slot_name("jobs", 10), 0xab);
+        assert!(!key10.starts_with(&format!("{}/", slot_name("jobs", 1))));
+        assert!(!limit_key("jobs").starts_with(&format!("{}/", slot_name("jobs", 0))));
+    }
+
+    #[test]
+    fn limits_and_names_are_checked_first() {
+        for bad in [0, MAX_SEMAPHORE_LIMIT + 1] {
+            let e = check("s", bad).unwrap_err();
+            assert_eq!(e.code(), "invalid_argument");
+            assert!(e.to_string().contains(&bad.to_string()), "{e}");
+        }
+        check("s", MAX_SEMAPHORE_LIMIT).unwrap();
+        assert!(check("", 1).is_err());
+        assert!(check("a\0b", 1).is_err());
+        let longest = "n".repeat(MAX_NAME_LEN - "/slot/63".len());
+        check(&longest, 64).unwrap();
+        assert!(check(&format!("{longest}n"), 64).is_err());
+    }
+
+    #[test]
+    fn a_recorded_limit_is_compared() {
+        compare("s", 3, b"3").unwrap();
+        let e = compare("s", 4, b"3").unwrap_err().to_string();
+        assert!(e.contains("limit 3") && e.contains("not 4"), "{e}");
+        assert!(compare("s", 3, b"x").is_err());
+    }
+}

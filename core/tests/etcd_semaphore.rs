@@ -1,0 +1,282 @@
+//! Semaphores on the real cluster (`scripts/test-etcd.sh` runs this
+//! `test = false` target by name; without `DLOCK_TEST_ETCD` every test
+//! fails): N+1 contenders and exactly N hold, the loser's timeout leaving
+//! no key under any slot; a release wakes one waiter through etcd's watch;
+//! the limit is one etcd key, `<name>/limit`, and a mismatch is refused;
+//! `etcdctl lock <name>/slot/0` and a dlock holder exclude each other both
+//! ways; a slot holder whose key an operator deletes fences and takes its
+//! own slot again, higher, while the other holders are untouched.
+//!
+//! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
+
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use dlock::{Client, Error, EtcdConfig, Lock, Options, State, Token};
+use dlock_testkit::etcd::{Cluster, cluster};
+
+const TTL: Duration = Duration::from_secs(4);
+/// The longest wait for something that must happen.
+const EVENT: Duration = Duration::from_secs(20);
+
+fn options() -> Options {
+    dlock_testkit::options(TTL, true)
+}
+
+fn client(env: &Cluster) -> Client {
+    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+}
+
+fn name(test: &str) -> String {
+    dlock_testkit::fresh(&format!("dlock-test/sem-{test}"))
+}
+
+/// `etcdctl` on the plaintext members, to spawn.
+fn etcdctl_cmd(env: &Cluster) -> Command {
+    let mut c = Command::new("etcdctl");
+    c.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", env.members.join(",")))
+        .arg("--dial-timeout=2s");
+    c
+}
+
+/// The keys under `prefix`.
+fn keys(env: &Cluster, prefix: &str) -> Vec<String> {
+    env.etcdctl(&["get", "--prefix", "--keys-only", prefix])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + EVENT;
+    while !cond() {
+        assert!(std::time::Instant::now() < end, "never: {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
+    let env = cluster();
+    let name = name("n");
+    let n = 3;
+    let threads: Vec<_> = (0..=n)
+        .map(|_| {
+            let c = client(&env);
+            let name = name.clone();
+            thread::spawn(move || {
+                let r = c
+                    .semaphore(&name, n)
+                    .unwrap()
+                    .acquire(Duration::from_secs(3));
+                (c, r)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let held: Vec<&Lock> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let failed: Vec<&Error> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
+    assert_eq!(failed, [&Error::Timeout]);
+    let mut slots: Vec<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
+    slots.sort();
+    assert_eq!(slots, [0, 1, 2]);
+    // One key per slot: the loser's queued keys were deleted with its wait.
+    let slot_keys = keys(&env, &format!("{name}/slot/"));
+    assert_eq!(slot_keys.len(), n as usize, "{slot_keys:?}");
+    for l in &held {
+        assert!(
+            slot_keys
+                .iter()
+                .any(|k| k.starts_with(&format!("{}/", l.name())))
+        );
+    }
+    // The limit: one plain key, outside every slot's prefix.
+    let limit = env.etcdctl(&["get", &format!("{name}/limit"), "--print-value-only"]);
+    assert_eq!(limit.trim(), "3");
+    let err = client(&env).semaphore(&name, 2).unwrap_err();
+    assert_eq!(err.code(), "invalid_argument");
+    assert!(err.to_string().contains("limit 3"), "{err}");
+    drop(results);
+    until("every slot key gone", || {
+        keys(&env, &format!("{name}/slot/")).is_empty()
+    });
+    env.etcdctl(&["del", &format!("{name}/limit")]);
+}
+
+#[test]
+fn a_release_wakes_one_waiter_onto_that_slot() {
+    let env = cluster();
+    let name = name("wake");
+    let a = client(&env)
+        .semaphore(&name, 2)
+        .unwrap()
+        .acquire(EVENT)
+        .unwrap();
+    let b = client(&env)
+        .semaphore(&name, 2)
+        .unwrap()
+        .acquire(EVENT)
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|i| {
+            let sem = client(&env).semaphore(&name, 2).unwrap();
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let l = sem.acquire(EVENT).unwrap();
+                tx.send((i, l.slot().unwrap(), l.token().unwrap())).unwrap();
+                l
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    assert!(rx.try_recv().is_err(), "both slots held: nobody wakes");
+    let (slot, token) = (a.slot().unwrap(), a.token().unwrap());
+    a.release().unwrap();
+    let (first, woke_slot, woke_token) = rx.recv_timeout(EVENT).unwrap();
+    assert_eq!(woke_slot, slot);
+    assert!(woke_token > token, "tokens rise per slot");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(700)).is_err(),
+        "one release, one waiter"
+    );
+    drop(b);
+    let (second, _, _) = rx.recv_timeout(EVENT).unwrap();
+    assert_ne!(first, second);
+    drop(
+        waiters
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>(),
+    );
+    env.etcdctl(&["del", &format!("{name}/limit")]);
+}
+
+#[test]
+fn etcdctl_lock_on_a_slot_waits_for_a_dlock_holder() {
+    let env = cluster();
+    let name = name("ctl-waits");
+    let sem = client(&env).semaphore(&name, 1).unwrap();
+    let held = sem.acquire(EVENT).unwrap();
+    assert_eq!(held.name(), sem.slot_name(0));
+    let mut ctl: Child = etcdctl_cmd(&env)
+        .args(["lock", &sem.slot_name(0), "echo", "etcdctl-got-it"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until("etcdctl queued on slot 0", || {
+        keys(&env, &format!("{}/", sem.slot_name(0))).len() == 2
+    });
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        ctl.try_wait().unwrap().is_none(),
+        "etcdctl took a held slot"
+    );
+    held.release().unwrap();
+    let out = ctl.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("etcdctl-got-it"));
+    env.etcdctl(&["del", &format!("{name}/limit")]);
+}
+
+#[test]
+fn a_dlock_waiter_waits_for_an_etcdctl_holder_of_a_slot() {
+    let env = cluster();
+    let name = name("dlock-waits");
+    let sem = client(&env).semaphore(&name, 1).unwrap();
+    let mut ctl = etcdctl_cmd(&env)
+        .args(["lock", &sem.slot_name(0)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // etcdctl prints its key once it holds the lock.
+    let mut first = String::new();
+    std::io::BufReader::new(ctl.stdout.as_mut().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with(&sem.slot_name(0)), "{first}");
+    assert_eq!(sem.try_acquire().unwrap_err(), Error::WouldBlock);
+    assert_eq!(
+        sem.acquire(Duration::from_secs(2)).unwrap_err(),
+        Error::Timeout
+    );
+    let ctl_keys = keys(&env, &format!("{}/", sem.slot_name(0)));
+    assert_eq!(
+        ctl_keys.len(),
+        1,
+        "the timed-out wait left no key: {ctl_keys:?}"
+    );
+    let _ = Command::new("kill")
+        .args(["-INT", &ctl.id().to_string()])
+        .status();
+    let held = sem.acquire(EVENT).unwrap();
+    let _ = ctl.wait();
+    assert_eq!(held.slot(), Some(0));
+    assert_eq!(held.state(), State::Holding);
+    held.release().unwrap();
+    env.etcdctl(&["del", &format!("{name}/limit")]);
+}
+
+#[test]
+fn a_slot_key_deleted_by_an_operator_fences_that_holder_alone() {
+    let env = cluster();
+    let name = name("fence");
+    let holders: Vec<Lock> = (0..3)
+        .map(|_| {
+            client(&env)
+                .semaphore(&name, 3)
+                .unwrap()
+                .acquire(EVENT)
+                .unwrap()
+        })
+        .collect();
+    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
+    let mut fenced = Vec::new();
+    let mut acquired = Vec::new();
+    for l in &holders {
+        let (ftx, frx) = mpsc::channel();
+        let ftx = Mutex::new(ftx);
+        l.on_fence(move |t, _| {
+            let _ = ftx.lock().unwrap().send(t);
+        });
+        fenced.push(frx);
+        let (atx, arx) = mpsc::channel();
+        let atx = Mutex::new(atx);
+        l.on_acquired(move |t| {
+            let _ = atx.lock().unwrap().send(t);
+        });
+        acquired.push(arx);
+    }
+    let cut = &holders[1];
+    env.etcdctl(&["del", "--prefix", &format!("{}/", cut.name())]);
+    assert_eq!(fenced[1].recv_timeout(EVENT).unwrap(), before[1]);
+    let again = acquired[1].recv_timeout(EVENT).unwrap();
+    assert!(
+        again > before[1],
+        "its own slot, higher: {again} > {}",
+        before[1]
+    );
+    until("holding again", || cut.state() == State::Holding);
+    assert_eq!(cut.token(), Some(again));
+    for i in [0, 2] {
+        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
+        assert_eq!(holders[i].token(), Some(before[i]));
+        assert_eq!(holders[i].state(), State::Holding);
+    }
+    drop(holders);
+    env.etcdctl(&["del", &format!("{name}/limit")]);
+}

@@ -1,0 +1,253 @@
+//! Semaphores on PostgreSQL (`scripts/test-postgres.sh`): the same rules
+//! as on etcd (core/tests/etcd_semaphore.rs). The slots are ordinary lock
+//! rows named `<name>/slot/<i>`; the limit is one dlock.kv row, `<name>/limit`,
+//! put if absent, so first handles racing with different limits agree on
+//! one; N+1 contenders and exactly N hold, the loser's timeout leaving no
+//! row; a release wakes one waiter (NOTIFY); `dlock.guard(slot, token)`
+//! admits the holder's transaction and refuses a stale token; a slot row
+//! deleted by an operator fences that holder alone, which takes its slot
+//! again, higher.
+//!
+//! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
+
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use dlock::{Client, Error, Lock, Options, State, Token};
+use dlock_testkit::pg;
+
+const TTL: Duration = Duration::from_secs(4);
+const EVENT: Duration = Duration::from_secs(15);
+
+fn options() -> Options {
+    dlock_testkit::options(TTL, true)
+}
+
+fn client(url: &str) -> Client {
+    pg::client(url, options())
+}
+
+fn name(test: &str) -> String {
+    dlock_testkit::fresh(&format!("pg/sem-{test}"))
+}
+
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + EVENT;
+    while !cond() {
+        assert!(std::time::Instant::now() < end, "never: {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The lock rows of the semaphore `name`'s slots.
+fn slot_rows(sql: &pg::Sql, name: &str) -> Vec<(String, i64)> {
+    sql.query(
+        "SELECT name, token FROM dlock.locks WHERE name LIKE $1 || '/slot/%' ORDER BY name",
+        &[&name],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn first_handles_racing_with_different_limits_agree_on_one() {
+    let url = pg::servers().url;
+    let name = name("race");
+    let threads: Vec<_> = (0..6u32)
+        .map(|i| {
+            let (url, name) = (url.clone(), name.clone());
+            thread::spawn(move || {
+                let limit = 2 + i % 2;
+                (limit, client(&url).semaphore(&name, limit).map(|_| ()))
+            })
+        })
+        .collect();
+    let results: Vec<(u32, Result<(), Error>)> =
+        threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let sql = pg::Sql::connect(&url);
+    let stored: Vec<u8> = sql
+        .query(
+            "SELECT value FROM dlock.kv WHERE key = $1",
+            &[&format!("{name}/limit").into_bytes()],
+        )
+        .unwrap()[0]
+        .get(0);
+    let winner: u32 = String::from_utf8(stored).unwrap().parse().unwrap();
+    for (limit, r) in results {
+        match r {
+            Ok(()) => assert_eq!(limit, winner),
+            Err(e) => {
+                assert_ne!(limit, winner);
+                assert_eq!(e.code(), "invalid_argument");
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("limit {winner}")) && text.contains(&limit.to_string()),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn n_plus_one_contenders_exactly_n_hold() {
+    let url = pg::servers().url;
+    let name = name("n");
+    let n = 3;
+    let threads: Vec<_> = (0..=n)
+        .map(|_| {
+            let c = client(&url);
+            let name = name.clone();
+            thread::spawn(move || {
+                let r = c
+                    .semaphore(&name, n)
+                    .unwrap()
+                    .acquire(Duration::from_secs(3));
+                (c, r)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let held: Vec<&Lock> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let failed: Vec<&Error> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
+    assert_eq!(failed, [&Error::Timeout]);
+    let sql = pg::Sql::connect(&url);
+    let rows = slot_rows(&sql, &name);
+    assert_eq!(rows.len(), n as usize, "one row per slot: {rows:?}");
+    for l in &held {
+        let row = rows.iter().find(|(n, _)| n == l.name()).expect("its row");
+        assert_eq!(row.1 as u64, l.token().unwrap().get());
+    }
+    drop(results);
+    until("every slot row gone", || slot_rows(&sql, &name).is_empty());
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn a_release_wakes_one_waiter_onto_that_slot() {
+    let url = pg::servers().url;
+    let name = name("wake");
+    let a = client(&url)
+        .semaphore(&name, 2)
+        .unwrap()
+        .acquire(EVENT)
+        .unwrap();
+    let b = client(&url)
+        .semaphore(&name, 2)
+        .unwrap()
+        .acquire(EVENT)
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let waiters: Vec<_> = (0..2)
+        .map(|i| {
+            let sem = client(&url).semaphore(&name, 2).unwrap();
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let l = sem.acquire(EVENT).unwrap();
+                tx.send((i, l.slot().unwrap(), l.token().unwrap())).unwrap();
+                l
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    assert!(rx.try_recv().is_err(), "both slots held: nobody wakes");
+    let (slot, token) = (a.slot().unwrap(), a.token().unwrap());
+    a.release().unwrap();
+    let (first, woke_slot, woke_token) = rx.recv_timeout(EVENT).unwrap();
+    assert_eq!(woke_slot, slot);
+    assert!(woke_token > token, "tokens rise per slot");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(700)).is_err(),
+        "one release, one waiter"
+    );
+    drop(b);
+    let (second, _, _) = rx.recv_timeout(EVENT).unwrap();
+    assert_ne!(first, second);
+    drop(
+        waiters
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>(),
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn the_guard_takes_a_slot_name_and_token() {
+    let url = pg::servers().url;
+    let name = name("guard");
+    let sem = client(&url).semaphore(&name, 2).unwrap();
+    let held = sem.acquire(EVENT).unwrap();
+    let token = held.token().unwrap().get() as i64;
+    let sql = pg::Sql::connect(&url);
+    sql.query("SELECT dlock.guard($1, $2)", &[&held.name(), &token])
+        .expect("the holder's token passes the guard");
+    let stale = sql
+        .query("SELECT dlock.guard($1, $2)", &[&held.name(), &(token - 1)])
+        .unwrap_err();
+    assert_eq!(
+        stale.code().map(|c| c.code()),
+        Some(dlock::GUARD_SQLSTATE),
+        "{stale}"
+    );
+    held.release().unwrap();
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn a_slot_row_deleted_by_an_operator_fences_that_holder_alone() {
+    let url = pg::servers().url;
+    let name = name("fence");
+    let holders: Vec<Lock> = (0..3)
+        .map(|_| {
+            client(&url)
+                .semaphore(&name, 3)
+                .unwrap()
+                .acquire(EVENT)
+                .unwrap()
+        })
+        .collect();
+    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
+    let mut fenced = Vec::new();
+    let mut acquired = Vec::new();
+    for l in &holders {
+        let (ftx, frx) = mpsc::channel();
+        let ftx = Mutex::new(ftx);
+        l.on_fence(move |t, _| {
+            let _ = ftx.lock().unwrap().send(t);
+        });
+        fenced.push(frx);
+        let (atx, arx) = mpsc::channel();
+        let atx = Mutex::new(atx);
+        l.on_acquired(move |t| {
+            let _ = atx.lock().unwrap().send(t);
+        });
+        acquired.push(arx);
+    }
+    let cut = &holders[1];
+    let sql = pg::Sql::connect(&url);
+    sql.query("DELETE FROM dlock.locks WHERE name = $1", &[&cut.name()])
+        .unwrap();
+    assert_eq!(fenced[1].recv_timeout(EVENT).unwrap(), before[1]);
+    let again = acquired[1].recv_timeout(EVENT).unwrap();
+    assert!(again > before[1], "its own slot, higher");
+    until("holding again", || cut.state() == State::Holding);
+    for i in [0, 2] {
+        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
+        assert_eq!(holders[i].token(), Some(before[i]));
+        assert_eq!(holders[i].state(), State::Holding);
+    }
+}
