@@ -14,6 +14,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -267,6 +268,15 @@ impl Semaphore {
         Ok(lock)
     }
 
+    /// The slot an acquire tries alone first: a free slot then costs what a
+    /// lock's acquire costs, not one queued request per slot. It turns per
+    /// call and starts at the process id, so neighbours try different slots.
+    fn first_try(&self) -> u32 {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let turn = NEXT.fetch_add(1, Ordering::Relaxed);
+        std::process::id().wrapping_add(turn) % self.limit
+    }
+
     /// Queues one ordinary acquisition on every slot, each with `timeout`.
     fn start(&self, timeout: Option<Duration>) -> Result<(Race, FirstOf), Error> {
         let n = self.limit as usize;
@@ -295,14 +305,20 @@ impl Semaphore {
     /// Takes a slot, waiting up to `timeout` for one to be free (zero tries
     /// once, as [`Semaphore::try_acquire`]); returns that slot's held
     /// [`Lock`] ([`Lock::slot`], [`Lock::token`], permits, `on_fence`,
-    /// release: the whole lock API). The wait is queued on every slot at
-    /// once and wakes on a release or an expiry through the engine's own
+    /// release: the whole lock API). One slot is tried alone first; then
+    /// the wait is queued on every slot at once and wakes on a release or an expiry through the engine's own
     /// watch, as a lock's does; the first slot won is kept, the others are
     /// cancelled. [`Error::Timeout`]: every slot stayed held; nothing is
     /// held then. Blocks.
     pub fn acquire(&self, timeout: Duration) -> Result<Lock, Error> {
         if timeout.is_zero() {
             return self.try_acquire();
+        }
+        let lock = self.slot_lock(self.first_try())?;
+        match lock.try_acquire() {
+            Ok(_) => return Ok(lock),
+            Err(Error::WouldBlock) => drop(lock), // the queued wait has its own handles
+            Err(e) => return Err(e),
         }
         let (race, first) = self.start(Some(timeout))?;
         let slot = crate::driver::block_on(first)??;
@@ -315,6 +331,12 @@ impl Semaphore {
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
         if timeout.is_some_and(|t| t.is_zero()) {
             return self.try_acquire_async().await;
+        }
+        let lock = self.slot_lock(self.first_try())?;
+        match lock.try_acquire_async().await {
+            Ok(_) => return Ok(lock),
+            Err(Error::WouldBlock) => drop(lock), // the queued wait has its own handles
+            Err(e) => return Err(e),
         }
         let (race, first) = self.start(timeout)?;
         let slot = first.await?;
