@@ -228,7 +228,10 @@ fn an_observer_says_no_leader_once_the_leaders_lease_expired() {
         )
         .unwrap();
     let expired: f64 = rows.first().expect("the lease row (no sweep ran)").get(0);
-    let seen = seen.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let seen = seen
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let late_ms = (seen - expired) * 1e3;
     println!("FAULT|pg observer: no-leader after the leader's expiry|1|-|-|n/a|{late_ms:.1} ms");
     assert!(
