@@ -402,6 +402,8 @@ pub enum Request {
         req: ReqId,
         /// TTL to ask for.
         ttl: Duration,
+        /// The session's bounds on the call.
+        bounds: Bounds,
     },
     /// Acquire lock `lock` under `lease` (put its key, wait for its turn).
     Lock {
@@ -434,6 +436,8 @@ pub enum Request {
         req: ReqId,
         /// The lease.
         lease: LeaseId,
+        /// The session's bounds on the call.
+        bounds: Bounds,
     },
     /// Revoke a lease. Sent again every retry interval until answered (a
     /// lease we know is ours and dead must not outlive an outage); a new
@@ -448,6 +452,21 @@ pub enum Request {
         /// The request.
         req: ReqId,
     },
+}
+
+/// The bounds of one backend call, stamped on the request by the machine
+/// from its own session's settings: backends keep no settings of their own,
+/// so a session with settings of its own is timed by them on every engine.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// The longest the call may take: the session's `keepalive_timeout`,
+    /// after which the machine counts a grant or keepalive failed (the
+    /// backend gives up then too, and leaves an endpoint that did not
+    /// answer).
+    pub timeout: Duration,
+    /// The pause before trying again after a failure (a stream opened
+    /// again): the session's `retry_interval`.
+    pub retry: Duration,
 }
 
 /// What the machine tells the application (quinn-proto's events): the
@@ -579,7 +598,7 @@ pub enum Action {
 impl From<Request> for Action {
     fn from(r: Request) -> Action {
         match r {
-            Request::Grant { req, ttl } => Action::Grant { req, ttl },
+            Request::Grant { req, ttl, .. } => Action::Grant { req, ttl },
             Request::Lock {
                 req,
                 lock,
@@ -602,7 +621,7 @@ impl From<Request> for Action {
                 lease,
                 token,
             },
-            Request::Keepalive { req, lease } => Action::Keepalive { req, lease },
+            Request::Keepalive { req, lease, .. } => Action::Keepalive { req, lease },
             Request::Revoke { lease } => Action::Revoke { lease },
             Request::Abandon { req } => Action::Abandon { req },
         }
@@ -1004,6 +1023,16 @@ impl Holder {
     fn notice(&mut self, n: Notice) {
         self.seq += 1;
         self.notices.push_back((self.seq, n));
+    }
+
+    /// The bounds of this session's backend calls (its own settings),
+    /// also for the calls the driver makes without a request (the key
+    /// watch).
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            timeout: self.opts.keepalive_timeout,
+            retry: self.opts.retry_interval,
+        }
     }
 
     /// When the driver must call `handle(now, Event::Timer)` next.
@@ -1411,6 +1440,7 @@ impl Holder {
             self.request(Request::Grant {
                 req,
                 ttl: self.opts.ttl,
+                bounds: self.bounds(),
             });
         }
     }
@@ -1991,7 +2021,8 @@ impl Holder {
         self.last_renewal = Some(now);
         self.keepalives.push_back(Pending { req, sent_at: now });
         self.bounded.push_back((now + self.opts.ttl, req));
-        self.request(Request::Keepalive { req, lease });
+        let bounds = self.bounds();
+        self.request(Request::Keepalive { req, lease, bounds });
     }
 
     fn poll_timers(&mut self, now: Instant) {

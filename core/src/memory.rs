@@ -21,10 +21,16 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{
-    Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader, LockGone, lock_key,
+    Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader, LockGone, lock_key,
 };
-use crate::clock::{Clock, Instant};
+use crate::clock::Clock;
 use crate::machine::{LeaseId, Token};
+
+mod link;
+mod state;
+
+use link::{Faults, Link};
+use state::{LeaseRec, ServiceState, WatchId, WatchReg};
 
 /// An in-process lock service. Clones share one service.
 #[derive(Clone)]
@@ -35,161 +41,6 @@ struct Service {
     state: Mutex<ServiceState>,
     /// Woken on every change that could let a waiter in.
     changed: Notify,
-}
-
-#[derive(Default)]
-struct ServiceState {
-    revision: u64,
-    next_lease: LeaseId,
-    leases: HashMap<LeaseId, LeaseRec>,
-    /// Lock keys `<name>/<lease hex>` of holders and waiters, with their
-    /// lease and create revision: etcd's lock protocol, so names nest as
-    /// they do there (the holder of `a/b` blocks `a`).
-    keys: BTreeMap<String, (LeaseId, u64)>,
-    /// The values of election candidates' keys (absent: empty), kept only
-    /// while the key is in `keys`.
-    values: HashMap<String, Vec<u8>>,
-    frozen: bool,
-    /// The whole service is down (see [`MemoryService::outage`]).
-    down: bool,
-    /// The keys of guarded writes.
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    /// The live key watches ([`Backend::watch_keys`]) by id.
-    watches: HashMap<WatchId, WatchReg>,
-    /// The watches of each lease (usually one: its session's).
-    lease_watches: HashMap<LeaseId, Vec<WatchId>>,
-    next_watch: WatchId,
-}
-
-/// Names one [`MemoryKeyWatch`] in the service.
-type WatchId = u64;
-
-/// One key watch: the keys it watches, by token, and where their news goes.
-struct WatchReg {
-    lease: LeaseId,
-    /// The link the news crosses (a partition holds it).
-    link: Arc<Link>,
-    gone: UnboundedSender<KeyGone>,
-    /// The create revisions of the watched keys of `lease`. Revisions are
-    /// unique service-wide, so a token names its key: no key strings here.
-    tokens: HashSet<u64>,
-    /// News made while the link was partitioned, sent when it heals.
-    held: BTreeMap<u64, LockGone>,
-}
-
-impl WatchReg {
-    /// Reports the key held with `token` gone, across the link: at once, or
-    /// held behind a partition (and behind news already held). Called under
-    /// the service's lock; takes the link's fault lock inside it (nothing
-    /// takes the two the other way round: `heal` flips the switch first,
-    /// then flushes under the service's lock).
-    fn report(&mut self, token: u64, why: LockGone) {
-        if self.held.is_empty() && !self.link.partitioned() {
-            let _ = self.gone.send(KeyGone {
-                token: Token(token),
-                why,
-            });
-        } else {
-            self.held.insert(token, why);
-        }
-    }
-
-    /// Sends the news a partition held.
-    fn flush(&mut self) {
-        for (token, why) in std::mem::take(&mut self.held) {
-            let _ = self.gone.send(KeyGone {
-                token: Token(token),
-                why,
-            });
-        }
-    }
-}
-
-struct LeaseRec {
-    ttl: Duration,
-    expires_at: Instant,
-}
-
-impl ServiceState {
-    /// Server-side expiry: drops every lease whose TTL ran out, with its locks.
-    fn expire(&mut self, now: Instant) -> bool {
-        if self.frozen || self.down {
-            return false;
-        }
-        let dead: Vec<LeaseId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires_at <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &dead {
-            self.remove_lease(*id);
-        }
-        !dead.is_empty()
-    }
-
-    /// Drops `lease` with its keys; its watches report every watched key
-    /// lost with it, as etcd's watch sees the lease's deletes.
-    fn remove_lease(&mut self, lease: LeaseId) -> bool {
-        let found = self.leases.remove(&lease).is_some();
-        if found {
-            self.keys.retain(|_, (l, _)| *l != lease);
-            let keys = &self.keys;
-            self.values.retain(|k, _| keys.contains_key(k));
-        }
-        for id in self.lease_watches.get(&lease).into_iter().flatten() {
-            if let Some(w) = self.watches.get_mut(id) {
-                let mut tokens: Vec<u64> = std::mem::take(&mut w.tokens).into_iter().collect();
-                tokens.sort_unstable();
-                for token in tokens {
-                    w.report(token, LockGone::LeaseLost);
-                }
-            }
-        }
-        found
-    }
-
-    /// Removes the lock key `key` while its lease lives (a release, a try
-    /// that did not hold, an operator): its watch reports it deleted.
-    fn delete_key(&mut self, key: &str) -> bool {
-        let Some((lease, rev)) = self.keys.remove(key) else {
-            return false;
-        };
-        self.values.remove(key);
-        for id in self.lease_watches.get(&lease).into_iter().flatten() {
-            if let Some(w) = self.watches.get_mut(id) {
-                if w.tokens.remove(&rev) {
-                    w.report(rev, LockGone::KeyDeleted);
-                }
-            }
-        }
-        true
-    }
-
-    /// The create revision of the key that holds `name`: the oldest key
-    /// under `name/` (etcd: the lowest create revision with that prefix).
-    fn owner(&self, name: &str) -> Option<(&str, u64)> {
-        let prefix = format!("{name}/");
-        self.keys
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .min_by_key(|(_, (_, rev))| *rev)
-            .map(|(k, (_, rev))| (k.as_str(), *rev))
-    }
-
-    /// The holder of the lock `name` itself (not of a name nested in it).
-    fn holder_of(&self, name: &str) -> Option<(String, Token)> {
-        let (key, rev) = self.owner(name)?;
-        let rest = &key[name.len() + 1..];
-        (!rest.contains('/')).then(|| (key.to_string(), Token(rev)))
-    }
-
-    fn next_expiry(&self) -> Option<Instant> {
-        if self.frozen || self.down {
-            return None;
-        }
-        self.leases.values().map(|l| l.expires_at).min()
-    }
 }
 
 impl MemoryService {
@@ -613,31 +464,6 @@ impl Default for MemoryService {
     }
 }
 
-#[derive(Default)]
-struct Link {
-    faults: Mutex<Faults>,
-    healed: Notify,
-    leases: Mutex<Vec<LeaseId>>,
-}
-
-impl Link {
-    fn faults(&self) -> MutexGuard<'_, Faults> {
-        crate::sync::lock(&self.faults)
-    }
-
-    fn partitioned(&self) -> bool {
-        self.faults().partitioned
-    }
-}
-
-#[derive(Clone, Default)]
-struct Faults {
-    partitioned: bool,
-    drop_replies: bool,
-    delay: Duration,
-    fail: Option<String>,
-}
-
 /// One client's link to a [`MemoryService`]: the [`Backend`] to give a
 /// [`crate::Client`], and the fault switches of that client's network.
 /// Clones share the link.
@@ -712,7 +538,8 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    /// Answered at once (or held by a partition): the machine times it.
+    fn grant(&self, ttl: Duration, _: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
@@ -726,7 +553,12 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
+    /// Answered at once, or as the link's faults say: the machine times it.
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        _: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>> {
         Box::pin(async move {
             let f = self.cross().await;
             if let Some(e) = f.fail {
@@ -822,7 +654,12 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        _: Bounds,
+        gone: UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
         let id = self.service.watch(lease, self.link.clone(), gone);
         Box::new(MemoryKeyWatch {
             service: self.service.clone(),
@@ -889,6 +726,10 @@ mod tests {
     /// The bound on every awaited event: far above what any takes.
     const WITHIN: Duration = Duration::from_secs(5);
     const TTL: Duration = Duration::from_secs(60);
+    const BOUNDS: Bounds = Bounds {
+        timeout: Duration::from_secs(2),
+        retry: Duration::from_secs(1),
+    };
 
     fn run<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -899,7 +740,7 @@ mod tests {
     }
 
     async fn grant(b: &MemoryBackend) -> LeaseId {
-        b.grant(TTL).await.unwrap().lease
+        b.grant(TTL, BOUNDS).await.unwrap().lease
     }
 
     async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
@@ -1078,7 +919,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut tokens = BTreeMap::new();
             for i in 0..1000 {
                 let name = format!("k{i}");
@@ -1113,7 +954,10 @@ mod tests {
             let (l1, l2) = (grant(&b1).await, grant(&b2).await);
             let (tx1, mut rx1) = mpsc::unbounded_channel();
             let (tx2, mut rx2) = mpsc::unbounded_channel();
-            let (w1, w2) = (b1.watch_keys(l1, tx1), b2.watch_keys(l2, tx2));
+            let (w1, w2) = (
+                b1.watch_keys(l1, BOUNDS, tx1),
+                b2.watch_keys(l2, BOUNDS, tx2),
+            );
             let t1 = b1.lock("a", l1, false).await.unwrap();
             let t2 = b2.lock("b", l2, false).await.unwrap();
             w1.add("a", t1);
@@ -1135,7 +979,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut t = BTreeMap::new();
             for name in ["a", "b", "c"] {
                 let tok = b.lock(name, l, false).await.unwrap();
@@ -1160,7 +1004,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let t = b.lock("a", l, false).await.unwrap();
             w.add("a", t);
             b.unlock("a", l, Some(t)).await.unwrap();
@@ -1181,7 +1025,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let old = b.lock("a", l, false).await.unwrap();
             b.unlock("a", l, Some(old)).await.unwrap();
             let new = b.lock("a", l, false).await.unwrap();
@@ -1205,9 +1049,13 @@ mod tests {
             let clock = ManualClock::default();
             let s = MemoryService::with_clock(clock.clock());
             let b = s.link();
-            let l = b.grant(Duration::from_secs(10)).await.unwrap().lease;
+            let l = b
+                .grant(Duration::from_secs(10), BOUNDS)
+                .await
+                .unwrap()
+                .lease;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let t = b.lock("a", l, false).await.unwrap();
             w.add("a", t);
             clock.advance(Duration::from_secs(9));
@@ -1217,7 +1065,10 @@ mod tests {
             // The service expires leases when next asked anything.
             assert_eq!(s.holder("a"), None);
             assert_eq!(next(&mut rx).await, gone(t, LockGone::LeaseLost));
-            assert_eq!(b.keepalive(l).await, Err(BackendError::LeaseNotFound));
+            assert_eq!(
+                b.keepalive(l, BOUNDS).await,
+                Err(BackendError::LeaseNotFound)
+            );
             assert_quiet(&mut rx);
         });
     }
@@ -1229,7 +1080,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut t = BTreeMap::new();
             for name in ["a", "b", "c"] {
                 let tok = b.lock(name, l, false).await.unwrap();
@@ -1261,7 +1112,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             for name in ["a", "b"] {
                 let tok = b.lock(name, l, false).await.unwrap();
                 w.add(name, tok);
@@ -1289,7 +1140,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let start = std::time::Instant::now();
             let mut tokens = Vec::with_capacity(N);
             for i in 0..N {
