@@ -25,13 +25,18 @@ fn resolve(backend: BackendConfig) -> Result<BackendConfig, Error> {
     let BackendConfig::FromEnv = backend else {
         return Ok(backend);
     };
-    match Endpoints::from_env()? {
-        Some(e) => e.backend().map_err(|e| match e {
-            Error::InvalidArgument(m) => Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}")),
-            e => e,
-        }),
-        None => Ok(BackendConfig::Embedded(MemoryService::shared())),
-    }
+    Ok(named(Endpoints::from_env()?)?
+        .unwrap_or_else(|| BackendConfig::Embedded(MemoryService::shared())))
+}
+
+/// The backend the `DLOCK_*` variables name (`None`: unset), an error
+/// naming `DLOCK_ENDPOINTS`.
+fn named(endpoints: Option<Endpoints>) -> Result<Option<BackendConfig>, Error> {
+    let prefixed = |e: Error| match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}")),
+        e => e,
+    };
+    endpoints.map(|e| e.backend().map_err(prefixed)).transpose()
 }
 
 /// The backend `config` names, connected (on the driver: its connections
@@ -116,13 +121,7 @@ impl EtcdConfig {
     /// Reads `DLOCK_ENDPOINTS` and the other `DLOCK_*` variables; `None`
     /// when `DLOCK_ENDPOINTS` is unset or empty.
     pub fn from_env() -> Result<Option<EtcdConfig>, Error> {
-        EtcdConfig::from_vars(|name| match std::env::var(name) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::InvalidArgument(format!("{name} is not valid UTF-8")))
-            }
-        })
+        EtcdConfig::only(named(Endpoints::from_env()?)?)
     }
 
     /// [`EtcdConfig::from_env`] over any source of variables (an empty
@@ -131,16 +130,14 @@ impl EtcdConfig {
     pub fn from_vars(
         get: impl Fn(&str) -> Result<Option<String>, Error>,
     ) -> Result<Option<EtcdConfig>, Error> {
-        let Some(endpoints) = Endpoints::from_vars(get)? else {
-            return Ok(None);
-        };
-        let prefixed = |e: Error| match e {
-            Error::InvalidArgument(m) => Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}")),
-            e => e,
-        };
-        match endpoints.backend().map_err(prefixed)? {
-            BackendConfig::Etcd(c) => Ok(Some(c)),
-            _ => Err(Error::InvalidArgument(
+        EtcdConfig::only(named(Endpoints::from_vars(get)?)?)
+    }
+
+    fn only(backend: Option<BackendConfig>) -> Result<Option<EtcdConfig>, Error> {
+        match backend {
+            None => Ok(None),
+            Some(BackendConfig::Etcd(c)) => Ok(Some(c)),
+            Some(_) => Err(Error::InvalidArgument(
                 "DLOCK_ENDPOINTS is a PostgreSQL URL, not etcd: use ClientConfig::from_env or dlock::Endpoints"
                     .into(),
             )),
@@ -308,120 +305,17 @@ mod tests {
         }
     }
 
-    /// The embedded backend, recording the bounds each grant, keepalive
-    /// and key watch came with.
-    struct Recording {
-        inner: MemoryBackend,
-        seen: std::sync::Mutex<Vec<(&'static str, crate::backend::Bounds)>>,
-    }
-
-    impl Recording {
-        fn saw(&self, what: &'static str, b: crate::backend::Bounds) {
-            self.seen.lock().unwrap().push((what, b));
-        }
-    }
-
-    use crate::backend::{BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
-    use crate::machine::{LeaseId, Token};
-
-    impl Backend for Recording {
-        fn grant(&self, ttl: Duration, b: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
-            self.saw("grant", b);
-            self.inner.grant(ttl, b)
-        }
-        fn keepalive(
-            &self,
-            l: LeaseId,
-            b: Bounds,
-        ) -> BoxFuture<'_, Result<Duration, BackendError>> {
-            self.saw("keepalive", b);
-            self.inner.keepalive(l, b)
-        }
-        fn lock<'a>(
-            &'a self,
-            name: &'a str,
-            l: LeaseId,
-            wait: bool,
-        ) -> BoxFuture<'a, Result<Token, BackendError>> {
-            self.inner.lock(name, l, wait)
-        }
-        fn revoke(&self, l: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {
-            self.inner.revoke(l)
-        }
-        fn unlock<'a>(
-            &'a self,
-            name: &'a str,
-            l: LeaseId,
-            t: Option<Token>,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            self.inner.unlock(name, l, t)
-        }
-        fn watch_keys(
-            &self,
-            l: LeaseId,
-            b: Bounds,
-            gone: tokio::sync::mpsc::UnboundedSender<KeyGone>,
-        ) -> Box<dyn KeyWatch> {
-            self.saw("watch", b);
-            self.inner.watch_keys(l, b, gone)
-        }
-        fn guarded_write<'a>(
-            &'a self,
-            name: &'a str,
-            l: LeaseId,
-            t: Token,
-            key: &'a [u8],
-            value: Option<&'a [u8]>,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            self.inner.guarded_write(name, l, t, key, value)
-        }
-        fn campaign<'a>(
-            &'a self,
-            name: &'a str,
-            l: LeaseId,
-            value: &'a [u8],
-            wait: bool,
-        ) -> BoxFuture<'a, Result<Token, BackendError>> {
-            self.inner.campaign(name, l, value, wait)
-        }
-        fn proclaim<'a>(
-            &'a self,
-            name: &'a str,
-            l: LeaseId,
-            t: Token,
-            value: &'a [u8],
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            self.inner.proclaim(name, l, t, value)
-        }
-        fn next_leader<'a>(
-            &'a self,
-            name: &'a str,
-            last: Option<&'a Option<Leader>>,
-        ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
-            self.inner.next_leader(name, last)
-        }
-    }
-
     /// Issue 28: a session with settings of its own stamps its own bounds
-    /// on its grant, keepalives and key watch, whatever its client's are;
-    /// and `Client::link` finds the embedded backend only when it is one.
+    /// on its grant, keepalives and key watch, whatever its client's are.
     #[test]
     fn a_session_calls_its_backend_with_its_own_bounds() {
-        let recording = Recording {
-            inner: MemoryService::new().link(),
-            seen: Default::default(),
-        };
         let client_options = crate::PartialOptions {
             ttl: Some(Duration::from_secs(10)),
             ..Default::default()
         }
         .resolve()
         .unwrap();
-        let client = Client::new(recording, client_options.clone()).unwrap();
-        assert!(
-            client.link().is_none(),
-            "a wrapper is not the embedded backend"
-        );
+        let client = Client::new(MemoryService::new().link(), client_options.clone()).unwrap();
         let own = Options {
             ttl: Duration::from_secs(4),
             keepalive_interval: Duration::from_millis(100),
@@ -430,20 +324,14 @@ mod tests {
             margin: Duration::from_secs(1),
             reacquire: true,
         };
+        assert_ne!(client_options.keepalive_timeout, own.keepalive_timeout);
         let session = client.session(own.clone()).unwrap();
         let lock = session.lock("bounds").unwrap();
         lock.acquire(Duration::from_secs(5)).unwrap();
         std::thread::sleep(Duration::from_millis(350));
         lock.release().unwrap();
-        let backend: &dyn std::any::Any = client.backend().as_ref();
-        let seen = backend
-            .downcast_ref::<Recording>()
-            .unwrap()
-            .seen
-            .lock()
-            .unwrap()
-            .clone();
-        let want = Bounds {
+        let seen = client.link().expect("embedded").bounds_seen();
+        let want = crate::backend::Bounds {
             timeout: own.keepalive_timeout,
             retry: own.retry_interval,
         };
@@ -454,7 +342,5 @@ mod tests {
             );
         }
         assert!(seen.iter().all(|(_, b)| *b == want), "{seen:?}");
-        assert_ne!(client_options.keepalive_timeout, own.keepalive_timeout);
-        assert!(Client::memory().link().is_some());
     }
 }

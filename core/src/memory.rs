@@ -474,6 +474,21 @@ pub struct MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// Notes the bounds a call came with (tests read them back); the
+    /// service answers at once, or as the link's faults say, and the
+    /// machine times every call itself.
+    fn saw(&self, call: &'static str, bounds: Bounds) {
+        #[cfg(test)]
+        crate::sync::lock(&self.link.bounds).push((call, bounds));
+        let _ = (call, bounds);
+    }
+
+    /// The bounds of every grant, keepalive and key watch so far.
+    #[cfg(test)]
+    pub(crate) fn bounds_seen(&self) -> Vec<(&'static str, Bounds)> {
+        crate::sync::lock(&self.link.bounds).clone()
+    }
+
     /// The service behind this link.
     pub fn service(&self) -> &MemoryService {
         &self.service
@@ -538,8 +553,8 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    /// Answered at once (or held by a partition): the machine times it.
-    fn grant(&self, ttl: Duration, _: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        self.saw("grant", bounds);
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
@@ -553,12 +568,12 @@ impl Backend for MemoryBackend {
         })
     }
 
-    /// Answered at once, or as the link's faults say: the machine times it.
     fn keepalive(
         &self,
         lease: LeaseId,
-        _: Bounds,
+        bounds: Bounds,
     ) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        self.saw("keepalive", bounds);
         Box::pin(async move {
             let f = self.cross().await;
             if let Some(e) = f.fail {
@@ -657,9 +672,10 @@ impl Backend for MemoryBackend {
     fn watch_keys(
         &self,
         lease: LeaseId,
-        _: Bounds,
+        bounds: Bounds,
         gone: UnboundedSender<KeyGone>,
     ) -> Box<dyn KeyWatch> {
+        self.saw("watch", bounds);
         let id = self.service.watch(lease, self.link.clone(), gone);
         Box::new(MemoryKeyWatch {
             service: self.service.clone(),

@@ -15,6 +15,9 @@ pub(super) struct Link {
     pub(super) faults: Mutex<Faults>,
     pub(super) healed: Notify,
     pub(super) leases: Mutex<Vec<LeaseId>>,
+    /// The bounds each grant, keepalive and key watch came with.
+    #[cfg(test)]
+    pub(super) bounds: Mutex<Vec<(&'static str, crate::backend::Bounds)>>,
 }
 
 impl Link {
