@@ -28,6 +28,8 @@ use dlock_testkit::etcd as etcd_cluster;
 use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
 
+mod own_settings;
+
 const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
@@ -575,11 +577,13 @@ fn fault_session_own_settings() {
         let fence = h.wait(EVENT, |t, e| t >= cut && fenced(e));
         h.heal();
         let drain = h.first(cut, draining).map(|(t, _)| t);
-        let mut r = own_settings_run(cut, deadline, drain, fence);
-        println!(
-            "{}",
-            own_settings_figures("etcd", run, cut, deadline, drain, fence)
-        );
+        let j = own_settings::judge("etcd", run, SLACK, cut, deadline, drain, fence);
+        let mut r = Run {
+            drain: j.drain,
+            other: j.fence,
+            broken: j.broken,
+            ..Run::default()
+        };
         if !r.broken.is_empty() {
             r.broken
                 .push(format!("events (ms from the cut):{}", h.story(cut)));
@@ -597,66 +601,6 @@ fn own_settings_client() -> Options {
         ..Default::default()
     };
     o.resolve().expect("valid client options")
-}
-
-/// The rules of [`fault_session_own_settings`] (also played on PostgreSQL):
-/// the drain no earlier than the session's keepalive timeout after the
-/// first keepalive the cut swallowed (sent an interval after the last
-/// confirmed one, `deadline − (TTL − margin)`), and within the slack of it;
-/// the fence at the session's deadline, within the slack.
-fn own_settings_run(
-    cut: Instant,
-    deadline: Instant,
-    drain: Option<Instant>,
-    fence: Option<Instant>,
-) -> Run {
-    let sent = deadline - (TTL - MARGIN);
-    let due = sent + INTERVAL + TIMEOUT;
-    let mut r = Run {
-        drain: drain.map(|d| ms(cut, d)),
-        other: fence.map(|f| ms(cut, f)),
-        ..Run::default()
-    };
-    // A timer never fires early: only rounding (1 ms) below the rule.
-    let early = Duration::from_millis(1);
-    r.check(
-        drain.is_some_and(|d| d >= due - early && d <= due + SLACK),
-        format!(
-            "drain {:?} ms from the keepalive timeout's instant (send + interval + 0.5 s), want 0..{} ms",
-            drain.map(|d| ms(due, d)),
-            ms_of(SLACK)
-        ),
-    );
-    r.check(
-        fence.is_some_and(|f| f >= deadline && f <= deadline + SLACK),
-        format!(
-            "fence {:?} ms from the session's deadline (send + 4 s − 1 s), want 0..{} ms",
-            fence.map(|f| ms(deadline, f)),
-            ms_of(SLACK)
-        ),
-    );
-    r
-}
-
-/// One line of measured figures of a run.
-fn own_settings_figures(
-    engine: &str,
-    run: usize,
-    cut: Instant,
-    deadline: Instant,
-    drain: Option<Instant>,
-    fence: Option<Instant>,
-) -> String {
-    let due = deadline - (TTL - MARGIN) + INTERVAL + TIMEOUT;
-    let f =
-        |x: Option<Instant>, from: Instant| x.map_or("-".into(), |x| format!("{:.0}", ms(from, x)));
-    format!(
-        "OWN|{engine}|run {run}|drain {} ms after the cut ({} ms after send + interval + 0.5 s)|fence {} ms after the cut ({} ms after the session's deadline)",
-        f(drain, cut),
-        f(drain, due),
-        f(fence, cut),
-        f(fence, deadline)
-    )
 }
 
 /// Keepalives reach the server (which keeps the lease alive) but no reply

@@ -23,6 +23,8 @@ use dlock::{StateChange, Token};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
+mod own_settings;
+
 const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
@@ -523,42 +525,13 @@ fn fault_session_own_settings() {
         let fence = h.wait(EVENT, |t, e| t >= cut && fenced(e));
         h.proxy.set(Mode::Pass);
         let drain = h.first(cut, draining).map(|(t, _)| t);
-        // The rules and figures of etcd_faults.rs's case of this name.
-        let sent = deadline - (TTL - MARGIN);
-        let due = sent + INTERVAL + TIMEOUT;
+        let j = own_settings::judge("pg", run, SLACK, cut, deadline, drain, fence);
         let mut r = Run {
-            drain: drain.map(|d| ms(cut, d)),
-            other: fence.map(|f| ms(cut, f)),
+            drain: j.drain,
+            other: j.fence,
+            broken: j.broken,
             ..Run::default()
         };
-        let f = |x: Option<Instant>, from: Instant| {
-            x.map_or("-".into(), |x| format!("{:.0}", ms(from, x)))
-        };
-        println!(
-            "OWN|pg|run {run}|drain {} ms after the cut ({} ms after send + interval + 0.5 s)|fence {} ms after the cut ({} ms after the session's deadline)",
-            f(drain, cut),
-            f(drain, due),
-            f(fence, cut),
-            f(fence, deadline)
-        );
-        // A timer never fires early: only rounding (1 ms) below the rule.
-        let early = Duration::from_millis(1);
-        r.check(
-            drain.is_some_and(|d| d >= due - early && d <= due + SLACK),
-            format!(
-                "drain {:?} ms from the keepalive timeout's instant (send + interval + 0.5 s), want 0..{} ms",
-                drain.map(|d| ms(due, d)),
-                ms_of(SLACK)
-            ),
-        );
-        r.check(
-            fence.is_some_and(|f| f >= deadline && f <= deadline + SLACK),
-            format!(
-                "fence {:?} ms from the session's deadline (send + 4 s − 1 s), want 0..{} ms",
-                fence.map(|f| ms(deadline, f)),
-                ms_of(SLACK)
-            ),
-        );
         if !r.broken.is_empty() {
             r.broken
                 .push(format!("events (ms from the cut):{}", h.story(cut)));
