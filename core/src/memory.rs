@@ -13,7 +13,7 @@
 //! and reports to the one watching its token; no watcher waits on the
 //! service's changes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{
-    Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader, LockGone, lock_key,
+    Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader, lock_key,
 };
 use crate::clock::Clock;
 use crate::machine::{LeaseId, Token};
@@ -30,7 +30,7 @@ mod link;
 mod state;
 
 use link::{Faults, Link};
-use state::{LeaseRec, ServiceState, WatchId, WatchReg};
+use state::{ServiceState, WatchId};
 
 /// An in-process lock service. Clones share one service.
 #[derive(Clone)]
@@ -177,15 +177,7 @@ impl MemoryService {
     ) -> Result<(), BackendError> {
         let mut st = self.lock();
         st.expire(self.0.clock.now());
-        if st.keys.get(&lock_key(name, lease)) != Some(&(lease, token.0)) {
-            return Err(BackendError::Fenced);
-        }
-        st.revision += 1;
-        match value {
-            Some(v) => st.kv.insert(key.to_vec(), v.to_vec()),
-            None => st.kv.remove(key),
-        };
-        Ok(())
+        st.guarded_write(name, lease, token, key, value)
     }
 
     fn lock(&self) -> MutexGuard<'_, ServiceState> {
@@ -193,12 +185,7 @@ impl MemoryService {
     }
 
     fn grant(&self, ttl: Duration) -> Grant {
-        let mut st = self.lock();
-        st.next_lease += 1;
-        let lease = st.next_lease;
-        let expires_at = self.0.clock.now() + ttl;
-        st.leases.insert(lease, LeaseRec { ttl, expires_at });
-        Grant { lease, ttl }
+        self.lock().grant(self.0.clock.now(), ttl)
     }
 
     fn keepalive(&self, lease: LeaseId) -> Result<Duration, BackendError> {
@@ -207,12 +194,7 @@ impl MemoryService {
         if st.expire(now) {
             self.0.changed.notify_waiters();
         }
-        let rec = st
-            .leases
-            .get_mut(&lease)
-            .ok_or(BackendError::LeaseNotFound)?;
-        rec.expires_at = now + rec.ttl;
-        Ok(rec.ttl)
+        st.renew(now, lease)
     }
 
     /// etcd's lock protocol: put the key `<name>/<lease>` (once), then
@@ -299,10 +281,7 @@ impl MemoryService {
         if st.expire(self.0.clock.now()) {
             self.0.changed.notify_waiters();
         }
-        if st.keys.get(&key) != Some(&(lease, token.0)) {
-            return Err(BackendError::Fenced);
-        }
-        st.values.insert(key, value.to_vec());
+        st.proclaim(key, lease, token, value)?;
         drop(st);
         self.0.changed.notify_waiters();
         Ok(())
@@ -363,12 +342,7 @@ impl MemoryService {
     fn unlock(&self, name: &str, lease: LeaseId, token: Option<Token>) {
         let mut st = self.lock();
         let expired = st.expire(self.0.clock.now());
-        let key = lock_key(name, lease);
-        let deleted = match (st.keys.get(&key), token) {
-            (Some((_, rev)), Some(t)) if *rev != t.0 => false,
-            (Some(_), _) => st.delete_key(&key),
-            (None, _) => false,
-        };
+        let deleted = st.unlock(&lock_key(name, lease), token);
         drop(st);
         if expired || deleted {
             self.0.changed.notify_waiters();
@@ -377,21 +351,7 @@ impl MemoryService {
 
     /// A new key watch of `lease` whose news crosses `link` to `gone`.
     fn watch(&self, lease: LeaseId, link: Arc<Link>, gone: UnboundedSender<KeyGone>) -> WatchId {
-        let mut st = self.lock();
-        st.next_watch += 1;
-        let id = st.next_watch;
-        st.watches.insert(
-            id,
-            WatchReg {
-                lease,
-                link,
-                gone,
-                tokens: HashSet::new(),
-                held: BTreeMap::new(),
-            },
-        );
-        st.lease_watches.entry(lease).or_default().push(id);
-        id
+        self.lock().watch(lease, link, gone)
     }
 
     /// Watch `id` watches the key of `name` held with `token`; a key already
@@ -401,54 +361,12 @@ impl MemoryService {
         if st.expire(self.0.clock.now()) {
             self.0.changed.notify_waiters();
         }
-        let Some(lease) = st.watches.get(&id).map(|w| w.lease) else {
-            return;
-        };
-        let alive = st.leases.contains_key(&lease);
-        let held = alive && st.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
-        let Some(w) = st.watches.get_mut(&id) else {
-            return;
-        };
-        if held {
-            w.tokens.insert(token.0);
-        } else if alive {
-            w.report(token.0, LockGone::KeyDeleted);
-        } else {
-            w.report(token.0, LockGone::LeaseLost);
-        }
-    }
-
-    /// Watch `id` stops watching the key held with `token`, news held by a
-    /// partition included.
-    fn watch_remove(&self, id: WatchId, token: Token) {
-        if let Some(w) = self.lock().watches.get_mut(&id) {
-            w.tokens.remove(&token.0);
-            w.held.remove(&token.0);
-        }
-    }
-
-    /// Ends watch `id`, news held by a partition included.
-    fn unwatch(&self, id: WatchId) {
-        let mut st = self.lock();
-        let Some(w) = st.watches.remove(&id) else {
-            return;
-        };
-        if let Some(ids) = st.lease_watches.get_mut(&w.lease) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                st.lease_watches.remove(&w.lease);
-            }
-        }
+        st.watch_add(id, name, token);
     }
 
     /// Sends the news a partition of `link` held.
     fn flush_held(&self, link: &Arc<Link>) {
-        let mut st = self.lock();
-        for w in st.watches.values_mut() {
-            if Arc::ptr_eq(&w.link, link) {
-                w.flush();
-            }
-        }
+        self.lock().flush_held(link);
     }
 }
 
@@ -712,13 +630,13 @@ impl KeyWatch for MemoryKeyWatch {
     }
 
     fn remove(&self, token: Token) {
-        self.service.watch_remove(self.id, token);
+        self.service.lock().watch_remove(self.id, token);
     }
 }
 
 impl Drop for MemoryKeyWatch {
     fn drop(&mut self) {
-        self.service.unwatch(self.id);
+        self.service.lock().unwatch(self.id);
     }
 }
 
@@ -731,12 +649,13 @@ pub fn stall_driver(d: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use tokio::sync::mpsc::{self, UnboundedReceiver, error::TryRecvError};
     use tokio::time::timeout;
 
     use super::*;
+    use crate::backend::LockGone;
     use crate::clock::ManualClock;
 
     /// The bound on every awaited event: far above what any takes.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::link::Link;
-use crate::backend::{KeyGone, LockGone};
+use crate::backend::{BackendError, Grant, KeyGone, LockGone, lock_key};
 use crate::clock::Instant;
 use crate::machine::{LeaseId, Token};
 
@@ -167,5 +167,147 @@ impl ServiceState {
             return None;
         }
         self.leases.values().map(|l| l.expires_at).min()
+    }
+
+    /// A new lease of `ttl` from `now`.
+    pub(super) fn grant(&mut self, now: Instant, ttl: Duration) -> Grant {
+        self.next_lease += 1;
+        let lease = self.next_lease;
+        let expires_at = now + ttl;
+        self.leases.insert(lease, LeaseRec { ttl, expires_at });
+        Grant { lease, ttl }
+    }
+
+    /// A keepalive of `lease` at `now` (expired leases already dropped):
+    /// its TTL again from `now`.
+    pub(super) fn renew(&mut self, now: Instant, lease: LeaseId) -> Result<Duration, BackendError> {
+        let rec = self
+            .leases
+            .get_mut(&lease)
+            .ok_or(BackendError::LeaseNotFound)?;
+        rec.expires_at = now + rec.ttl;
+        Ok(rec.ttl)
+    }
+
+    /// Commits a write only while the lock key of `name` under `lease`
+    /// exists with `token` as its create revision (the rule of an etcd
+    /// transaction comparing the lock key's `create_revision`).
+    pub(super) fn guarded_write(
+        &mut self,
+        name: &str,
+        lease: LeaseId,
+        token: Token,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), BackendError> {
+        if self.keys.get(&lock_key(name, lease)) != Some(&(lease, token.0)) {
+            return Err(BackendError::Fenced);
+        }
+        self.revision += 1;
+        match value {
+            Some(v) => self.kv.insert(key.to_vec(), v.to_vec()),
+            None => self.kv.remove(key),
+        };
+        Ok(())
+    }
+
+    /// `Election.Proclaim`: `value` in the candidate key `key`, while it
+    /// holds `token` under `lease`.
+    pub(super) fn proclaim(
+        &mut self,
+        key: String,
+        lease: LeaseId,
+        token: Token,
+        value: &[u8],
+    ) -> Result<(), BackendError> {
+        if self.keys.get(&key) != Some(&(lease, token.0)) {
+            return Err(BackendError::Fenced);
+        }
+        self.values.insert(key, value.to_vec());
+        Ok(())
+    }
+
+    /// Deletes the lock key `key`: with `token`, only while the key was
+    /// created with it. Whether it did.
+    pub(super) fn unlock(&mut self, key: &str, token: Option<Token>) -> bool {
+        match (self.keys.get(key), token) {
+            (Some((_, rev)), Some(t)) if *rev != t.0 => false,
+            (Some(_), _) => self.delete_key(key),
+            (None, _) => false,
+        }
+    }
+
+    /// A new key watch of `lease` whose news crosses `link` to `gone`.
+    pub(super) fn watch(
+        &mut self,
+        lease: LeaseId,
+        link: Arc<Link>,
+        gone: UnboundedSender<KeyGone>,
+    ) -> WatchId {
+        self.next_watch += 1;
+        let id = self.next_watch;
+        self.watches.insert(
+            id,
+            WatchReg {
+                lease,
+                link,
+                gone,
+                tokens: HashSet::new(),
+                held: BTreeMap::new(),
+            },
+        );
+        self.lease_watches.entry(lease).or_default().push(id);
+        id
+    }
+
+    /// Watch `id` watches the key of `name` held with `token` (expired
+    /// leases already dropped); a key already gone is reported at once.
+    pub(super) fn watch_add(&mut self, id: WatchId, name: &str, token: Token) {
+        let Some(lease) = self.watches.get(&id).map(|w| w.lease) else {
+            return;
+        };
+        let alive = self.leases.contains_key(&lease);
+        let held = alive && self.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
+        let Some(w) = self.watches.get_mut(&id) else {
+            return;
+        };
+        if held {
+            w.tokens.insert(token.0);
+        } else if alive {
+            w.report(token.0, LockGone::KeyDeleted);
+        } else {
+            w.report(token.0, LockGone::LeaseLost);
+        }
+    }
+
+    /// Watch `id` stops watching the key held with `token`, news held by a
+    /// partition included.
+    pub(super) fn watch_remove(&mut self, id: WatchId, token: Token) {
+        if let Some(w) = self.watches.get_mut(&id) {
+            w.tokens.remove(&token.0);
+            w.held.remove(&token.0);
+        }
+    }
+
+    /// Ends watch `id`, news held by a partition included.
+    pub(super) fn unwatch(&mut self, id: WatchId) {
+        let Some(w) = self.watches.remove(&id) else {
+            return;
+        };
+        if let Some(ids) = self.lease_watches.get_mut(&w.lease) {
+            ids.retain(|i| *i != id);
+            if ids.is_empty() {
+                self.lease_watches.remove(&w.lease);
+            }
+        }
+    }
+
+    /// Sends the news a partition of `link` held.
+    pub(super) fn flush_held(&mut self, link: &Arc<Link>) {
+        for w in self.watches.values_mut() {
+            if Arc::ptr_eq(&w.link, link) {
+                w.flush();
+            }
+        }
     }
 }
