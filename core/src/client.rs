@@ -46,15 +46,15 @@ pub struct Client {
     /// Names the client's sessions in the process-wide registry.
     id: u64,
     backend: Arc<dyn Backend>,
-    options: Options,
     clock: Clock,
+    /// The default session; its options are the client's.
     session: Session,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("options", &self.options)
+            .field("options", self.options())
             .field("embedded", &self.link().is_some())
             .finish()
     }
@@ -86,11 +86,10 @@ impl Client {
     pub(crate) fn assemble(backend: Arc<dyn Backend>, options: Options, clock: Clock) -> Client {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = Session::start(backend.clone(), options.clone(), clock.clone(), Some(id));
+        let session = Session::start(backend.clone(), options, clock.clone(), Some(id));
         Client {
             id,
             backend,
-            options,
             clock,
             session,
         }
@@ -98,7 +97,7 @@ impl Client {
 
     /// The options of the default session.
     pub fn options(&self) -> &Options {
-        &self.options
+        self.session.options()
     }
 
     /// The clock deadlines are read from.
