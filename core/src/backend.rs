@@ -1,9 +1,12 @@
-//! What the driver needs from a lock service.
+//! What the driver needs from a lock service: the [`Backend`] trait and
+//! the types its calls carry. A backend keeps no settings of the session:
+//! each call that is timed carries its [`Bounds`], stamped by the machine.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+pub use crate::machine::Bounds;
 use crate::machine::{LeaseId, Token};
 
 /// The lock key of `name` under `lease`: `{name}/{lease:x}`, the key etcd's
@@ -68,14 +71,6 @@ pub trait KeyWatch: Send + Sync {
     fn remove(&self, token: Token);
 }
 
-/// The watch of a backend that has none.
-struct NoWatch;
-
-impl KeyWatch for NoWatch {
-    fn add(&self, _: &str, _: Token) {}
-    fn remove(&self, _: Token) {}
-}
-
 /// A lease granted by the service.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -101,14 +96,23 @@ pub struct Leader {
 }
 
 /// A lock service. Implementations do I/O only: every decision about
-/// deadlines, drains and fences stays in the core's state machine.
-pub trait Backend: Send + Sync + 'static {
-    /// Grants a lease of (about) `ttl`.
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>>;
+/// deadlines, drains and fences stays in the core's state machine, and
+/// every bound on a session's calls comes with the call ([`Bounds`]).
+/// `Any`, so the one place that needs a backend's own methods (the
+/// embedded backend's fault switches, `Client::link`) downcasts to it.
+pub trait Backend: std::any::Any + Send + Sync + 'static {
+    /// Grants a lease of (about) `ttl`, giving up after `bounds.timeout`.
+    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>>;
 
     /// Sends one keepalive; returns the granted TTL. A zero TTL or
-    /// [`BackendError::LeaseNotFound`] means the lease is lost.
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>>;
+    /// [`BackendError::LeaseNotFound`] means the lease is lost. Gives up
+    /// (unavailable) after `bounds.timeout`, as the machine counts it
+    /// failed then.
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>>;
 
     /// Acquires `name` under `lease` and returns its fencing token. With
     /// `wait`, queues behind the current holder; without, fails with
@@ -142,16 +146,14 @@ pub trait Backend: Send + Sync + 'static {
     /// one Watch stream, one watcher per key), reporting on `gone` each key
     /// that vanishes while its holder may think it holds it (an operator
     /// deleted it, or the lease went). Dropping the [`KeyWatch`] ends every
-    /// watch. The default watches nothing: keepalives alone tell a lost
-    /// lease.
+    /// watch. `bounds` are the session's: a lookup is bounded by
+    /// `bounds.timeout`, a failed stream opened again after `bounds.retry`.
     fn watch_keys(
         &self,
         lease: LeaseId,
+        bounds: Bounds,
         gone: tokio::sync::mpsc::UnboundedSender<KeyGone>,
-    ) -> Box<dyn KeyWatch> {
-        let _ = (lease, gone);
-        Box::new(NoWatch)
-    }
+    ) -> Box<dyn KeyWatch>;
 
     /// Writes `key` = `value` (`None`: deletes `key`) only while the lock
     /// key of `name` under `lease` still exists with `token` (its create
@@ -164,14 +166,7 @@ pub trait Backend: Send + Sync + 'static {
         token: Token,
         key: &'a [u8],
         value: Option<&'a [u8]>,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        let _ = (name, lease, token, key, value);
-        Box::pin(async {
-            Err(BackendError::Unavailable(
-                "this backend has no guarded writes".into(),
-            ))
-        })
-    }
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
 
     /// Puts `key` = `value` in the service's key-value store only if `key`
     /// is absent (etcd: one transaction comparing its create revision with
@@ -194,17 +189,14 @@ pub trait Backend: Send + Sync + 'static {
 
     /// [`Backend::lock`] for an election's candidate: the key is created
     /// holding `value` (an existing key gets `value`), as etcd's
-    /// `Election.Campaign`. The default ignores the value.
+    /// `Election.Campaign`.
     fn campaign<'a>(
         &'a self,
         name: &'a str,
         lease: LeaseId,
         value: &'a [u8],
         wait: bool,
-    ) -> BoxFuture<'a, Result<Token, BackendError>> {
-        let _ = value;
-        self.lock(name, lease, wait)
-    }
+    ) -> BoxFuture<'a, Result<Token, BackendError>>;
 
     /// Puts `value` in the candidate key of `name` under `lease` (keeping
     /// the lease) only while that key's create revision is `token`; else
@@ -215,14 +207,7 @@ pub trait Backend: Send + Sync + 'static {
         lease: LeaseId,
         token: Token,
         value: &'a [u8],
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        let _ = (name, lease, token, value);
-        Box::pin(async {
-            Err(BackendError::Unavailable(
-                "this backend has no elections".into(),
-            ))
-        })
-    }
+    ) -> BoxFuture<'a, Result<(), BackendError>>;
 
     /// Follows the leader of `name`: `each` gets the state now, then the
     /// state after every change under the prefix (read after the change,
@@ -256,14 +241,7 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         name: &'a str,
         last: Option<&'a Option<Leader>>,
-    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
-        let _ = (name, last);
-        Box::pin(async {
-            Err(BackendError::Unavailable(
-                "this backend has no elections".into(),
-            ))
-        })
-    }
+    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>>;
 }
 
 #[cfg(test)]

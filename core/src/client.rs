@@ -1,9 +1,8 @@
-//! The public face: [`Client`], [`Lock`], [`Permit`] — the one contract
-//! every other face (C, Python, Node) converts and calls.
+//! The public face: [`Client`] and [`Lock`] — the one contract every
+//! other face (C, Python, Node) converts and calls. A client holds a
+//! `dyn Backend` and names none: `connect.rs` chooses and connects it;
+//! sessions are `session.rs`'s, permits `permit.rs`'s.
 
-use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,14 +11,14 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::callbacks::Callbacks;
 use crate::clock::{Clock, Instant};
-use crate::driver::{Command, Reply, Ticket, Write, spawn_session};
+use crate::driver::{Command, Reply, Ticket, Write};
 use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
 use crate::lifecycle::{Acquisition, CancelOnDrop};
-use crate::machine::{LeaseId, LockId, Refused, State, StateChange, Token};
-use crate::memory::{MemoryBackend, MemoryService};
-use crate::metrics::Shared;
-use crate::{Error, EtcdConfig, Options};
+use crate::machine::{LockId, Refused, State, StateChange, Token};
+use crate::permit::{OwnedPermit, Permit};
+use crate::session::Session;
+use crate::{Error, Options};
 
 /// Longest lock (and election) name accepted, in bytes, on every engine:
 /// with [`crate::election::MAX_VALUE_LEN`] it keeps every request within
@@ -37,79 +36,6 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// before anything is sent ([`Error::InvalidArgument`], naming the limit).
 pub const MAX_KEY_LEN: usize = 2048;
 
-/// Which lock service a [`Client`] talks to.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum BackendConfig {
-    /// The embedded in-process service (its links have fault switches:
-    /// [`Client::link`]).
-    Embedded(MemoryService),
-    /// An etcd cluster.
-    Etcd(EtcdConfig),
-    /// A PostgreSQL server (docs/postgres.md).
-    Postgres(crate::PostgresConfig),
-    /// What `DLOCK_ENDPOINTS` names, with the other `DLOCK_*` variables
-    /// ([`crate::Endpoints::from_env`]): PostgreSQL for a `postgres://` or
-    /// `postgresql://` URL, else etcd; the process-wide embedded service
-    /// when it is unset.
-    FromEnv,
-}
-
-/// Everything [`Client::connect`] needs: the options every lock of the
-/// client uses and the backend. Every face builds one of these and lets
-/// the core choose and connect.
-#[derive(Clone, Debug)]
-pub struct ClientConfig {
-    /// Timing and reacquire settings (validated by `connect`).
-    pub options: Options,
-    /// The lock service.
-    pub backend: BackendConfig,
-    /// The clock deadlines are read from (default: the system's
-    /// [`Clock::system`]; tests give a [`crate::ManualClock`]'s).
-    pub clock: Option<Clock>,
-}
-
-impl ClientConfig {
-    /// The process-wide embedded service, default options.
-    pub fn embedded() -> ClientConfig {
-        ClientConfig::embedded_in(MemoryService::shared())
-    }
-
-    /// The embedded `service`, default options.
-    pub fn embedded_in(service: MemoryService) -> ClientConfig {
-        ClientConfig::with_backend(BackendConfig::Embedded(service))
-    }
-
-    /// An etcd cluster, default options.
-    pub fn etcd(config: EtcdConfig) -> ClientConfig {
-        ClientConfig::with_backend(BackendConfig::Etcd(config))
-    }
-
-    /// A PostgreSQL server, default options.
-    pub fn postgres(config: crate::PostgresConfig) -> ClientConfig {
-        ClientConfig::with_backend(BackendConfig::Postgres(config))
-    }
-
-    /// From the `DLOCK_*` environment, default options.
-    pub fn from_env() -> ClientConfig {
-        ClientConfig::with_backend(BackendConfig::FromEnv)
-    }
-
-    fn with_backend(backend: BackendConfig) -> ClientConfig {
-        ClientConfig {
-            options: Options::default(),
-            backend,
-            clock: None,
-        }
-    }
-
-    /// The same, with `options`.
-    pub fn with_options(mut self, options: Options) -> ClientConfig {
-        self.options = options;
-        self
-    }
-}
-
 /// A connection to a lock service. Its locks share one default
 /// [`Session`] (one lease, one keepalive loop); [`Client::session`] makes
 /// another for locks that must not share its fate. Cheap to clone; the
@@ -120,89 +46,21 @@ pub struct Client {
     /// Names the client's sessions in the process-wide registry.
     id: u64,
     backend: Arc<dyn Backend>,
-    options: Options,
     clock: Clock,
-    link: Option<MemoryBackend>,
+    /// The default session; its options are the client's.
     session: Session,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("options", &self.options)
-            .field("embedded", &self.link.is_some())
+            .field("options", self.options())
+            .field("embedded", &self.link().is_some())
             .finish()
     }
 }
 
 impl Client {
-    /// A client of the backend `config` names: validates the options,
-    /// picks the backend (the environment's for [`BackendConfig::FromEnv`])
-    /// and connects (etcd: to the first member that answers). Blocks.
-    pub fn connect(config: ClientConfig) -> Result<Client, Error> {
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        crate::driver::block_on(Client::connect_on_driver(config))?
-    }
-
-    /// [`Client::connect`] for async code, on any executor.
-    pub async fn connect_async(config: ClientConfig) -> Result<Client, Error> {
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        crate::driver::on_driver(Client::connect_on_driver(config))
-            .await
-            .map_err(|_| Error::Shutdown)?
-    }
-
-    async fn connect_on_driver(config: ClientConfig) -> Result<Client, Error> {
-        let ClientConfig {
-            options,
-            backend,
-            clock,
-        } = config;
-        options.validate()?;
-        let clock = clock.unwrap_or_else(Clock::system);
-        let backend = match backend {
-            BackendConfig::FromEnv => match crate::Endpoints::from_env()? {
-                Some(e) => e.backend().map_err(|e| match e {
-                    Error::InvalidArgument(m) => {
-                        Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}"))
-                    }
-                    e => e,
-                })?,
-                None => BackendConfig::Embedded(MemoryService::shared()),
-            },
-            other => other,
-        };
-        let etcd = match backend {
-            BackendConfig::Postgres(c) => {
-                let backend = crate::postgres::connect(c).await?;
-                return Ok(Client::assemble(Arc::new(backend), options, clock, None));
-            }
-            BackendConfig::Etcd(c) => Ok(c),
-            BackendConfig::Embedded(service) => Err(service),
-            // Resolved above; an unset environment means this one.
-            BackendConfig::FromEnv => Err(MemoryService::shared()),
-        };
-        match etcd {
-            Ok(c) => {
-                let backend = crate::etcd::connect(c, &options).await?;
-                Ok(Client::assemble(Arc::new(backend), options, clock, None))
-            }
-            Err(service) => {
-                let link = service.link();
-                Ok(Client::assemble(
-                    Arc::new(link.clone()),
-                    options,
-                    clock,
-                    Some(link),
-                ))
-            }
-        }
-    }
-
     /// A client of `backend` with `options` (validated) on the system clock.
     pub fn new(backend: impl Backend, options: Options) -> Result<Client, Error> {
         Client::with_clock(backend, options, Clock::system())
@@ -220,53 +78,31 @@ impl Client {
             return Err(Error::Forked);
         }
         options.validate()?;
-        let link = (&backend as &dyn std::any::Any)
-            .downcast_ref::<MemoryBackend>()
-            .cloned();
-        Ok(Client::assemble(Arc::new(backend), options, clock, link))
+        Ok(Client::assemble(Arc::new(backend), options, clock))
     }
 
-    /// A client with its default session; `options` are valid.
-    fn assemble(
-        backend: Arc<dyn Backend>,
-        options: Options,
-        clock: Clock,
-        link: Option<MemoryBackend>,
-    ) -> Client {
+    /// A client of `backend` with its default session; `options` are
+    /// valid.
+    pub(crate) fn assemble(backend: Arc<dyn Backend>, options: Options, clock: Clock) -> Client {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = Session::start(backend.clone(), options.clone(), clock.clone(), Some(id));
+        let session = Session::start(backend.clone(), options, clock.clone(), Some(id));
         Client {
             id,
             backend,
-            options,
             clock,
-            link,
             session,
         }
     }
 
-    /// A client of the process-wide embedded service with default options.
-    pub fn memory() -> Client {
-        Client::new(MemoryService::shared().link(), Options::default())
-            .expect("default options are valid")
-    }
-
     /// The options of the default session.
     pub fn options(&self) -> &Options {
-        &self.options
+        self.session.options()
     }
 
     /// The clock deadlines are read from.
     pub fn clock(&self) -> &Clock {
         &self.clock
-    }
-
-    /// The embedded backend's link of this client, with its fault switches
-    /// (partition, lost or delayed replies, …) for applications' own fault
-    /// tests; `None` on etcd.
-    pub fn link(&self) -> Option<&MemoryBackend> {
-        self.link.as_ref()
     }
 
     /// A handle on the lock called `name` (not acquired yet), on the
@@ -280,7 +116,8 @@ impl Client {
         self.session.lock(name)
     }
 
-    /// The service this client talks to (observers read it directly).
+    /// The service this client talks to (observers read it directly;
+    /// `Client::link` downcasts it).
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
@@ -325,202 +162,7 @@ impl Client {
     }
 }
 
-/// One lease shared by any number of locks: one keepalive loop, one local
-/// deadline. A failed keepalive drains every lock of the session; the
-/// deadline or a lost lease fences them all; a deleted key fences its lock
-/// alone. Acquiring is one put (and the wait for one's turn), releasing one
-/// delete. Cheap to clone; dropped with its last clone and lock (the lease
-/// is then revoked).
-#[derive(Clone)]
-pub struct Session {
-    inner: Arc<SessionInner>,
-}
-
-struct SessionInner {
-    /// Dropped with the last handle (the task then closes the session),
-    /// except in a forked child: there the driver does not exist and the
-    /// lease is the parent's.
-    commands: ManuallyDrop<mpsc::UnboundedSender<Command>>,
-    options: Options,
-    clock: Clock,
-    shared: Arc<Shared>,
-    drained: Arc<tokio::sync::Notify>,
-    /// The client's default session: closed only with the client.
-    default: bool,
-    /// [`Session::close`] was called: no new lock.
-    closed: std::sync::atomic::AtomicBool,
-    /// Shut down ([`crate::shutdown`], [`Client::shutdown`]): every call
-    /// that would start something fails with [`Error::Shutdown`].
-    shut: Arc<std::sync::atomic::AtomicBool>,
-    /// The service, for an election's reads (`Election::leader`).
-    backend: Arc<dyn Backend>,
-    /// A fork while the session lives makes the child forked.
-    _live: crate::fork::Live,
-}
-
-impl Drop for SessionInner {
-    fn drop(&mut self) {
-        if !crate::forked() {
-            // SAFETY: dropped once, here; never used again.
-            unsafe { ManuallyDrop::drop(&mut self.commands) }
-        }
-    }
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
-            .field("lease", &self.lease())
-            .field("locks", &self.locks())
-            .finish()
-    }
-}
-
-/// What [`Session::stats`] reports.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SessionStats {
-    /// The lease, while one is granted.
-    pub lease: Option<LeaseId>,
-    /// Keepalives sent.
-    pub keepalives: u64,
-    /// Locks of the session (handles, and released locks not yet done).
-    pub locks: u64,
-    /// Round trip of the last confirmed keepalive.
-    pub last_keepalive_rtt: Option<Duration>,
-}
-
 impl Session {
-    /// A new session; `default_of`: the default session of that client.
-    fn start(
-        backend: Arc<dyn Backend>,
-        options: Options,
-        clock: Clock,
-        default_of: Option<u64>,
-    ) -> Session {
-        // A stop signal releases what the process holds (issue 32, 8).
-        crate::signals::install(options.keepalive_timeout);
-        let shared = Arc::new(Shared::default());
-        let drained = Arc::new(tokio::sync::Notify::new());
-        let service = backend.clone();
-        let commands = spawn_session(
-            backend,
-            options.clone(),
-            clock.clone(),
-            shared.clone(),
-            drained.clone(),
-        );
-        let session = Session {
-            inner: Arc::new(SessionInner {
-                commands: ManuallyDrop::new(commands),
-                options,
-                clock,
-                shared,
-                drained,
-                default: default_of.is_some(),
-                closed: std::sync::atomic::AtomicBool::new(false),
-                shut: Arc::default(),
-                backend: service,
-                _live: crate::fork::Live::new(),
-            }),
-        };
-        match default_of {
-            Some(client) => session.of(client),
-            None => session,
-        }
-    }
-
-    /// Registers the session as one of `client`'s, for shutdown and
-    /// [`Client::snapshot`].
-    fn of(self, client: u64) -> Session {
-        crate::metrics::register(client, &self.inner.shared);
-        crate::lifecycle::register(crate::lifecycle::Registered {
-            client,
-            commands: self.inner.commands.downgrade(),
-            shut: self.inner.shut.clone(),
-            keepalive_timeout: self.inner.options.keepalive_timeout,
-        });
-        self
-    }
-
-    /// [`Error::Shutdown`] once the session was shut down.
-    fn live(&self) -> Result<(), Error> {
-        if crate::lifecycle::is_shut(&self.inner.shut) {
-            return Err(Error::Shutdown);
-        }
-        Ok(())
-    }
-
-    fn send(&self, c: Command) -> Result<(), Error> {
-        if crate::forked() {
-            return Err(Error::Forked);
-        }
-        self.inner.commands.send(c).map_err(|_| Error::Shutdown)
-    }
-
-    fn closing(&self) -> Result<(), Error> {
-        if self.inner.default {
-            return Err(Error::InvalidArgument(
-                "the client's default session closes with the client; close or drop its locks instead".into(),
-            ));
-        }
-        self.inner
-            .closed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }
-
-    /// The service the session talks to (elections read it directly).
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
-        &self.inner.backend
-    }
-
-    /// [`Error::Shutdown`] once shut down, [`Error::Released`] once closed.
-    pub(crate) fn open(&self) -> Result<(), Error> {
-        self.live()?;
-        if self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Error::Released);
-        }
-        Ok(())
-    }
-
-    /// Whether this is its client's default session.
-    pub fn is_default(&self) -> bool {
-        self.inner.default
-    }
-
-    /// The session's options.
-    pub fn options(&self) -> &Options {
-        &self.inner.options
-    }
-
-    /// The lease, while one is granted (after the first acquisition).
-    pub fn lease(&self) -> Option<LeaseId> {
-        use std::sync::atomic::Ordering::Relaxed;
-        Some(self.inner.shared.lease.load(Relaxed)).filter(|l| *l != 0)
-    }
-
-    /// Locks of the session not yet done with.
-    pub fn locks(&self) -> u64 {
-        self.inner
-            .shared
-            .locks
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The lease, the keepalives sent, the locks, the last round trip.
-    pub fn stats(&self) -> SessionStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        let s = &self.inner.shared;
-        let rtt = s.last_rtt_ns.load(Relaxed);
-        SessionStats {
-            lease: self.lease(),
-            keepalives: s.keepalives.load(Relaxed),
-            locks: s.locks.load(Relaxed),
-            last_keepalive_rtt: (rtt > 0).then(|| Duration::from_nanos(rtt)),
-        }
-    }
-
     /// A handle on the lock called `name` on this session (see
     /// [`Client::lock`]).
     pub fn lock(&self, name: &str) -> Result<Lock, Error> {
@@ -565,30 +207,6 @@ impl Session {
             name,
             slot,
         })
-    }
-
-    /// Releases every lock of the session and revokes its lease (one
-    /// request deletes every key); returns once revoked, or after a
-    /// keepalive timeout if the service does not answer (the revoke goes on
-    /// in the background until it does). With no lease of its own left (a
-    /// fence), it waits the same way for a fenced lease's revoke already
-    /// under way. The session's locks stay usable
-    /// as handles but refuse to acquire again, and the session makes no new
-    /// lock ([`Error::Released`]). The client's default session closes only
-    /// with its client: closing it is [`Error::InvalidArgument`].
-    pub fn close(&self) -> Result<(), Error> {
-        self.closing()?;
-        let (done, rx) = Reply::blocking();
-        self.send(Command::Close { done })?;
-        rx.recv().map_err(|_| Error::Shutdown)
-    }
-
-    /// [`Session::close`] for async code.
-    pub async fn close_async(&self) -> Result<(), Error> {
-        self.closing()?;
-        let (done, rx) = Reply::future();
-        self.send(Command::Close { done })?;
-        rx.await.map_err(|_| Error::Shutdown)
     }
 }
 
@@ -932,10 +550,7 @@ impl Lock {
     /// flight until dropped.
     #[inline(always)]
     pub fn permit(&self) -> Result<Permit<'_>, Refused> {
-        Ok(Permit {
-            owned: self.permit_owned()?,
-            _lock: PhantomData,
-        })
+        Ok(Permit::new(self.permit_owned()?))
     }
 
     /// [`Lock::permit`] for work that outlives the borrow (another thread, a
@@ -945,11 +560,7 @@ impl Lock {
     #[inline(always)]
     pub fn permit_owned(&self) -> Result<OwnedPermit, Refused> {
         let s = self.gate.enter()?;
-        Ok(OwnedPermit {
-            gate: NonNull::from(&*self.gate),
-            token: s.token,
-            deadline: s.deadline,
-        })
+        Ok(OwnedPermit::new(&self.gate, s.token, s.deadline))
     }
 
     /// The lock's callbacks, made (and handed to the driver) on first use.
@@ -1136,112 +747,5 @@ impl std::fmt::Debug for Lock {
             .field("state", &s.state)
             .field("token", &s.token)
             .finish()
-    }
-}
-
-/// Permission for one unit of work, borrowed from its [`Lock`]. Dropping it
-/// ends the unit of work.
-#[must_use = "the permit ends when dropped"]
-pub struct Permit<'a> {
-    owned: OwnedPermit,
-    _lock: PhantomData<&'a Lock>,
-}
-
-impl Permit<'_> {
-    /// The token to send with every write this unit of work makes.
-    pub fn token(&self) -> Token {
-        self.owned.token
-    }
-
-    /// The deadline when the permit was granted (keepalives may extend the
-    /// lock's; [`Self::valid`] reads the current one).
-    pub fn deadline(&self) -> Instant {
-        self.owned.deadline
-    }
-
-    /// Whether the work may still commit: the lock still holds this token
-    /// and its deadline has not passed (read from the clock).
-    pub fn valid(&self) -> bool {
-        self.owned.valid()
-    }
-
-    /// Ends the unit of work (same as dropping it).
-    pub fn end(self) {}
-}
-
-impl std::fmt::Debug for Permit<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Permit")
-            .field("token", &self.owned.token)
-            .field("deadline", &self.owned.deadline)
-            .finish()
-    }
-}
-
-/// A [`Permit`] without a borrow: safe to keep past its lock's close or
-/// drop (it then reports `valid() == false`). The lock's state lives until
-/// the last permit in flight ends.
-#[must_use = "the permit ends when dropped"]
-pub struct OwnedPermit {
-    /// Kept alive by the in-flight count (see `Gate::orphan`).
-    gate: NonNull<Gate>,
-    token: Token,
-    deadline: Instant,
-}
-
-// SAFETY: the gate is all atomics and mutexes (Sync), and it lives while
-// this permit is counted in flight, whichever thread ends it.
-unsafe impl Send for OwnedPermit {}
-// SAFETY: as above; every method takes `&self` on atomics.
-unsafe impl Sync for OwnedPermit {}
-
-impl OwnedPermit {
-    fn gate(&self) -> &Gate {
-        // SAFETY: counted in flight until dropped, which keeps the gate.
-        unsafe { self.gate.as_ref() }
-    }
-
-    /// The token to send with every write this unit of work makes.
-    pub fn token(&self) -> Token {
-        self.token
-    }
-
-    /// The deadline when the permit was granted.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
-    }
-
-    /// Whether the work may still commit (see [`Permit::valid`]).
-    pub fn valid(&self) -> bool {
-        self.gate().valid(self.token)
-    }
-
-    /// Time left before the lock's current deadline while this token still
-    /// holds; zero once it does not.
-    pub fn remaining(&self) -> Duration {
-        if self.valid() {
-            self.gate().time_left().unwrap_or_default()
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    /// Ends the unit of work (same as dropping it).
-    pub fn end(self) {}
-}
-
-impl std::fmt::Debug for OwnedPermit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OwnedPermit")
-            .field("token", &self.token)
-            .field("deadline", &self.deadline)
-            .finish()
-    }
-}
-
-impl Drop for OwnedPermit {
-    #[inline]
-    fn drop(&mut self) {
-        self.gate().exit();
     }
 }

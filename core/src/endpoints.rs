@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::client::BackendConfig;
+use crate::config::BackendConfig;
 use crate::etcd::{parse_bool, parse_ms};
 use crate::postgres::is_postgres_url;
 use crate::{Error, EtcdConfig, PostgresConfig};

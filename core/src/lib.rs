@@ -37,6 +37,8 @@ mod callbacks;
 mod client;
 pub mod clock;
 pub mod codes;
+mod config;
+mod connect;
 mod driver;
 pub mod election;
 mod endpoints;
@@ -53,23 +55,24 @@ pub mod memory;
 pub mod metrics;
 mod observer;
 pub mod options;
+mod permit;
 mod postgres;
 mod reader;
 pub mod semaphore;
+mod session;
 mod signals;
 mod sync;
 
 pub use backend::{Backend, lock_key};
-pub use client::{
-    BackendConfig, Client, ClientConfig, Lock, LockStats, MAX_KEY_LEN, MAX_NAME_LEN, OwnedPermit,
-    Permit, Session, SessionStats,
-};
+pub use client::{Client, Lock, LockStats, MAX_KEY_LEN, MAX_NAME_LEN};
 pub use clock::{Clock, Instant, ManualClock};
 pub use codes::Code;
+pub use config::{BackendConfig, ClientConfig};
+pub use connect::migrate;
 pub use election::{Election, Leader, Observed, Observer};
 pub use endpoints::Endpoints;
 pub use error::Error;
-pub use etcd::{EtcdConfig, EtcdReader, LeaseTtl, LockKey};
+pub use etcd::{EtcdConfig, EtcdReader};
 pub use events::{EventStream, LockEvent};
 pub use fence::{FenceGate, Stale};
 pub use fork::forked;
@@ -78,6 +81,8 @@ pub use machine::{Reason, Refused, State, StateChange, Token};
 pub use memory::{MemoryBackend, MemoryService};
 pub use metrics::Snapshot as MetricsSnapshot;
 pub use options::{DEFAULT_MAX_OVERDUE, MAX_TTL, Options, PartialOptions};
+pub use permit::{OwnedPermit, Permit};
 pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL, SCHEMA_VERSION};
-pub use reader::{Reader, migrate};
+pub use reader::{LeaseTtl, LockKey, Reader};
 pub use semaphore::{MAX_SEMAPHORE_LIMIT, Semaphore};
+pub use session::{Session, SessionStats};

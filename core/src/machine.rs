@@ -54,7 +54,7 @@ mod types;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-pub use messages::{Action, Event, Notice, Request};
+pub use messages::{Action, Bounds, Event, Notice, Request};
 use records::{CloseOn, Delete, HeldRevoke, Pending, Revoking, Slot};
 pub(crate) use types::decide;
 pub use types::{AcquireError, LeaseId, LockId, Reason, Refused, ReqId, State, StateChange, Token};
@@ -192,6 +192,16 @@ impl Holder {
         debug_assert!(self.finished(lock));
         self.locks.remove(&lock);
         self.pending.remove(&lock);
+    }
+
+    /// The bounds of this session's backend calls (its own settings),
+    /// also for the calls the driver makes without a request (the key
+    /// watch).
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            timeout: self.opts.keepalive_timeout,
+            retry: self.opts.retry_interval,
+        }
     }
 
     /// Whether the session has nothing left to do once closed: no lock, no

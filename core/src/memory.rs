@@ -13,7 +13,7 @@
 //! and reports to the one watching its token; no watcher waits on the
 //! service's changes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -21,10 +21,16 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{
-    Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader, LockGone, lock_key,
+    Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader, lock_key,
 };
-use crate::clock::{Clock, Instant};
+use crate::clock::Clock;
 use crate::machine::{LeaseId, Token};
+
+mod link;
+mod state;
+
+use link::{Faults, Link};
+use state::{ServiceState, WatchId};
 
 /// An in-process lock service. Clones share one service.
 #[derive(Clone)]
@@ -35,161 +41,6 @@ struct Service {
     state: Mutex<ServiceState>,
     /// Woken on every change that could let a waiter in.
     changed: Notify,
-}
-
-#[derive(Default)]
-struct ServiceState {
-    revision: u64,
-    next_lease: LeaseId,
-    leases: HashMap<LeaseId, LeaseRec>,
-    /// Lock keys `<name>/<lease hex>` of holders and waiters, with their
-    /// lease and create revision: etcd's lock protocol, so names nest as
-    /// they do there (the holder of `a/b` blocks `a`).
-    keys: BTreeMap<String, (LeaseId, u64)>,
-    /// The values of election candidates' keys (absent: empty), kept only
-    /// while the key is in `keys`.
-    values: HashMap<String, Vec<u8>>,
-    frozen: bool,
-    /// The whole service is down (see [`MemoryService::outage`]).
-    down: bool,
-    /// The keys of guarded writes.
-    kv: HashMap<Vec<u8>, Vec<u8>>,
-    /// The live key watches ([`Backend::watch_keys`]) by id.
-    watches: HashMap<WatchId, WatchReg>,
-    /// The watches of each lease (usually one: its session's).
-    lease_watches: HashMap<LeaseId, Vec<WatchId>>,
-    next_watch: WatchId,
-}
-
-/// Names one [`MemoryKeyWatch`] in the service.
-type WatchId = u64;
-
-/// One key watch: the keys it watches, by token, and where their news goes.
-struct WatchReg {
-    lease: LeaseId,
-    /// The link the news crosses (a partition holds it).
-    link: Arc<Link>,
-    gone: UnboundedSender<KeyGone>,
-    /// The create revisions of the watched keys of `lease`. Revisions are
-    /// unique service-wide, so a token names its key: no key strings here.
-    tokens: HashSet<u64>,
-    /// News made while the link was partitioned, sent when it heals.
-    held: BTreeMap<u64, LockGone>,
-}
-
-impl WatchReg {
-    /// Reports the key held with `token` gone, across the link: at once, or
-    /// held behind a partition (and behind news already held). Called under
-    /// the service's lock; takes the link's fault lock inside it (nothing
-    /// takes the two the other way round: `heal` flips the switch first,
-    /// then flushes under the service's lock).
-    fn report(&mut self, token: u64, why: LockGone) {
-        if self.held.is_empty() && !self.link.partitioned() {
-            let _ = self.gone.send(KeyGone {
-                token: Token(token),
-                why,
-            });
-        } else {
-            self.held.insert(token, why);
-        }
-    }
-
-    /// Sends the news a partition held.
-    fn flush(&mut self) {
-        for (token, why) in std::mem::take(&mut self.held) {
-            let _ = self.gone.send(KeyGone {
-                token: Token(token),
-                why,
-            });
-        }
-    }
-}
-
-struct LeaseRec {
-    ttl: Duration,
-    expires_at: Instant,
-}
-
-impl ServiceState {
-    /// Server-side expiry: drops every lease whose TTL ran out, with its locks.
-    fn expire(&mut self, now: Instant) -> bool {
-        if self.frozen || self.down {
-            return false;
-        }
-        let dead: Vec<LeaseId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.expires_at <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &dead {
-            self.remove_lease(*id);
-        }
-        !dead.is_empty()
-    }
-
-    /// Drops `lease` with its keys; its watches report every watched key
-    /// lost with it, as etcd's watch sees the lease's deletes.
-    fn remove_lease(&mut self, lease: LeaseId) -> bool {
-        let found = self.leases.remove(&lease).is_some();
-        if found {
-            self.keys.retain(|_, (l, _)| *l != lease);
-            let keys = &self.keys;
-            self.values.retain(|k, _| keys.contains_key(k));
-        }
-        for id in self.lease_watches.get(&lease).into_iter().flatten() {
-            if let Some(w) = self.watches.get_mut(id) {
-                let mut tokens: Vec<u64> = std::mem::take(&mut w.tokens).into_iter().collect();
-                tokens.sort_unstable();
-                for token in tokens {
-                    w.report(token, LockGone::LeaseLost);
-                }
-            }
-        }
-        found
-    }
-
-    /// Removes the lock key `key` while its lease lives (a release, a try
-    /// that did not hold, an operator): its watch reports it deleted.
-    fn delete_key(&mut self, key: &str) -> bool {
-        let Some((lease, rev)) = self.keys.remove(key) else {
-            return false;
-        };
-        self.values.remove(key);
-        for id in self.lease_watches.get(&lease).into_iter().flatten() {
-            if let Some(w) = self.watches.get_mut(id) {
-                if w.tokens.remove(&rev) {
-                    w.report(rev, LockGone::KeyDeleted);
-                }
-            }
-        }
-        true
-    }
-
-    /// The create revision of the key that holds `name`: the oldest key
-    /// under `name/` (etcd: the lowest create revision with that prefix).
-    fn owner(&self, name: &str) -> Option<(&str, u64)> {
-        let prefix = format!("{name}/");
-        self.keys
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
-            .min_by_key(|(_, (_, rev))| *rev)
-            .map(|(k, (_, rev))| (k.as_str(), *rev))
-    }
-
-    /// The holder of the lock `name` itself (not of a name nested in it).
-    fn holder_of(&self, name: &str) -> Option<(String, Token)> {
-        let (key, rev) = self.owner(name)?;
-        let rest = &key[name.len() + 1..];
-        (!rest.contains('/')).then(|| (key.to_string(), Token(rev)))
-    }
-
-    fn next_expiry(&self) -> Option<Instant> {
-        if self.frozen || self.down {
-            return None;
-        }
-        self.leases.values().map(|l| l.expires_at).min()
-    }
 }
 
 impl MemoryService {
@@ -326,15 +177,7 @@ impl MemoryService {
     ) -> Result<(), BackendError> {
         let mut st = self.lock();
         st.expire(self.0.clock.now());
-        if st.keys.get(&lock_key(name, lease)) != Some(&(lease, token.0)) {
-            return Err(BackendError::Fenced);
-        }
-        st.revision += 1;
-        match value {
-            Some(v) => st.kv.insert(key.to_vec(), v.to_vec()),
-            None => st.kv.remove(key),
-        };
-        Ok(())
+        st.guarded_write(name, lease, token, key, value)
     }
 
     /// Stores `key` = `value` in the key-value store unless `key` is
@@ -354,12 +197,7 @@ impl MemoryService {
     }
 
     fn grant(&self, ttl: Duration) -> Grant {
-        let mut st = self.lock();
-        st.next_lease += 1;
-        let lease = st.next_lease;
-        let expires_at = self.0.clock.now() + ttl;
-        st.leases.insert(lease, LeaseRec { ttl, expires_at });
-        Grant { lease, ttl }
+        self.lock().grant(self.0.clock.now(), ttl)
     }
 
     fn keepalive(&self, lease: LeaseId) -> Result<Duration, BackendError> {
@@ -368,12 +206,7 @@ impl MemoryService {
         if st.expire(now) {
             self.0.changed.notify_waiters();
         }
-        let rec = st
-            .leases
-            .get_mut(&lease)
-            .ok_or(BackendError::LeaseNotFound)?;
-        rec.expires_at = now + rec.ttl;
-        Ok(rec.ttl)
+        st.renew(now, lease)
     }
 
     /// etcd's lock protocol: put the key `<name>/<lease>` (once), then
@@ -460,10 +293,7 @@ impl MemoryService {
         if st.expire(self.0.clock.now()) {
             self.0.changed.notify_waiters();
         }
-        if st.keys.get(&key) != Some(&(lease, token.0)) {
-            return Err(BackendError::Fenced);
-        }
-        st.values.insert(key, value.to_vec());
+        st.proclaim(key, lease, token, value)?;
         drop(st);
         self.0.changed.notify_waiters();
         Ok(())
@@ -524,12 +354,7 @@ impl MemoryService {
     fn unlock(&self, name: &str, lease: LeaseId, token: Option<Token>) {
         let mut st = self.lock();
         let expired = st.expire(self.0.clock.now());
-        let key = lock_key(name, lease);
-        let deleted = match (st.keys.get(&key), token) {
-            (Some((_, rev)), Some(t)) if *rev != t.0 => false,
-            (Some(_), _) => st.delete_key(&key),
-            (None, _) => false,
-        };
+        let deleted = st.unlock(&lock_key(name, lease), token);
         drop(st);
         if expired || deleted {
             self.0.changed.notify_waiters();
@@ -538,21 +363,7 @@ impl MemoryService {
 
     /// A new key watch of `lease` whose news crosses `link` to `gone`.
     fn watch(&self, lease: LeaseId, link: Arc<Link>, gone: UnboundedSender<KeyGone>) -> WatchId {
-        let mut st = self.lock();
-        st.next_watch += 1;
-        let id = st.next_watch;
-        st.watches.insert(
-            id,
-            WatchReg {
-                lease,
-                link,
-                gone,
-                tokens: HashSet::new(),
-                held: BTreeMap::new(),
-            },
-        );
-        st.lease_watches.entry(lease).or_default().push(id);
-        id
+        self.lock().watch(lease, link, gone)
     }
 
     /// Watch `id` watches the key of `name` held with `token`; a key already
@@ -562,54 +373,12 @@ impl MemoryService {
         if st.expire(self.0.clock.now()) {
             self.0.changed.notify_waiters();
         }
-        let Some(lease) = st.watches.get(&id).map(|w| w.lease) else {
-            return;
-        };
-        let alive = st.leases.contains_key(&lease);
-        let held = alive && st.keys.get(&lock_key(name, lease)) == Some(&(lease, token.0));
-        let Some(w) = st.watches.get_mut(&id) else {
-            return;
-        };
-        if held {
-            w.tokens.insert(token.0);
-        } else if alive {
-            w.report(token.0, LockGone::KeyDeleted);
-        } else {
-            w.report(token.0, LockGone::LeaseLost);
-        }
-    }
-
-    /// Watch `id` stops watching the key held with `token`, news held by a
-    /// partition included.
-    fn watch_remove(&self, id: WatchId, token: Token) {
-        if let Some(w) = self.lock().watches.get_mut(&id) {
-            w.tokens.remove(&token.0);
-            w.held.remove(&token.0);
-        }
-    }
-
-    /// Ends watch `id`, news held by a partition included.
-    fn unwatch(&self, id: WatchId) {
-        let mut st = self.lock();
-        let Some(w) = st.watches.remove(&id) else {
-            return;
-        };
-        if let Some(ids) = st.lease_watches.get_mut(&w.lease) {
-            ids.retain(|i| *i != id);
-            if ids.is_empty() {
-                st.lease_watches.remove(&w.lease);
-            }
-        }
+        st.watch_add(id, name, token);
     }
 
     /// Sends the news a partition of `link` held.
     fn flush_held(&self, link: &Arc<Link>) {
-        let mut st = self.lock();
-        for w in st.watches.values_mut() {
-            if Arc::ptr_eq(&w.link, link) {
-                w.flush();
-            }
-        }
+        self.lock().flush_held(link);
     }
 }
 
@@ -625,31 +394,6 @@ impl Default for MemoryService {
     }
 }
 
-#[derive(Default)]
-struct Link {
-    faults: Mutex<Faults>,
-    healed: Notify,
-    leases: Mutex<Vec<LeaseId>>,
-}
-
-impl Link {
-    fn faults(&self) -> MutexGuard<'_, Faults> {
-        crate::sync::lock(&self.faults)
-    }
-
-    fn partitioned(&self) -> bool {
-        self.faults().partitioned
-    }
-}
-
-#[derive(Clone, Default)]
-struct Faults {
-    partitioned: bool,
-    drop_replies: bool,
-    delay: Duration,
-    fail: Option<String>,
-}
-
 /// One client's link to a [`MemoryService`]: the [`Backend`] to give a
 /// [`crate::Client`], and the fault switches of that client's network.
 /// Clones share the link.
@@ -660,6 +404,21 @@ pub struct MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// Notes the bounds a call came with (tests read them back); the
+    /// service answers at once, or as the link's faults say, and the
+    /// machine times every call itself.
+    fn saw(&self, call: &'static str, bounds: Bounds) {
+        #[cfg(test)]
+        crate::sync::lock(&self.link.bounds).push((call, bounds));
+        let _ = (call, bounds);
+    }
+
+    /// The bounds of every grant, keepalive and key watch so far.
+    #[cfg(test)]
+    pub(crate) fn bounds_seen(&self) -> Vec<(&'static str, Bounds)> {
+        crate::sync::lock(&self.link.bounds).clone()
+    }
+
     /// The service behind this link.
     pub fn service(&self) -> &MemoryService {
         &self.service
@@ -724,7 +483,8 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        self.saw("grant", bounds);
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
@@ -738,7 +498,12 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        self.saw("keepalive", bounds);
         Box::pin(async move {
             let f = self.cross().await;
             if let Some(e) = f.fail {
@@ -834,7 +599,13 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+        gone: UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
+        self.saw("watch", bounds);
         let id = self.service.watch(lease, self.link.clone(), gone);
         Box::new(MemoryKeyWatch {
             service: self.service.clone(),
@@ -883,13 +654,13 @@ impl KeyWatch for MemoryKeyWatch {
     }
 
     fn remove(&self, token: Token) {
-        self.service.watch_remove(self.id, token);
+        self.service.lock().watch_remove(self.id, token);
     }
 }
 
 impl Drop for MemoryKeyWatch {
     fn drop(&mut self) {
-        self.service.unwatch(self.id);
+        self.service.lock().unwatch(self.id);
     }
 }
 
@@ -902,17 +673,22 @@ pub fn stall_driver(d: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use tokio::sync::mpsc::{self, UnboundedReceiver, error::TryRecvError};
     use tokio::time::timeout;
 
     use super::*;
+    use crate::backend::LockGone;
     use crate::clock::ManualClock;
 
     /// The bound on every awaited event: far above what any takes.
     const WITHIN: Duration = Duration::from_secs(5);
     const TTL: Duration = Duration::from_secs(60);
+    const BOUNDS: Bounds = Bounds {
+        timeout: Duration::from_secs(2),
+        retry: Duration::from_secs(1),
+    };
 
     fn run<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -923,7 +699,7 @@ mod tests {
     }
 
     async fn grant(b: &MemoryBackend) -> LeaseId {
-        b.grant(TTL).await.unwrap().lease
+        b.grant(TTL, BOUNDS).await.unwrap().lease
     }
 
     async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
@@ -1102,7 +878,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut tokens = BTreeMap::new();
             for i in 0..1000 {
                 let name = format!("k{i}");
@@ -1137,7 +913,10 @@ mod tests {
             let (l1, l2) = (grant(&b1).await, grant(&b2).await);
             let (tx1, mut rx1) = mpsc::unbounded_channel();
             let (tx2, mut rx2) = mpsc::unbounded_channel();
-            let (w1, w2) = (b1.watch_keys(l1, tx1), b2.watch_keys(l2, tx2));
+            let (w1, w2) = (
+                b1.watch_keys(l1, BOUNDS, tx1),
+                b2.watch_keys(l2, BOUNDS, tx2),
+            );
             let t1 = b1.lock("a", l1, false).await.unwrap();
             let t2 = b2.lock("b", l2, false).await.unwrap();
             w1.add("a", t1);
@@ -1159,7 +938,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut t = BTreeMap::new();
             for name in ["a", "b", "c"] {
                 let tok = b.lock(name, l, false).await.unwrap();
@@ -1184,7 +963,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let t = b.lock("a", l, false).await.unwrap();
             w.add("a", t);
             b.unlock("a", l, Some(t)).await.unwrap();
@@ -1205,7 +984,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let old = b.lock("a", l, false).await.unwrap();
             b.unlock("a", l, Some(old)).await.unwrap();
             let new = b.lock("a", l, false).await.unwrap();
@@ -1229,9 +1008,13 @@ mod tests {
             let clock = ManualClock::default();
             let s = MemoryService::with_clock(clock.clock());
             let b = s.link();
-            let l = b.grant(Duration::from_secs(10)).await.unwrap().lease;
+            let l = b
+                .grant(Duration::from_secs(10), BOUNDS)
+                .await
+                .unwrap()
+                .lease;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let t = b.lock("a", l, false).await.unwrap();
             w.add("a", t);
             clock.advance(Duration::from_secs(9));
@@ -1241,7 +1024,10 @@ mod tests {
             // The service expires leases when next asked anything.
             assert_eq!(s.holder("a"), None);
             assert_eq!(next(&mut rx).await, gone(t, LockGone::LeaseLost));
-            assert_eq!(b.keepalive(l).await, Err(BackendError::LeaseNotFound));
+            assert_eq!(
+                b.keepalive(l, BOUNDS).await,
+                Err(BackendError::LeaseNotFound)
+            );
             assert_quiet(&mut rx);
         });
     }
@@ -1253,7 +1039,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let mut t = BTreeMap::new();
             for name in ["a", "b", "c"] {
                 let tok = b.lock(name, l, false).await.unwrap();
@@ -1285,7 +1071,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             for name in ["a", "b"] {
                 let tok = b.lock(name, l, false).await.unwrap();
                 w.add(name, tok);
@@ -1313,7 +1099,7 @@ mod tests {
             let b = s.link();
             let l = grant(&b).await;
             let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, tx);
+            let w = b.watch_keys(l, BOUNDS, tx);
             let start = std::time::Instant::now();
             let mut tokens = Vec::with_capacity(N);
             for i in 0..N {

@@ -28,6 +28,8 @@ use dlock_testkit::etcd as etcd_cluster;
 use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
 
+mod own_settings;
+
 const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
@@ -94,12 +96,27 @@ struct Holder {
 
 impl Holder {
     fn start(cluster: &Cluster, name: &str) -> Holder {
+        Holder::start_on(cluster, name, options(), None)
+    }
+
+    /// [`Holder::start`] on a client with `client` options; with `session`,
+    /// the lock is on a session of its own with those options.
+    fn start_on(
+        cluster: &Cluster,
+        name: &str,
+        client: Options,
+        session: Option<Options>,
+    ) -> Holder {
         let proxies: Vec<Proxy> = (0..cluster.members.len())
             .map(|i| Proxy::start(cluster.member_addr(i)))
             .collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let client = Client::etcd(EtcdConfig::new(urls), options()).expect("holder connects");
-        let lock = client.lock(name).expect("lock handle");
+        let client = Client::etcd(EtcdConfig::new(urls), client).expect("holder connects");
+        let lock = match session {
+            Some(o) => client.session(o).expect("session").lock(name),
+            None => client.lock(name),
+        }
+        .expect("lock handle");
         let (tx, rx) = mpsc::channel();
         let t = tx.clone();
         lock.on_state_change(move |c| {
@@ -135,6 +152,16 @@ impl Holder {
     fn heal(&self) {
         for p in &self.proxies {
             p.set(Mode::Pass);
+        }
+    }
+
+    /// Right after a keepalive is confirmed (the deadline moves).
+    fn after_keepalive(&self) {
+        let before = self.lock.deadline();
+        let end = system_now() + EVENT;
+        while self.lock.deadline() == before {
+            assert!(system_now() < end, "no keepalive confirmed");
+            thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -524,6 +551,56 @@ fn etcdctl_through_the_proxy() {
 #[test]
 fn fault_blackhole() {
     cut_until_fenced("blackhole", Mode::Blackhole);
+}
+
+/// Issue 28: a session created with settings of its own is timed by them,
+/// not by its client's. The client has TTL 10 s and a keepalive timeout of
+/// 0.2 s (the rest derived); the holder's lock is on a session with the
+/// fault settings (TTL 4 s, keepalive every 1 s, timeout 0.5 s). Cut right
+/// after a confirmed keepalive (sent at `deadline − (TTL − margin)`): the
+/// next one goes out an interval after that send and fails the session's
+/// 0.5 s later, never the client's 0.2 s (a backend bounding keepalives by
+/// the client's timeout drains 300 ms early); the fence comes at the
+/// session's deadline (send + 4 s − 1 s), not the client's (+ 10 s − 1 s).
+#[test]
+fn fault_session_own_settings() {
+    let cluster = etcd_cluster::cluster();
+    let _shared = shared();
+    let client = own_settings_client();
+    repeat("session_own_settings", "cut->fence", |run| {
+        let name = unique("own-settings", run);
+        let mut h = Holder::start_on(&cluster, &name, client.clone(), Some(options()));
+        h.after_keepalive();
+        thread::sleep(Duration::from_millis(100));
+        let deadline = h.lock.deadline().expect("holding");
+        let cut = h.cut(Mode::Blackhole);
+        let fence = h.wait(EVENT, |t, e| t >= cut && fenced(e));
+        h.heal();
+        let drain = h.first(cut, draining).map(|(t, _)| t);
+        let j = own_settings::judge("etcd", run, SLACK, cut, deadline, drain, fence);
+        let mut r = Run {
+            drain: j.drain,
+            other: j.fence,
+            broken: j.broken,
+            ..Run::default()
+        };
+        if !r.broken.is_empty() {
+            r.broken
+                .push(format!("events (ms from the cut):{}", h.story(cut)));
+        }
+        r
+    });
+}
+
+/// The client of [`fault_session_own_settings`]: TTL 10 s, a keepalive
+/// timeout below the session's, the rest derived.
+fn own_settings_client() -> Options {
+    let o = dlock::PartialOptions {
+        ttl: Some(Duration::from_secs(10)),
+        keepalive_timeout: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    o.resolve().expect("valid client options")
 }
 
 /// Keepalives reach the server (which keeps the lease alive) but no reply

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dlock::backend::{BackendError, BoxFuture, Grant};
+use dlock::backend::{BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
 use dlock::machine::LeaseId;
 use dlock::{Backend, Client, Error, MemoryBackend, MemoryService, Refused, State, Token};
 
@@ -166,11 +166,15 @@ impl Reporting {
 }
 
 impl Backend for Reporting {
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
-        self.inner.grant(ttl)
+    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        self.inner.grant(ttl, bounds)
     }
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
-        self.inner.keepalive(lease)
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        self.inner.keepalive(lease, bounds)
     }
     fn lock<'a>(
         &'a self,
@@ -192,6 +196,49 @@ impl Backend for Reporting {
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         self.say(b'R');
         self.inner.unlock(name, lease, token)
+    }
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+        gone: tokio::sync::mpsc::UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
+        self.inner.watch_keys(lease, bounds, gone)
+    }
+    fn guarded_write<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        key: &'a [u8],
+        value: Option<&'a [u8]>,
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.guarded_write(name, lease, token, key, value)
+    }
+    fn campaign<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        value: &'a [u8],
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        self.inner.campaign(name, lease, value, wait)
+    }
+    fn proclaim<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        token: Token,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), BackendError>> {
+        self.inner.proclaim(name, lease, token, value)
+    }
+    fn next_leader<'a>(
+        &'a self,
+        name: &'a str,
+        last: Option<&'a Option<Leader>>,
+    ) -> BoxFuture<'a, Result<Option<Leader>, BackendError>> {
+        self.inner.next_leader(name, last)
     }
 }
 

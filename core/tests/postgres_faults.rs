@@ -23,6 +23,8 @@ use dlock::{StateChange, Token};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
+mod own_settings;
+
 const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
@@ -91,9 +93,23 @@ impl Holder {
 
     /// [`Holder::start`] with `query` (`?k=v&...`) added to its URL.
     fn start_with(s: &pg::Servers, sql: &pg::Sql, name: &str, query: &str) -> Holder {
+        Holder::start_on(s, sql, name, |url| {
+            let client = connect(&format!("{url}{query}"));
+            let lock = client.lock(name).expect("lock handle");
+            (client, lock)
+        })
+    }
+
+    /// A holder whose client and lock `open` makes from the URL through
+    /// the proxy.
+    fn start_on(
+        s: &pg::Servers,
+        sql: &pg::Sql,
+        name: &str,
+        open: impl FnOnce(&str) -> (Client, Lock),
+    ) -> Holder {
         let proxy = Proxy::start(pg::addr(&s.url));
-        let client = connect(&format!("{}{query}", pg::via(&s.url, proxy.addr())));
-        let lock = client.lock(name).expect("lock handle");
+        let (client, lock) = open(&pg::via(&s.url, proxy.addr()));
         let (tx, rx) = mpsc::channel();
         let t = tx.clone();
         lock.on_state_change(move |c| {
@@ -463,6 +479,65 @@ fn fault_replies_delayed_past_timeout() {
         "replies_delayed_800ms",
         Mode::Delay(Duration::from_millis(800)),
     );
+}
+
+/// Issue 28: a session created with settings of its own is timed by them
+/// on PostgreSQL too, and its keepalives are bounded by its keepalive
+/// timeout, not by the connection's request timeout. The client has TTL
+/// 10 s and a request timeout of 0.2 s (below the session's keepalive
+/// timeout: a keepalive bounded by it drains 300 ms early); the lock is on
+/// a session with the fault settings (TTL 4 s, keepalive every 1 s,
+/// timeout 0.5 s). Cut right after a confirmed keepalive (sent at
+/// `deadline − (TTL − margin)`): the next one goes out an interval after
+/// that send and fails the session's 0.5 s later; the fence comes at the
+/// session's deadline (send + 4 s − 1 s).
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn fault_session_own_settings() {
+    let s = pg::servers();
+    let sql = pg::Sql::connect(&s.url);
+    let client_options = dlock::PartialOptions {
+        ttl: Some(Duration::from_secs(10)),
+        ..Default::default()
+    }
+    .resolve()
+    .expect("valid client options");
+    repeat("session_own_settings", "cut->fence", |run| {
+        let name = unique("own-settings", run);
+        let mut h = Holder::start_on(&s, &sql, &name, |url| {
+            let mut config = dlock::PostgresConfig::parse(url).expect("URL");
+            config.request_timeout = Duration::from_millis(200);
+            let client = Client::connect(
+                dlock::ClientConfig::postgres(config).with_options(client_options.clone()),
+            )
+            .expect("holder connects");
+            let session = client
+                .session(dlock_testkit::options(TTL, true))
+                .expect("session");
+            let lock = session.lock(&name).expect("lock handle");
+            (client, lock)
+        });
+        h.after_keepalive();
+        thread::sleep(Duration::from_millis(100));
+        let deadline = h.lock.deadline().expect("holding");
+        let cut = system_now();
+        h.proxy.set(Mode::Blackhole);
+        let fence = h.wait(EVENT, |t, e| t >= cut && fenced(e));
+        h.proxy.set(Mode::Pass);
+        let drain = h.first(cut, draining).map(|(t, _)| t);
+        let j = own_settings::judge("pg", run, SLACK, cut, deadline, drain, fence);
+        let mut r = Run {
+            drain: j.drain,
+            other: j.fence,
+            broken: j.broken,
+            ..Run::default()
+        };
+        if !r.broken.is_empty() {
+            r.broken
+                .push(format!("events (ms from the cut):{}", h.story(cut)));
+        }
+        r
+    });
 }
 
 /// Every open connection of the holder reset (RST) — statements,

@@ -15,12 +15,12 @@ use super::runtime::runtime;
 use crate::Error;
 use crate::backend::BackendError;
 use crate::clock::Instant;
-use crate::machine::{Event, LeaseId, LockId, ReqId, Request, Token};
+use crate::machine::{Bounds, Event, LeaseId, LockId, ReqId, Request, Token};
 
 impl SessionTask {
     pub(super) fn request(&mut self, r: Request) {
         match r {
-            Request::Grant { req, ttl } => self.grant(req, ttl),
+            Request::Grant { req, ttl, bounds } => self.grant(req, ttl, bounds),
             Request::Lock {
                 req,
                 lock,
@@ -33,7 +33,7 @@ impl SessionTask {
                 lease,
                 token,
             } => self.unlock(req, lock, lease, token),
-            Request::Keepalive { req, lease } => self.keepalive(req, lease),
+            Request::Keepalive { req, lease, bounds } => self.keepalive(req, lease, bounds),
             Request::Revoke { lease } => self.revoke(lease),
             Request::Abandon { req } => {
                 if let Some(call) = self.calls.remove(&Call::Req(req)) {
@@ -63,10 +63,10 @@ impl SessionTask {
         }
     }
 
-    pub(super) fn grant(&mut self, req: ReqId, ttl: Duration) {
+    pub(super) fn grant(&mut self, req: ReqId, ttl: Duration, bounds: Bounds) {
         let b = self.backend.clone();
         self.spawn_call(Call::Req(req), async move {
-            match b.grant(ttl).await {
+            match b.grant(ttl, bounds).await {
                 Ok(g) => Event::LeaseGranted {
                     req,
                     lease: g.lease,
@@ -81,13 +81,13 @@ impl SessionTask {
         });
     }
 
-    pub(super) fn keepalive(&mut self, req: ReqId, lease: LeaseId) {
+    pub(super) fn keepalive(&mut self, req: ReqId, lease: LeaseId, bounds: Bounds) {
         let (b, clock) = (self.backend.clone(), self.clock.clone());
         let shared = self.shared.clone();
         shared.keepalives.fetch_add(1, Relaxed);
         self.spawn_call(Call::Req(req), async move {
             let sent = clock.now();
-            match b.keepalive(lease).await {
+            match b.keepalive(lease, bounds).await {
                 Ok(ttl) => {
                     let rtt = clock.now().saturating_since(sent);
                     let ns = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
@@ -207,7 +207,8 @@ impl SessionTask {
             return;
         };
         if self.watch.as_ref().is_none_or(|(l, _)| *l != lease) {
-            self.watch = Some((lease, self.backend.watch_keys(lease, self.gone_tx.clone())));
+            let (bounds, gone) = (self.machine.bounds(), self.gone_tx.clone());
+            self.watch = Some((lease, self.backend.watch_keys(lease, bounds, gone)));
             self.span.record("lease", lease);
         }
         let Some(e) = self.locks.get_mut(&lock) else {

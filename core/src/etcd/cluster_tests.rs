@@ -17,10 +17,17 @@ use tokio::time::{Instant as TokioInstant, timeout};
 
 use super::watch::WATCH_AFTER;
 use super::{EtcdBackend, EtcdConfig};
+use crate::backend::Bounds;
 use crate::backend::{Backend, KeyGone, LockGone};
+use crate::lock_key;
 use crate::machine::{LeaseId, Token};
 use crate::sync::lock;
-use crate::{Options, lock_key};
+
+/// The bounds of the default options (a 2 s keepalive timeout, 1 s retries).
+const BOUNDS: Bounds = Bounds {
+    timeout: Duration::from_secs(2),
+    retry: Duration::from_secs(1),
+};
 use dlock_testkit::etcd::Cluster;
 
 /// Tests that stop a member, compact the history or count the
@@ -48,7 +55,7 @@ async fn fixture(test: &str) -> Fixture {
     let mut config = EtcdConfig::new(endpoints.clone());
     config.connect_timeout = Duration::from_secs(1);
     config.request_timeout = Duration::from_secs(2);
-    let backend = EtcdBackend::new(&config, &Options::default()).unwrap();
+    let backend = EtcdBackend::new(&config).unwrap();
     backend.connect_first().await.unwrap();
     let raw = Etcd::connect(&endpoints, None).await.unwrap();
     let nanos = SystemTime::now()
@@ -67,7 +74,7 @@ async fn fixture(test: &str) -> Fixture {
 impl Fixture {
     async fn lease(&self) -> LeaseId {
         self.backend
-            .grant(Duration::from_secs(120))
+            .grant(Duration::from_secs(120), BOUNDS)
             .await
             .unwrap()
             .lease
@@ -232,7 +239,7 @@ async fn etcd_key_watch_tells_a_deleted_key_from_a_lost_lease() {
     let held = f.lock_many(lease, 200).await;
     let streams = started(&f.endpoints, "Watch").await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     for (t, (name, _)) in &held {
         watch.add(name, *t);
     }
@@ -284,7 +291,7 @@ async fn etcd_key_watch_reports_neither_removed_keys_nor_twice() {
     // d is deleted before it is watched: the watch starts at its token.
     f.delete(&key(3)).await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     for (n, t) in names.iter().zip(&tokens) {
         watch.add(n, *t);
     }
@@ -316,7 +323,7 @@ async fn etcd_key_watch_reopens_on_an_abandoned_endpoint() {
     let lease = f.lease().await;
     let held = f.lock_many(lease, 20).await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     for (t, (name, _)) in &held {
         watch.add(name, *t);
     }
@@ -374,7 +381,7 @@ async fn etcd_key_watch_misses_no_delete_while_its_member_hangs() {
     let lease = f.lease().await;
     let held = f.lock_many(lease, 20).await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     for (t, (name, _)) in &held {
         watch.add(name, *t);
     }
@@ -457,7 +464,7 @@ async fn etcd_key_watch_reads_keys_back_after_a_compaction() {
         .await
         .unwrap();
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     watch.add(&a, ta);
     watch.add(&b, tb);
     assert_eq!(
@@ -489,7 +496,7 @@ async fn etcd_acquire_and_release_cost_one_txn_each() {
     let f = fixture("cost").await;
     let lease = f.lease().await;
     let (tx, _rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     let name = format!("{}/one", f.prefix);
     // Warm: the watch stream open.
     let t0 = f.backend.lock(&name, lease, false).await.unwrap();
@@ -524,7 +531,7 @@ async fn etcd_key_watch_watches_only_keys_held_past_watch_after() {
     let mut f = fixture("watch-after").await;
     let lease = f.lease().await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     let backend = f.backend.clone();
     let creates = || backend.0.creates.load(Ordering::Relaxed);
     let name = format!("{}/short", f.prefix);
@@ -569,7 +576,7 @@ async fn etcd_key_watch_scales_to_10k_keys_on_one_stream() {
     eprintln!("{n} keys locked in {:?}", start.elapsed());
     let streams = started(&f.endpoints, "Watch").await;
     let (tx, mut rx) = unbounded_channel();
-    let watch = f.backend.watch_keys(lease, tx);
+    let watch = f.backend.watch_keys(lease, BOUNDS, tx);
     for (t, (name, _)) in &held {
         watch.add(name, *t);
     }
@@ -621,7 +628,7 @@ async fn etcd_key_watch_adds_keys_after_its_auth_token_expired() {
     config.key_file = Some(key.clone());
     config.user = Some(user.clone());
     config.password = Some(password.clone());
-    let b = EtcdBackend::new(&config, &Options::default()).unwrap();
+    let b = EtcdBackend::new(&config).unwrap();
     b.connect_first().await.unwrap();
     // The operator, with a connection (and token) of its own.
     let tls = TlsOptions::new()
@@ -635,13 +642,17 @@ async fn etcd_key_watch_adds_keys_after_its_auth_token_expired() {
         .with_user(user, password)
         .with_auto_token_refresh(true);
     let mut raw = Etcd::connect([endpoint], Some(options)).await.unwrap();
-    let lease = b.grant(Duration::from_secs(120)).await.unwrap().lease;
+    let lease = b
+        .grant(Duration::from_secs(120), BOUNDS)
+        .await
+        .unwrap()
+        .lease;
     let prefix = format!("dlock-test/watch-auth/{}", std::process::id());
     let (a, c) = (format!("{prefix}/a"), format!("{prefix}/c"));
     let ta = b.lock(&a, lease, false).await.unwrap();
     let tc = b.lock(&c, lease, false).await.unwrap();
     let (tx, mut rx) = unbounded_channel();
-    let watch = b.watch_keys(lease, tx);
+    let watch = b.watch_keys(lease, BOUNDS, tx);
     watch.add(&a, ta);
     raw.delete(lock_key(&a, lease), None).await.unwrap();
     // Reported: the stream is open.

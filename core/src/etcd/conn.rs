@@ -19,10 +19,10 @@ use etcd_client::{Certificate, Client as Etcd, ConnectOptions, Identity, TlsOpti
 use tokio::time::{Instant as TokioInstant, timeout, timeout_at};
 
 use super::EtcdConfig;
+use crate::Error;
 use crate::backend::BackendError;
 use crate::machine::LeaseId;
 use crate::sync::lock;
-use crate::{Error, Options};
 
 /// HTTP/2 ping interval: etcd's default `--grpc-keepalive-min-time` (5 s);
 /// pinging more often gets the connection closed with `too_many_pings`.
@@ -59,10 +59,6 @@ pub(super) struct Inner {
     pub(super) connect: ConnectOptions,
     pub(super) connect_timeout: Duration,
     pub(super) request_timeout: Duration,
-    /// Deadline of a grant or keepalive: the machine counts one failed
-    /// after `keepalive_timeout`, so the backend leaves its endpoint then.
-    pub(super) keepalive_timeout: Duration,
-    pub(super) retry_interval: Duration,
     pub(super) leases: Mutex<HashMap<LeaseId, Arc<LeaseRec>>>,
     /// The lock requests in flight, by lock key: a release without a token
     /// waits for them (see [`EtcdBackend::puts_done`]). An entry lives only
@@ -144,7 +140,7 @@ fn read(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Error> {
 impl EtcdBackend {
     /// Builds the connection settings (reading the TLS files); connects
     /// nothing yet.
-    pub(crate) fn new(config: &EtcdConfig, options: &Options) -> Result<EtcdBackend, Error> {
+    pub(crate) fn new(config: &EtcdConfig) -> Result<EtcdBackend, Error> {
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
             .with_keep_alive(H2_PING_INTERVAL, config.connect_timeout)
@@ -180,8 +176,6 @@ impl EtcdBackend {
             connect,
             connect_timeout: config.connect_timeout,
             request_timeout: config.request_timeout,
-            keepalive_timeout: options.keepalive_timeout,
-            retry_interval: options.retry_interval,
             leases: Mutex::new(HashMap::new()),
             puts: Mutex::new(HashMap::new()),
             lock_txns: Arc::new(tokio::sync::Semaphore::new(LOCK_TXNS)),

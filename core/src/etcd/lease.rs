@@ -10,13 +10,18 @@ use std::time::Duration;
 use tokio::time::{Instant as TokioInstant, timeout_at};
 
 use super::conn::{EtcdBackend, KeepaliveStream, LeaseRec, classify};
-use crate::backend::{BackendError, Grant, LockGone};
+use crate::backend::{BackendError, Bounds, Grant, LockGone};
 use crate::machine::LeaseId;
 use crate::sync::lock;
 
 impl EtcdBackend {
-    /// Grants a lease of `ttl` and records it for its keepalives.
-    pub(super) async fn grant_lease(&self, ttl: Duration) -> Result<Grant, BackendError> {
+    /// Grants a lease of `ttl` within `bounds.timeout` and records it for
+    /// its keepalives.
+    pub(super) async fn grant_lease(
+        &self,
+        ttl: Duration,
+        bounds: Bounds,
+    ) -> Result<Grant, BackendError> {
         // Whole seconds, rounded up; a TTL past i64 (no upper bound in
         // the options) asks for the most and lets etcd say no.
         let secs = ttl
@@ -24,7 +29,7 @@ impl EtcdBackend {
             .saturating_add(u64::from(ttl.subsec_nanos() > 0));
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
         let r = self
-            .unary(self.0.keepalive_timeout, |mut c| async move {
+            .unary(bounds.timeout, |mut c| async move {
                 c.lease_grant(secs, None).await
             })
             .await?;
@@ -44,9 +49,14 @@ impl EtcdBackend {
         Ok(Grant { lease: r.id(), ttl })
     }
 
-    /// One keepalive; a lease found lost is forgotten.
-    pub(super) async fn keepalive_lease(&self, lease: LeaseId) -> Result<Duration, BackendError> {
-        let r = self.keepalive_once(lease).await;
+    /// One keepalive within `bounds.timeout`; a lease found lost is
+    /// forgotten.
+    pub(super) async fn keepalive_lease(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> Result<Duration, BackendError> {
+        let r = self.keepalive_once(lease, bounds.timeout).await;
         if r == Err(BackendError::LeaseNotFound) {
             lock(&self.0.leases).remove(&lease);
         }
@@ -63,15 +73,20 @@ impl EtcdBackend {
         .map(|_| ())
     }
 
-    async fn keepalive_once(&self, lease: LeaseId) -> Result<Duration, BackendError> {
+    async fn keepalive_once(
+        &self,
+        lease: LeaseId,
+        limit: Duration,
+    ) -> Result<Duration, BackendError> {
         // Every lease kept alive was granted here; one no longer recorded
         // was revoked or found lost.
         let Some(rec) = lock(&self.0.leases).get(&lease).cloned() else {
             return Err(BackendError::LeaseNotFound);
         };
-        // The machine counts this keepalive failed `keepalive_timeout` after
-        // it asked, also when it waited here behind the previous one.
-        let deadline = TokioInstant::now() + self.0.keepalive_timeout;
+        // The machine counts this keepalive failed its session's
+        // `keepalive_timeout` (`limit`) after it asked, also when it waited
+        // here behind the previous one.
+        let deadline = TokioInstant::now() + limit;
         // One keepalive in flight per lease: the stream is taken out while
         // in use and put back only after its reply, so a keepalive that
         // times out (or is cancelled) leaves no unread reply behind.
@@ -151,13 +166,13 @@ impl EtcdBackend {
     }
 
     /// The key is gone: with its lease (revoked, expired), or alone? Asked
-    /// within a keepalive timeout; no answer counts as the key alone (the
-    /// fence is the same, only its reason differs).
-    pub(super) async fn why_gone(&self, lease: LeaseId) -> LockGone {
+    /// within `limit` (the session's keepalive timeout); no answer counts
+    /// as the key alone (the fence is the same, only its reason differs).
+    pub(super) async fn why_gone(&self, lease: LeaseId, limit: Duration) -> LockGone {
         #[cfg(test)]
         self.0.why_asked.fetch_add(1, Ordering::Relaxed);
         let ttl = self
-            .unary(self.0.keepalive_timeout, |mut c| async move {
+            .unary(limit, |mut c| async move {
                 c.lease_time_to_live(lease, None).await
             })
             .await;

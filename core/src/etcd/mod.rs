@@ -6,7 +6,7 @@
 //! (writes guarded by a lock) and [`reader`] (read-only looks at the lock
 //! keys, for `dlock show`).
 //!
-//! Environment (read by [`EtcdConfig::from_env`] and [`Client::from_env`]):
+//! Environment (read by [`EtcdConfig::from_env`] and [`crate::Client::from_env`]):
 //!
 //! | variable | meaning |
 //! | --- | --- |
@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
+use crate::Error;
+use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
 use crate::machine::{LeaseId, Token};
-use crate::{Client, Error, Options};
 
 #[cfg(test)]
 mod cluster_tests;
@@ -38,7 +38,7 @@ mod reader;
 mod watch;
 
 pub(crate) use conn::EtcdBackend;
-pub use reader::{EtcdReader, LeaseTtl, LockKey};
+pub use reader::EtcdReader;
 
 /// Where and how to reach an etcd cluster. Its `Debug` output hides the
 /// password.
@@ -111,40 +111,6 @@ impl EtcdConfig {
         Ok(EtcdConfig::new(list))
     }
 
-    /// Reads `DLOCK_ENDPOINTS` and the other `DLOCK_*` variables; `None`
-    /// when `DLOCK_ENDPOINTS` is unset or empty.
-    pub fn from_env() -> Result<Option<EtcdConfig>, Error> {
-        EtcdConfig::from_vars(|name| match std::env::var(name) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::InvalidArgument(format!("{name} is not valid UTF-8")))
-            }
-        })
-    }
-
-    /// [`EtcdConfig::from_env`] over any source of variables (an empty
-    /// value counts as unset): [`crate::Endpoints::from_vars`], which must
-    /// name etcd here.
-    pub fn from_vars(
-        get: impl Fn(&str) -> Result<Option<String>, Error>,
-    ) -> Result<Option<EtcdConfig>, Error> {
-        let Some(endpoints) = crate::Endpoints::from_vars(get)? else {
-            return Ok(None);
-        };
-        let prefixed = |e: Error| match e {
-            Error::InvalidArgument(m) => Error::InvalidArgument(format!("DLOCK_ENDPOINTS: {m}")),
-            e => e,
-        };
-        match endpoints.backend().map_err(prefixed)? {
-            crate::BackendConfig::Etcd(c) => Ok(Some(c)),
-            _ => Err(Error::InvalidArgument(
-                "DLOCK_ENDPOINTS is a PostgreSQL URL, not etcd: use ClientConfig::from_env or dlock::Endpoints"
-                    .into(),
-            )),
-        }
-    }
-
     /// Whether connections use TLS: a CA file, a client certificate or an
     /// `https` endpoint turns it on.
     pub fn tls(&self) -> bool {
@@ -158,7 +124,7 @@ impl EtcdConfig {
 
     /// Checks the rules: endpoints well formed, certificate with key, user
     /// with password, TLS with a CA file, no password over plaintext unless
-    /// allowed, timeouts above zero. Files are read by [`Client::etcd`].
+    /// allowed, timeouts above zero. Files are read by [`crate::Client::etcd`].
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::InvalidArgument(m));
         if self.endpoints.is_empty() {
@@ -263,26 +229,11 @@ pub(crate) fn parse_ms(name: &str, v: &str) -> Result<Duration, Error> {
     }
 }
 
-impl Client {
-    /// A client of the etcd cluster in `config`. Blocks while it connects
-    /// (and authenticates) to the first endpoint that answers; see
-    /// [`Client::connect`].
-    pub fn etcd(config: EtcdConfig, options: Options) -> Result<Client, Error> {
-        Client::connect(crate::ClientConfig::etcd(config).with_options(options))
-    }
-
-    /// etcd when `DLOCK_ENDPOINTS` is set (see [`EtcdConfig::from_env`]),
-    /// else the process-wide embedded service; see [`Client::connect`].
-    pub fn from_env(options: Options) -> Result<Client, Error> {
-        Client::connect(crate::ClientConfig::from_env().with_options(options))
-    }
-}
-
 /// Connects an etcd backend on the driver (its connections belong to the
 /// driver's runtime, not the caller's).
-pub(crate) async fn connect(config: EtcdConfig, options: &Options) -> Result<EtcdBackend, Error> {
+pub(crate) async fn connect(config: EtcdConfig) -> Result<EtcdBackend, Error> {
     config.validate()?;
-    let backend = EtcdBackend::new(&config, options)?;
+    let backend = EtcdBackend::new(&config)?;
     let b = backend.clone();
     crate::driver::on_driver(async move { b.connect_first().await })
         .await
@@ -291,12 +242,16 @@ pub(crate) async fn connect(config: EtcdConfig, options: &Options) -> Result<Etc
 }
 
 impl Backend for EtcdBackend {
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
-        Box::pin(self.grant_lease(ttl))
+    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+        Box::pin(self.grant_lease(ttl, bounds))
     }
 
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
-        Box::pin(self.keepalive_lease(lease))
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        Box::pin(self.keepalive_lease(lease, bounds))
     }
 
     fn lock<'a>(
@@ -327,8 +282,13 @@ impl Backend for EtcdBackend {
     /// so after it returns nothing more comes for its token (a report sent
     /// before may still wait in the channel). Each key is watched from its
     /// token on, so a key already gone when added is reported too.
-    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
-        self.spawn_key_watch(lease, gone)
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+        gone: UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
+        self.spawn_key_watch(lease, bounds, gone)
     }
 
     fn guarded_write<'a>(
@@ -390,15 +350,6 @@ impl Backend for EtcdBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn vars(pairs: &[(&str, &str)]) -> Result<Option<EtcdConfig>, Error> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        EtcdConfig::from_vars(|k| Ok(map.get(k).cloned()))
-    }
 
     fn err(r: Result<impl std::fmt::Debug, Error>) -> String {
         match r {
@@ -444,113 +395,5 @@ mod tests {
         c.ca_file = Some("/ca.pem".into());
         assert_eq!(c.urls(), ["https://a:1", "https://b:2"]);
         c.validate().unwrap();
-    }
-
-    #[test]
-    fn env_unset_or_empty_is_none() {
-        assert_eq!(vars(&[]).unwrap(), None);
-        assert_eq!(vars(&[("DLOCK_ENDPOINTS", "  ")]).unwrap(), None);
-    }
-
-    #[test]
-    fn env_reads_every_variable() {
-        let c = vars(&[
-            ("DLOCK_ENDPOINTS", "https://127.0.0.1:2379,127.0.0.1:2380"),
-            ("DLOCK_CA_FILE", "/ca.pem"),
-            ("DLOCK_CERT_FILE", "/c.pem"),
-            ("DLOCK_KEY_FILE", "/k.pem"),
-            ("DLOCK_USER", "root"),
-            ("DLOCK_PASSWORD", "secret"),
-            ("DLOCK_CONNECT_TIMEOUT_MS", "1500"),
-            ("DLOCK_REQUEST_TIMEOUT_MS", "700"),
-        ])
-        .unwrap()
-        .unwrap();
-        assert_eq!(c.endpoints.len(), 2);
-        assert_eq!(c.ca_file, Some("/ca.pem".into()));
-        assert_eq!(c.cert_file, Some("/c.pem".into()));
-        assert_eq!(c.key_file, Some("/k.pem".into()));
-        assert_eq!(c.user.as_deref(), Some("root"));
-        assert_eq!(c.password.as_deref(), Some("secret"));
-        let debug = format!("{c:?}");
-        assert!(
-            debug.contains("<hidden>") && !debug.contains("secret"),
-            "{debug}"
-        );
-        assert!(!c.allow_plaintext_password);
-        assert_eq!(c.connect_timeout, Duration::from_millis(1500));
-        assert_eq!(c.request_timeout, Duration::from_millis(700));
-    }
-
-    #[test]
-    fn env_bad_values_are_clear_errors() {
-        let ep = ("DLOCK_ENDPOINTS", "127.0.0.1:2379");
-        let e = err(vars(&[("DLOCK_ENDPOINTS", "nohost")]));
-        assert!(e.contains("DLOCK_ENDPOINTS"), "{e}");
-        for (name, value) in [
-            ("DLOCK_CONNECT_TIMEOUT_MS", "0"),
-            ("DLOCK_CONNECT_TIMEOUT_MS", "2s"),
-            ("DLOCK_REQUEST_TIMEOUT_MS", "-5"),
-            ("DLOCK_ALLOW_PLAINTEXT_PASSWORD", "maybe"),
-        ] {
-            let e = err(vars(&[ep, (name, value)]));
-            assert!(e.contains(name) && e.contains(value), "{e}");
-        }
-        let e = err(vars(&[
-            ep,
-            ("DLOCK_CERT_FILE", "/c.pem"),
-            ("DLOCK_CA_FILE", "/ca"),
-        ]));
-        assert!(e.contains("key file"), "{e}");
-        let e = err(vars(&[ep, ("DLOCK_USER", "root")]));
-        assert!(e.contains("password"), "{e}");
-        let e = err(vars(&[("DLOCK_ENDPOINTS", "https://h:1")]));
-        assert!(e.contains("CA file"), "{e}");
-        let e = err(vars(&[
-            ("DLOCK_ENDPOINTS", "https://h:1,http://h:2"),
-            ("DLOCK_CA_FILE", "/ca"),
-        ]));
-        assert!(e.contains("plain http"), "{e}");
-        let from_env = |_: &str| Err(Error::InvalidArgument("X is not valid UTF-8".into()));
-        assert!(EtcdConfig::from_vars(from_env).is_err());
-    }
-
-    #[test]
-    fn password_over_plaintext_is_refused_unless_allowed() {
-        let plain = [
-            ("DLOCK_ENDPOINTS", "127.0.0.1:2379"),
-            ("DLOCK_USER", "root"),
-            ("DLOCK_PASSWORD", "secret"),
-        ];
-        let e = err(vars(&plain));
-        assert!(e.contains("plaintext"), "{e}");
-        // Client::etcd checks before any connection is tried.
-        let mut c = EtcdConfig::new(["127.0.0.1:1"]);
-        c.user = Some("root".into());
-        c.password = Some("secret".into());
-        let e = err(Client::etcd(c.clone(), Options::default()).map(|_| ()));
-        assert!(e.contains("plaintext"), "{e}");
-
-        let mut allowed = plain.to_vec();
-        allowed.push(("DLOCK_ALLOW_PLAINTEXT_PASSWORD", "yes"));
-        assert!(vars(&allowed).unwrap().unwrap().allow_plaintext_password);
-        c.ca_file = Some("/ca.pem".into());
-        c.validate().unwrap();
-    }
-
-    #[test]
-    fn unreadable_files_and_dead_endpoints_are_errors() {
-        let mut c = EtcdConfig::new(["https://127.0.0.1:1"]);
-        c.ca_file = Some("/nonexistent/ca.pem".into());
-        let e = err(Client::etcd(c, Options::default()).map(|_| ()));
-        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
-
-        let mut c = EtcdConfig::new(["127.0.0.1:1"]);
-        c.connect_timeout = Duration::from_millis(200);
-        c.request_timeout = Duration::from_millis(200);
-        match Client::etcd(c, Options::default()) {
-            Err(Error::Backend(m)) => assert!(m.contains("127.0.0.1:1"), "{m}"),
-            other => panic!("expected a backend error, got {:?}", other.map(|_| ())),
-        }
     }
 }

@@ -7,7 +7,8 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 use super::{EtcdBackend, EtcdConfig};
 use crate::backend::BackendError;
 use crate::machine::LeaseId;
-use crate::{Error, Options, lock_key};
+use crate::reader::{LeaseTtl, LockKey, Read};
+use crate::{Error, lock_key};
 
 /// A read-only connection to an etcd cluster, for looking at lock queues
 /// ([`EtcdConfig::connect_reader`]). Holds no lease and writes nothing.
@@ -16,37 +17,13 @@ pub struct EtcdReader {
     backend: EtcdBackend,
 }
 
-/// One lock key: `{name}/{lease:x}` under its lease (see [`lock_key`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockKey {
-    /// The lock's name (the key without its `/<lease hex>`).
-    pub name: String,
-    /// The whole key.
-    pub key: String,
-    /// The key's create revision: its holder's fencing token.
-    pub create_revision: i64,
-    /// The lease the key lives under.
-    pub lease: LeaseId,
-}
-
-/// A lease's time to live, as etcd reports it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseTtl {
-    /// Seconds left, -1 if the lease is gone.
-    pub left_s: i64,
-    /// The TTL granted, in seconds.
-    pub granted_s: i64,
-}
-
 impl EtcdConfig {
     /// A read-only connection: blocks while it connects (and
     /// authenticates) to the first endpoint that answers, as
     /// [`crate::Client::etcd`] does.
     pub fn connect_reader(&self) -> Result<EtcdReader, Error> {
         self.validate()?;
-        let backend = EtcdBackend::new(self, &Options::default())?;
+        let backend = EtcdBackend::new(self)?;
         let b = backend.clone();
         crate::driver::block_on(async move { b.connect_first().await })??;
         Ok(EtcdReader { backend })
@@ -115,5 +92,19 @@ impl EtcdReader {
             }),
             Err(e) => Err(failed("lease time-to-live", e)),
         }
+    }
+}
+
+impl Read for EtcdReader {
+    fn lock_keys(&self, prefix: &str) -> Result<Vec<LockKey>, Error> {
+        EtcdReader::lock_keys(self, prefix)
+    }
+
+    fn lease_ttl(&self, lease: LeaseId) -> Result<LeaseTtl, Error> {
+        EtcdReader::lease_ttl(self, lease)
+    }
+
+    fn lists_waiters(&self) -> bool {
+        true
     }
 }

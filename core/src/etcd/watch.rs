@@ -17,7 +17,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Instant as TokioInstant, timeout};
 
 use super::conn::{ABANDONED, EtcdBackend, classify};
-use crate::backend::{BackendError, BoxFuture, KeyGone, KeyWatch, LockGone};
+use crate::backend::{BackendError, Bounds, BoxFuture, KeyGone, KeyWatch, LockGone};
 use crate::lock_key;
 use crate::machine::{LeaseId, Token};
 use crate::sync::lock;
@@ -41,6 +41,7 @@ impl EtcdBackend {
     pub(super) fn spawn_key_watch(
         &self,
         lease: LeaseId,
+        bounds: Bounds,
         gone: UnboundedSender<KeyGone>,
     ) -> Box<dyn KeyWatch> {
         let keys = Arc::new(Keys {
@@ -50,6 +51,7 @@ impl EtcdBackend {
         let task = KeysTask {
             backend: self.clone(),
             lease,
+            bounds,
             keys: keys.clone(),
             gone,
             endpoint: 0,
@@ -375,6 +377,9 @@ type Job<T> = Option<(Vec<Token>, BoxFuture<'static, T>)>;
 struct KeysTask {
     backend: EtcdBackend,
     lease: LeaseId,
+    /// The session's: lookups bounded by its keepalive timeout, streams
+    /// opened again after its retry interval.
+    bounds: Bounds,
     keys: Arc<Keys>,
     gone: UnboundedSender<KeyGone>,
     /// The endpoint of the stream open or opening.
@@ -574,8 +579,11 @@ impl KeysTask {
                 // One lookup for every key seen gone so far.
                 let batch = std::mem::take(&mut s.doomed);
                 let b = self.backend.clone();
-                let lease = self.lease;
-                self.asking = Some((batch, Box::pin(async move { b.why_gone(lease).await })));
+                let (lease, timeout) = (self.lease, self.bounds.timeout);
+                self.asking = Some((
+                    batch,
+                    Box::pin(async move { b.why_gone(lease, timeout).await }),
+                ));
             }
         }
         true
@@ -654,7 +662,7 @@ impl KeysTask {
                         for token in tokens.into_iter().rev() {
                             s.checks.push_front(token);
                         }
-                        self.check_at = Some(TokioInstant::now() + self.backend.0.retry_interval);
+                        self.check_at = Some(TokioInstant::now() + self.bounds.retry);
                     }
                 }
             }
@@ -678,7 +686,7 @@ impl KeysTask {
         tracing::debug!(endpoint = %self.backend.0.urls[i], error = %e, "etcd key watch failed: re-opening its watchers");
         self.close();
         if self.backend.watch_failed(i, &e) {
-            self.reopen_at = Some(TokioInstant::now() + self.backend.0.retry_interval);
+            self.reopen_at = Some(TokioInstant::now() + self.bounds.retry);
         }
     }
 
@@ -692,7 +700,7 @@ impl KeysTask {
         self.refusals += 1;
         if self.refusals > 1 {
             tracing::warn!(endpoint = %self.backend.0.urls[self.endpoint], reason = why, "etcd refuses to watch a lock key; retrying");
-            self.reopen_at = Some(TokioInstant::now() + self.backend.0.retry_interval);
+            self.reopen_at = Some(TokioInstant::now() + self.bounds.retry);
         }
     }
 

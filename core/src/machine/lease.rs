@@ -36,6 +36,7 @@ impl Holder {
             self.request(Request::Grant {
                 req,
                 ttl: self.opts.ttl,
+                bounds: self.bounds(),
             });
         }
     }
@@ -233,6 +234,7 @@ impl Holder {
         self.last_renewal = Some(now);
         self.keepalives.push_back(Pending { req, sent_at: now });
         self.bounded.push_back((now + self.opts.ttl, req));
-        self.request(Request::Keepalive { req, lease });
+        let bounds = self.bounds();
+        self.request(Request::Keepalive { req, lease, bounds });
     }
 }

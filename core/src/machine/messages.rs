@@ -180,6 +180,8 @@ pub enum Request {
         req: ReqId,
         /// TTL to ask for.
         ttl: Duration,
+        /// The session's bounds on the call.
+        bounds: Bounds,
     },
     /// Acquire lock `lock` under `lease` (put its key, wait for its turn).
     Lock {
@@ -212,6 +214,8 @@ pub enum Request {
         req: ReqId,
         /// The lease.
         lease: LeaseId,
+        /// The session's bounds on the call.
+        bounds: Bounds,
     },
     /// Revoke a lease. Sent again every retry interval until answered (a
     /// lease we know is ours and dead must not outlive an outage); a new
@@ -226,6 +230,21 @@ pub enum Request {
         /// The request.
         req: ReqId,
     },
+}
+
+/// The bounds of one backend call, stamped on the request by the machine
+/// from its own session's settings: backends keep no settings of their own,
+/// so a session with settings of its own is timed by them on every engine.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// The longest the call may take: the session's `keepalive_timeout`,
+    /// after which the machine counts a grant or keepalive failed (the
+    /// backend gives up then too, and leaves an endpoint that did not
+    /// answer).
+    pub timeout: Duration,
+    /// The pause before trying again after a failure (a stream opened
+    /// again): the session's `retry_interval`.
+    pub retry: Duration,
 }
 
 /// What the machine tells the application (quinn-proto's events): the
@@ -357,7 +376,7 @@ pub enum Action {
 impl From<Request> for Action {
     fn from(r: Request) -> Action {
         match r {
-            Request::Grant { req, ttl } => Action::Grant { req, ttl },
+            Request::Grant { req, ttl, .. } => Action::Grant { req, ttl },
             Request::Lock {
                 req,
                 lock,
@@ -380,7 +399,7 @@ impl From<Request> for Action {
                 lease,
                 token,
             },
-            Request::Keepalive { req, lease } => Action::Keepalive { req, lease },
+            Request::Keepalive { req, lease, .. } => Action::Keepalive { req, lease },
             Request::Revoke { lease } => Action::Revoke { lease },
             Request::Abandon { req } => Action::Abandon { req },
         }

@@ -2853,7 +2853,7 @@ fn events_in_order_the_fence_of_a_token_comes_before_the_acquisition_of_the_next
         until: None,
     };
     h.handle(at(1000), acquire);
-    let Request::Grant { req, ttl } = only_request(&mut h) else {
+    let Request::Grant { req, ttl, .. } = only_request(&mut h) else {
         panic!("a grant first");
     };
     let granted = |req, lease| Event::LeaseGranted { req, lease, ttl };

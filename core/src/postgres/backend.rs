@@ -15,7 +15,7 @@ use super::conn::{Connector, Slot, listen_config};
 use super::watch::Listener;
 use super::{election, guarded, lease, mutex, schema};
 use crate::Error;
-use crate::backend::{Backend, BackendError, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
+use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
 use crate::machine::{LeaseId, Token};
 
 /// A PostgreSQL server as a lock service.
@@ -63,12 +63,24 @@ impl PostgresBackend {
 }
 
 impl Backend for PostgresBackend {
-    fn grant(&self, ttl: Duration) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    /// On the statements' connection, so bounded by the request timeout
+    /// as they are: a statement that runs out of time closes its
+    /// connection, which the session's shorter bound must not do to every
+    /// statement queued on it. The machine counts the grant failed after
+    /// `bounds.timeout` all the same.
+    fn grant(&self, ttl: Duration, _bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
         Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
     }
 
-    fn keepalive(&self, lease: LeaseId) -> BoxFuture<'_, Result<Duration, BackendError>> {
-        Box::pin(lease::keepalive(&self.0.keepalives, lease, self.0.timeout))
+    /// Bounded by the session's keepalive timeout (a new connection
+    /// included), not by the request timeout: the machine counts it failed
+    /// then.
+    fn keepalive(
+        &self,
+        lease: LeaseId,
+        bounds: Bounds,
+    ) -> BoxFuture<'_, Result<Duration, BackendError>> {
+        Box::pin(lease::keepalive(&self.0.keepalives, lease, bounds.timeout))
     }
 
     fn lock<'a>(
@@ -172,7 +184,14 @@ impl Backend for PostgresBackend {
         ))
     }
 
-    fn watch_keys(&self, lease: LeaseId, gone: UnboundedSender<KeyGone>) -> Box<dyn KeyWatch> {
+    /// The listener's: one LISTEN for every session, so it runs on the
+    /// backend's own timeouts, not a session's `bounds`.
+    fn watch_keys(
+        &self,
+        lease: LeaseId,
+        _bounds: Bounds,
+        gone: UnboundedSender<KeyGone>,
+    ) -> Box<dyn KeyWatch> {
         self.0.listener.watch(lease, gone)
     }
 

@@ -36,8 +36,24 @@ pub(crate) async fn grant(
 /// Extends `lease` by its TTL only while it has not expired: a late
 /// keepalive never revives a lease (no row: [`BackendError::LeaseNotFound`]).
 /// A reply that came with a WARNING of a cancelled wait for synchronous
-/// replication is not confirmed on the standby: `Unavailable`.
+/// replication is not confirmed on the standby: `Unavailable`. The whole
+/// call, opening a connection included, takes at most `timeout`.
 pub(crate) async fn keepalive(
+    slot: &Slot,
+    lease: LeaseId,
+    timeout: Duration,
+) -> Result<Duration, BackendError> {
+    tokio::time::timeout(timeout, keepalive_once(slot, lease, timeout))
+        .await
+        .unwrap_or_else(|_| {
+            Err(BackendError::Unavailable(format!(
+                "no keepalive reply within {} ms",
+                timeout.as_millis()
+            )))
+        })
+}
+
+async fn keepalive_once(
     slot: &Slot,
     lease: LeaseId,
     timeout: Duration,

@@ -26,7 +26,7 @@ pub use config::PostgresConfig;
 pub(crate) use config::is_postgres_url;
 pub(crate) use reader::{PostgresReader, migrate};
 
-use crate::{Client, Error, Options};
+use crate::Error;
 
 /// The SQLSTATE `dlock.guard` raises when the token no longer holds its
 /// lock: the application's transaction must not commit.
@@ -38,14 +38,6 @@ pub const SCHEMA_VERSION: i32 = schema::VERSION;
 
 /// The schema file, as a DBA runs it (`core/sql/dlock.sql`).
 pub const SCHEMA_SQL: &str = include_str!("../../sql/dlock.sql");
-
-impl Client {
-    /// A client of the PostgreSQL server in `config`. Blocks while it
-    /// connects, checks replication and the schema; see [`Client::connect`].
-    pub fn postgres(config: PostgresConfig, options: Options) -> Result<Client, Error> {
-        Client::connect(crate::ClientConfig::postgres(config).with_options(options))
-    }
-}
 
 /// Connects a PostgreSQL backend on the driver (its connections belong to
 /// the driver's runtime): everything is checked before anything is held.

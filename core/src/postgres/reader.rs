@@ -11,8 +11,8 @@ use super::PostgresConfig;
 use super::conn::{Conn, Connector, describe};
 use super::schema;
 use crate::Error;
-use crate::etcd::{LeaseTtl, LockKey};
 use crate::machine::LeaseId;
+use crate::reader::{LeaseTtl, LockKey, Read};
 
 /// A read-only connection to PostgreSQL: holds no lease, writes nothing.
 #[derive(Clone)]
@@ -134,5 +134,20 @@ impl PostgresReader {
                 granted_s: 0,
             },
         })
+    }
+}
+
+impl Read for PostgresReader {
+    fn lock_keys(&self, prefix: &str) -> Result<Vec<LockKey>, Error> {
+        PostgresReader::lock_keys(self, prefix)
+    }
+
+    fn lease_ttl(&self, lease: LeaseId) -> Result<LeaseTtl, Error> {
+        PostgresReader::lease_ttl(self, lease)
+    }
+
+    /// Waiters hold no rows: they wait on a notification and a timer.
+    fn lists_waiters(&self) -> bool {
+        false
     }
 }
