@@ -343,3 +343,18 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::slot_of;
+
+    #[test]
+    fn slot_locks_are_named_as_the_core_names_them() {
+        assert_eq!(slot_of("gpu/slot/0"), Some(("gpu", 0)));
+        assert_eq!(slot_of("a/b/slot/12"), Some(("a/b", 12)));
+        assert_eq!(slot_of("gpu/slot/01"), None);
+        assert_eq!(slot_of("gpu/slot/x"), None);
+        assert_eq!(slot_of("/slot/1"), None);
+        assert_eq!(slot_of("gpu"), None);
+    }
+}
