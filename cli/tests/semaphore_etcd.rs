@@ -5,7 +5,8 @@
 //! limit mismatch, 0 or over the maximum exit 123 (the core's
 //! `invalid_argument`); `--try` with every slot held exits 120; `dlock
 //! show` / `list` see the held slots; an operator's delete of one slot's
-//! key stops that holder's group (exit 124) and leaves the other alone.
+//! key stops that holder's group (exit 124) and leaves the other alone; a
+//! signal while waiting leaves no key queued.
 
 use dlock_testkit::etcd as etcd_cluster;
 
@@ -234,4 +235,48 @@ fn show_list_try_and_one_slot_fenced_alone() {
     slots_held(&c, &name, 1);
     b.kill().unwrap();
     let _ = b.wait();
+}
+
+/// A signal while waiting for a slot cancels the wait (the core's cancel:
+/// the dropped acquisition leaves nothing held, no key queued on any
+/// slot) and dlock exits 128 + n without running CMD.
+#[test]
+fn a_signal_while_waiting_leaves_no_key_queued() {
+    let c = etcd_cluster::cluster();
+    let name = unique("sig");
+    let mut holder = run_n(&c, 1, &name, "exec sleep 1000");
+    slots_held(&c, &name, 1);
+    let waiter = run_n(&c, 1, &name, "echo ran");
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, v) = show(&c, &name);
+        if v["semaphore"]["slots"][0]["waiters"]
+            .as_array()
+            .map_or(0, Vec::len)
+            == 1
+        {
+            break;
+        }
+        assert!(Instant::now() < end, "no waiter queued: {v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(waiter.id() as i32, libc::SIGTERM) };
+    let out = finish(waiter, Duration::from_secs(15));
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty(), "CMD ran");
+    let (_, v) = show(&c, &name);
+    assert_eq!(v["semaphore"]["held"], 1, "{v}");
+    assert_eq!(
+        v["semaphore"]["slots"][0]["waiters"],
+        serde_json::json!([]),
+        "{v}"
+    );
+    holder.kill().unwrap();
+    let _ = holder.wait();
 }
