@@ -12,7 +12,7 @@
  * - Pointers are NULL (LK_NULL_PARAMETER unless documented as optional) or
  *   valid; strings are NUL-terminated UTF-8. Handles (lk_client, lk_session,
  *   lk_lock, lk_memory, lk_fence_gate, lk_acquisition, lk_election,
- *   lk_observer) are thread-safe:
+ *   lk_observer, lk_semaphore) are thread-safe:
  *   share them between threads; free each once, when no other thread uses
  *   it. *_free(NULL) does nothing.
  * - A permit (struct lk_permit) lives in the caller's storage: declare it
@@ -135,6 +135,10 @@
 
 // The version of `struct lk_leader` this header describes.
 #define LK_LEADER_VERSION 1
+
+// The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
+// larger limits are `LK_INVALID_ARGUMENT`.
+#define LK_MAX_SEMAPHORE_LIMIT 64
 
 // The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 // (`lk_status_name`) are the error codes every dlock binding shares.
@@ -269,6 +273,11 @@ struct lk_memory;
 // An observer of one election. Pull its events with `lk_observer_next`
 // (`lk_observer_new`), or get them in a callback (`lk_observer_start`).
 struct lk_observer;
+
+// A counting semaphore: at most its limit of holders at once, each
+// holding one slot's ordinary `lk_lock`. Holds nothing itself: freeing
+// it leaves the slots acquired from it held (free those locks).
+struct lk_semaphore;
 
 // One lease shared by many locks: one keepalive loop, one deadline. A
 // failed keepalive drains every lock of it, a lost lease fences them all,
@@ -953,6 +962,61 @@ enum lk_status lk_observer_close(const struct lk_observer *observer);
 
 // Closes (as `lk_observer_close`) and frees the observer (NULL: nothing).
 void lk_observer_free(struct lk_observer *observer);
+
+// A semaphore of `limit` slots called `name` on `client`'s default
+// session (`lk_session_semaphore_new` for another session). The first
+// handle of `name` anywhere records `limit` on the lock service; a handle
+// asking for another limit is `LK_INVALID_ARGUMENT` (the message names
+// both), as are a limit of 0 or over `LK_MAX_SEMAPHORE_LIMIT` and a name
+// whose slot names (`<name>/slot/<i>`) are longer than `LK_MAX_NAME_LEN`.
+// Blocks for that one request (at most about a TTL; `LK_BACKEND` when the
+// service does not answer).
+enum lk_status lk_semaphore_new(const struct lk_client *client,
+                                const char *name,
+                                uint32_t limit,
+                                struct lk_semaphore **semaphore_out);
+
+// As `lk_semaphore_new`, on `session`: the slots acquired from it are
+// held under that session's lease.
+enum lk_status lk_session_semaphore_new(const struct lk_session *session,
+                                        const char *name,
+                                        uint32_t limit,
+                                        struct lk_semaphore **semaphore_out);
+
+// Takes a slot, waiting up to `timeout_ms` for one to be free (0: one
+// try, as `lk_semaphore_try_acquire`); blocks the calling thread. On
+// success `*lock_out` is a new, held `lk_lock`: that slot's ordinary lock
+// (`lk_lock_slot`, `lk_lock_token`, `lk_permit`, callbacks, guarded
+// writes; `lk_lock_name` is the slot's lock name). Release it with
+// `lk_lock_release` or `lk_lock_free` (the slot passes to one waiter).
+// `LK_TIMEOUT`: every slot stayed held, nothing is held; `LK_RELEASED`
+// (the session is closed), `LK_BACKEND`.
+enum lk_status lk_semaphore_acquire(const struct lk_semaphore *semaphore,
+                                    uint64_t timeout_ms,
+                                    struct lk_lock **lock_out);
+
+// Takes a free slot if there is one (`*lock_out` as
+// `lk_semaphore_acquire`), else `LK_WOULD_BLOCK` with nothing held.
+// Blocks for at most about two keepalive timeouts per slot tried.
+enum lk_status lk_semaphore_try_acquire(const struct lk_semaphore *semaphore,
+                                        struct lk_lock **lock_out);
+
+// The semaphore's limit: how many holders it admits at once.
+enum lk_status lk_semaphore_limit(const struct lk_semaphore *semaphore, uint32_t *limit_out);
+
+// The semaphore's name, as given; NULL for a NULL semaphore. Valid until
+// the semaphore is freed.
+const char *lk_semaphore_name(const struct lk_semaphore *semaphore);
+
+// The semaphore slot `lock` is (0 to the limit − 1), for a lock from
+// `lk_semaphore_acquire` / `lk_semaphore_try_acquire`, held or not.
+// `LK_INVALID_ARGUMENT` for a lock that is not a semaphore's (from
+// `lk_lock_new`, `lk_session_lock_new`, an election's).
+enum lk_status lk_lock_slot(const struct lk_lock *lock, uint32_t *slot_out);
+
+// Frees a semaphore handle (NULL: nothing). The locks acquired from it
+// stay held and valid: free each on its own.
+void lk_semaphore_free(struct lk_semaphore *semaphore);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,8 +5,9 @@
 // It converts types and decides nothing: the Rust core behind libdlock
 // keeps the leases, deadlines and tokens (docs/design.md §19).
 //
-// - Handles (client, session, lock, fence_gate) are move-only and free
-//   their C handle in the destructor; a moved-from handle is empty.
+// - Handles (client, session, lock, semaphore, fence_gate) are move-only
+//   and free their C handle in the destructor; a moved-from handle is
+//   empty.
 // - Setup and acquire failures throw dlock::error, a std::system_error
 //   whose code is in dlock::category() (the lk_ status words).
 // - lock::permit() never throws: a refusal (draining, fenced, released,
@@ -24,6 +25,8 @@
 //   it from the ones given (docs/design.md §14), as in every other face.
 // - Elections (client::election, session::election) and observers
 //   (client::observe) wrap lk_election_* and lk_observer_*.
+// - Semaphores (client::semaphore, session::semaphore) wrap
+//   lk_semaphore_*: acquire() gives a held dlock::lock with slot().
 //
 // Guide: docs/cpp.md; example: examples/cpp/worker.cpp.
 
@@ -381,6 +384,13 @@ class lock {
     const char *n = lk_lock_name(raw_);
     return n ? std::string_view(n) : std::string_view();
   }
+  /// The semaphore slot this lock is (semaphore::acquire's locks);
+  /// std::nullopt for a lock that is not a semaphore's.
+  std::optional<std::uint32_t> slot() const noexcept {
+    std::uint32_t s = 0;
+    if (lk_lock_slot(raw_, &s) != LK_OK) return std::nullopt;
+    return s;
+  }
 
   /// Writes `key` = `value` only while `token` holds the lock; false when
   /// it no longer does (fenced). Throws for other failures.
@@ -669,6 +679,62 @@ class observer {
   std::unique_ptr<observed_fn> fn_;
 };
 
+/// A counting semaphore (docs/design.md §26), made by client::semaphore or
+/// session::semaphore: at most limit() holders at once, each holding one
+/// slot, an ordinary lock named `<name>/slot/<i>`. acquire() gives that
+/// held lock (permit(), callbacks, token(), slot(); its destructor
+/// releases the slot). Holds nothing itself. Move-only.
+class semaphore {
+ public:
+  semaphore() noexcept = default;
+  /// Takes ownership of a C handle.
+  explicit semaphore(struct lk_semaphore *raw) noexcept : raw_(raw) {}
+  semaphore(const semaphore &) = delete;
+  semaphore &operator=(const semaphore &) = delete;
+  semaphore(semaphore &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  semaphore &operator=(semaphore &&o) noexcept {
+    if (this != &o) {
+      lk_semaphore_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  /// Frees the handle; the locks acquired from it stay held.
+  ~semaphore() { lk_semaphore_free(raw_); }
+
+  /// Waits up to `timeout` for any free slot (0: one try); returns that
+  /// slot's held lock. Throws dlock::error: timeout (nothing held;
+  /// would_block for one try), released, backend.
+  class lock acquire(std::chrono::milliseconds timeout) {
+    struct lk_lock *l = nullptr;
+    detail::check(lk_semaphore_acquire(raw_, detail::to_ms(timeout, "timeout"), &l), "lk_semaphore_acquire");
+    return dlock::lock(l);
+  }
+  /// A free slot's held lock, or std::nullopt when every slot is held.
+  std::optional<class lock> try_acquire() {
+    struct lk_lock *l = nullptr;
+    enum lk_status s = lk_semaphore_try_acquire(raw_, &l);
+    if (s == LK_WOULD_BLOCK) return std::nullopt;
+    detail::check(s, "lk_semaphore_try_acquire");
+    return dlock::lock(l);
+  }
+  /// How many holders it admits at once.
+  std::uint32_t limit() const {
+    std::uint32_t n = 0;
+    detail::check(lk_semaphore_limit(raw_, &n), "lk_semaphore_limit");
+    return n;
+  }
+  std::string_view name() const noexcept {
+    const char *n = lk_semaphore_name(raw_);
+    return n ? std::string_view(n) : std::string_view();
+  }
+  struct lk_semaphore *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_semaphore *raw_ = nullptr;
+};
+
 /// One lease shared by many locks.
 class session {
  public:
@@ -697,6 +763,15 @@ class session {
     struct lk_election *e = nullptr;
     detail::check(lk_session_election_new(raw_, detail::name(name), &e), "lk_session_election_new");
     return dlock::election(e);
+  }
+  /// A semaphore of `limit` slots called `name` on this session (its
+  /// slots held under this lease). The first handle of `name` records
+  /// the limit; throws dlock::error (invalid_argument) for another limit,
+  /// 0 or over LK_MAX_SEMAPHORE_LIMIT.
+  class semaphore semaphore(const std::string &name, std::uint32_t limit) const {
+    struct lk_semaphore *s = nullptr;
+    detail::check(lk_session_semaphore_new(raw_, detail::name(name), limit, &s), "lk_session_semaphore_new");
+    return dlock::semaphore(s);
   }
   /// Releases every lock of the session and revokes its lease.
   void close() { detail::check(lk_session_close(raw_), "lk_session_close"); }
@@ -786,6 +861,13 @@ class client {
     struct lk_election *e = nullptr;
     detail::check(lk_election_new(raw_, detail::name(name), &e), "lk_election_new");
     return dlock::election(e);
+  }
+  /// A semaphore of `limit` slots called `name` on the default session
+  /// (see session::semaphore).
+  class semaphore semaphore(const std::string &name, std::uint32_t limit) const {
+    struct lk_semaphore *s = nullptr;
+    detail::check(lk_semaphore_new(raw_, detail::name(name), limit, &s), "lk_semaphore_new");
+    return dlock::semaphore(s);
   }
   /// Observes the election `name`: pull the events with observer::next.
   class observer observe(const std::string &name) const {

@@ -4,7 +4,8 @@
 # -fsanitize=address,undefined; the two-translation-unit ODR test (LTO,
 # -Wodr); examples/cpp/worker.cpp built strictly and its story checked by
 # core/tests/c_worker.rs (the C worker's story, told the same way); one
-# election on the real etcd (ffi-c/tests/cpp/election_etcd.cpp). Links
+# election on the real etcd (ffi-c/tests/cpp/election_etcd.cpp); semaphores
+# (ffi-c/tests/cpp/semaphore.cpp) on the embedded service. Links
 # the release libdlock.so as scripts/test-c.sh does (flags: c-flags.sh).
 #
 # etcd: the cluster whose env is exported (DLOCK_TEST_ETCD, from
@@ -51,6 +52,13 @@ for std in c++17 c++20; do
   san_env_on
   [[ -x $work/bad-input-$std ]] && step "bad_input.cpp ($std): the shared bad inputs under ASan/UBSan" \
     "$work/bad-input-$std" "$root/scenarios/vectors/bad_input.json"
+  san_env_off
+  # Semaphores: N + 1 contenders, N hold on distinct slots, a release
+  # wakes the waiter onto that slot, the limit mismatch, slot().
+  step "semaphore.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
+    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/semaphore.cpp -o "$work/semaphore-$std" "${LINK[@]}"
+  san_env_on
+  [[ -x $work/semaphore-$std ]] && step "semaphore.cpp ($std): N of N + 1 hold, one slot each, a release wakes one waiter" "$work/semaphore-$std"
   san_env_off
   # The README's C++ blocks as written: the loop (its text checked against
   # this file by core/tests/readme.rs) stops at a fence; the election (its

@@ -68,8 +68,12 @@ impl Held for Candidate {
         _wait: bool,
         timeout: Option<Duration>,
         done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
-    ) -> Result<dlock::Acquisition, dlock::Error> {
-        self.election.campaign_then(&self.value, timeout, done)
+    ) -> Result<Box<dyn crate::run::Cancel>, dlock::Error> {
+        Ok(Box::new(self.election.campaign_then(
+            &self.value,
+            timeout,
+            done,
+        )?))
     }
 }
 
@@ -98,6 +102,7 @@ pub fn main(args: ElectArgs) -> Result<i32, Fail> {
         on_drain: OnDrain::Nothing,
         restart: args.restart,
         restart_limit: None,
+        limit: None,
         metrics: args.metrics,
         name: args.name,
         command: args.command,

@@ -5,12 +5,17 @@
 //! (docs/design.md §11 a), and otherwise the lock passes on only at the
 //! server's expiry, a margin after the local deadline. The grace must fit
 //! inside that margin, so no process of the group outlives the lock.
+//!
+//! `dlock run -n N NAME -- CMD`: the same in one of the N slots of the
+//! semaphore NAME (the core's `Semaphore`, docs/design.md §26). A slot is
+//! an ordinary lock, `NAME/slot/<i>`, so everything above holds for it
+//! unchanged; CMD also gets `DLOCK_SLOT`.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -58,6 +63,11 @@ pub struct RunArgs {
     /// With --restart: at most this many restarts
     #[arg(long, value_name = "N", requires = "restart")]
     pub(crate) restart_limit: Option<u32>,
+    /// NAME is a semaphore of N slots: run CMD in any free one (the slot
+    /// `NAME/slot/<i>`, an ordinary lock; DLOCK_SLOT=i). Every holder gives
+    /// the same N (the first records it)
+    #[arg(short = 'n', long = "limit", value_name = "N")]
+    pub(crate) limit: Option<u32>,
     #[command(flatten)]
     pub(crate) metrics: crate::metrics::TextfileArgs,
     /// The lock's name
@@ -155,10 +165,25 @@ enum Ev {
     Acquired(Result<Token, dlock::Error>),
 }
 
-/// What `run` holds while CMD runs: a lock, or an election's candidate
-/// (`dlock elect`), which campaigns with its value instead of acquiring.
+/// A lock event listener, as `dlock::Lock::on_event` takes it.
+pub type Listener = Arc<dyn Fn(&LockEvent) + Send + Sync>;
+
+/// A started first acquisition: cancelled, it leaves nothing held.
+pub trait Cancel: Send {
+    fn cancel(&self);
+}
+
+impl Cancel for dlock::Acquisition {
+    fn cancel(&self) {
+        dlock::Acquisition::cancel(self)
+    }
+}
+
+/// What `run` holds while CMD runs: a lock, an election's candidate
+/// (`dlock elect`), which campaigns with its value instead of acquiring,
+/// or a semaphore's slot (`-n N`), known once acquired.
 pub trait Held: Send + Sync + 'static {
-    /// The lock whose permits the command runs under.
+    /// The lock whose permits the command runs under (once acquired).
     fn lock(&self) -> &dlock::Lock;
     /// Starts the first acquisition (see `dlock::Lock::acquire_then`).
     fn start(
@@ -166,7 +191,11 @@ pub trait Held: Send + Sync + 'static {
         wait: bool,
         timeout: Option<Duration>,
         done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
-    ) -> Result<dlock::Acquisition, dlock::Error>;
+    ) -> Result<Box<dyn Cancel>, dlock::Error>;
+    /// Every event of the lock, from its acquisition on at the latest.
+    fn on_event(&self, f: Listener) {
+        self.lock().on_event(move |e| f(e));
+    }
 }
 
 impl Held for dlock::Lock {
@@ -179,13 +208,97 @@ impl Held for dlock::Lock {
         wait: bool,
         timeout: Option<Duration>,
         done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
-    ) -> Result<dlock::Acquisition, dlock::Error> {
-        Ok(self.acquire_then(wait, timeout, done))
+    ) -> Result<Box<dyn Cancel>, dlock::Error> {
+        Ok(Box::new(self.acquire_then(wait, timeout, done)))
+    }
+}
+
+/// A slot of a semaphore (`-n N`): the core's `Semaphore` acquires it (a
+/// wait on every slot at once, or a try of each); the slot's lock is
+/// known from then on.
+struct Slot {
+    semaphore: dlock::Semaphore,
+    won: Arc<OnceLock<dlock::Lock>>,
+    listener: Mutex<Option<Listener>>,
+}
+
+/// Cancels a slot's acquisition: the core's future is dropped, which
+/// leaves nothing held (even a slot won just then).
+struct CancelSlot(Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+impl Cancel for CancelSlot {
+    fn cancel(&self) {
+        if let Some(tx) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Held for Slot {
+    fn lock(&self) -> &dlock::Lock {
+        self.won
+            .get()
+            .expect("the slot's lock is used once acquired")
+    }
+
+    fn on_event(&self, f: Listener) {
+        *self.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
+    }
+
+    fn start(
+        &self,
+        wait: bool,
+        timeout: Option<Duration>,
+        done: Box<dyn FnOnce(Result<Token, dlock::Error>) + Send>,
+    ) -> Result<Box<dyn Cancel>, dlock::Error> {
+        let (cancel, mut cancelled) = tokio::sync::oneshot::channel::<()>();
+        let semaphore = self.semaphore.clone();
+        let acquire = async move {
+            let acquired = async {
+                match wait {
+                    true => semaphore.acquire_async(timeout).await,
+                    false => semaphore.try_acquire_async().await,
+                }
+            };
+            tokio::select! {
+                r = acquired => Some(r),
+                Ok(()) = &mut cancelled => None,
+            }
+        };
+        let won = self.won.clone();
+        let listener = self
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        dlock::spawn_then(acquire, move |r| match r {
+            Some(Ok(lock)) => {
+                if let Some(f) = listener {
+                    lock.on_event(move |e| f(e));
+                }
+                // No token: lost already; the permit says so next.
+                let token = lock.token().unwrap_or(Token(0));
+                let _ = won.set(lock);
+                done(Ok(token));
+            }
+            Some(Err(e)) => done(Err(e)),
+            None => done(Err(dlock::Error::Released)),
+        });
+        Ok(Box::new(CancelSlot(Mutex::new(Some(cancel)))))
     }
 }
 
 pub fn main(args: RunArgs) -> Result<i32, Fail> {
-    main_with(args, |session, name| Ok(Arc::new(session.lock(name)?)))
+    match args.limit {
+        None => main_with(args, |session, name| Ok(Arc::new(session.lock(name)?))),
+        Some(limit) => main_with(args, move |session, name| {
+            Ok(Arc::new(Slot {
+                semaphore: session.semaphore(name, limit)?,
+                won: Arc::default(),
+                listener: Mutex::new(None),
+            }))
+        }),
+    }
 }
 
 /// `run` with what to hold made by `held` (a lock, an election).
@@ -221,9 +334,9 @@ pub fn main_with(
     let textfile = args.metrics.start(&client);
     {
         let tx = tx.clone();
-        lock.lock().on_event(move |e| {
+        lock.on_event(Arc::new(move |e| {
             let _ = tx.send(Ev::Lock(*e));
-        });
+        }));
     }
     let r = Run {
         args: &args,
@@ -387,17 +500,28 @@ impl Run<'_> {
     /// is gone; the permit ends then.
     fn start(&self, permit: OwnedPermit) -> Result<Ended, Fail> {
         let token = permit.token();
-        let lease = self.lock.lock().session().lease().unwrap_or_default();
-        let key = dlock::lock_key(&self.args.name, lease);
+        let lock = self.lock.lock();
+        let lease = lock.session().lease().unwrap_or_default();
+        // A semaphore's slot is the lock `NAME/slot/<i>`.
+        let name = match lock.slot() {
+            Some(_) => lock.name(),
+            None => &self.args.name,
+        };
+        let key = dlock::lock_key(name, lease);
         let (program, rest) = crate::split_command(&self.args.command);
         let mut command = Command::new(program);
         command
             .args(rest)
-            .env("DLOCK_LOCK", &self.args.name)
+            .env("DLOCK_LOCK", name)
             .env("DLOCK_TOKEN", token.0.to_string())
             .env("ETCD_LOCK_KEY", &key)
             .env("ETCD_LOCK_REV", token.0.to_string())
             .process_group(0);
+        if let Some(slot) = lock.slot() {
+            command
+                .env("DLOCK_SLOT", slot.to_string())
+                .env("DLOCK_SEMAPHORE", &self.args.name);
+        }
         // If dlock itself dies (SIGKILL, a crash), the command's first
         // process is killed with it: nobody would stop it at the fence.
         let parent = std::process::id();

@@ -5,6 +5,11 @@
 //! others wait in that order. On PostgreSQL only the holder has a row
 //! (`dlock.locks`; waiters wait on a notification), so waiters are not
 //! known there: `waiters_known` is false.
+//!
+//! A semaphore `NAME` (docs/design.md §26) is its slots, the ordinary locks
+//! `NAME/slot/<i>`: `show NAME` finds them under `NAME/` and shows each
+//! held slot with its holder and waiters; `list` marks each slot's lock
+//! with its semaphore and slot.
 
 use clap::Args;
 use dlock::{LockKey, Reader};
@@ -67,6 +72,31 @@ struct Shown {
     waiters: Vec<Key>,
     /// False on PostgreSQL, where waiters hold no rows.
     waiters_known: bool,
+    /// When NAME is a semaphore: its slots held (then `holder` is null
+    /// and `waiters` empty: they are per slot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semaphore: Option<SemaphoreShown>,
+}
+
+#[derive(Serialize, Debug)]
+struct SemaphoreShown {
+    /// The limit recorded under `NAME/limit`; null: not read (the core's
+    /// `Reader` has no read of it yet).
+    limit: Option<u32>,
+    /// Slots held now.
+    held: usize,
+    /// The held slots, lowest first.
+    slots: Vec<SlotShown>,
+}
+
+#[derive(Serialize, Debug)]
+struct SlotShown {
+    slot: u32,
+    /// The slot's lock name, `NAME/slot/<i>`.
+    name: String,
+    holder: Holder,
+    /// On etcd a waiter of the semaphore waits on every slot at once.
+    waiters: Vec<Key>,
 }
 
 #[derive(Serialize, Debug)]
@@ -76,6 +106,24 @@ struct Listed {
     waiters: usize,
     /// False on PostgreSQL, where waiters hold no rows.
     waiters_known: bool,
+    /// When the lock is a semaphore's slot (`<semaphore>/slot/<i>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    semaphore: Option<SlotOf>,
+}
+
+#[derive(Serialize, Debug)]
+struct SlotOf {
+    name: String,
+    slot: u32,
+}
+
+/// `(semaphore, slot)` when `lock` is the lock of a semaphore's slot, as
+/// the core names it (`dlock::semaphore::slot_name`).
+fn slot_of(lock: &str) -> Option<(&str, u32)> {
+    let (semaphore, i) = lock.rsplit_once("/slot/")?;
+    let slot: u32 = i.parse().ok()?;
+    (!semaphore.is_empty() && dlock::semaphore::slot_name(semaphore, slot) == lock)
+        .then_some((semaphore, slot))
 }
 
 fn backend(what: &str, e: impl std::fmt::Display) -> Fail {
@@ -117,32 +165,107 @@ fn check_name(name: &str) -> Result<(), Fail> {
         .map_err(Fail::from)
 }
 
+fn holder(reader: &Reader, k: &LockKey) -> Result<Holder, Fail> {
+    let ttl = reader.lease_ttl(k.lease).map_err(read_failed)?;
+    Ok(Holder {
+        key: key(k),
+        ttl_left_s: ttl.left_s,
+        ttl_granted_s: ttl.granted_s,
+    })
+}
+
+/// The held slots of the semaphore `name` among `keys` (oldest first).
+fn slots(reader: &Reader, name: &str, keys: &[LockKey]) -> Result<Vec<SlotShown>, Fail> {
+    let mut slots: Vec<SlotShown> = Vec::new();
+    for k in keys {
+        let Some((_, slot)) = slot_of(&k.name).filter(|(s, _)| *s == name) else {
+            continue;
+        };
+        match slots.iter_mut().find(|s| s.slot == slot) {
+            Some(s) => s.waiters.push(key(k)),
+            None => slots.push(SlotShown {
+                slot,
+                name: k.name.clone(),
+                holder: holder(reader, k)?,
+                waiters: Vec::new(),
+            }),
+        }
+    }
+    slots.sort_by_key(|s| s.slot);
+    Ok(slots)
+}
+
 pub fn show(args: ShowArgs) -> Result<i32, Fail> {
     check_name(&args.name)?;
     let reader = connect(&args.conn)?;
-    let mut queue = reader
+    let keys = reader
         .lock_keys(&format!("{}/", args.name))
-        .map_err(read_failed)?
-        .into_iter()
-        .filter(|k| k.name == args.name);
+        .map_err(read_failed)?;
+    let mut queue = keys.iter().filter(|k| k.name == args.name);
     let holder = match queue.next() {
         None => None,
-        Some(k) => {
-            let ttl = reader.lease_ttl(k.lease).map_err(read_failed)?;
-            Some(Holder {
-                key: key(&k),
-                ttl_left_s: ttl.left_s,
-                ttl_granted_s: ttl.granted_s,
-            })
-        }
+        Some(k) => Some(holder(&reader, k)?),
+    };
+    // No lock NAME: a semaphore NAME, if any of its slots is held.
+    let semaphore = match holder {
+        Some(_) => None,
+        None => Some(slots(&reader, &args.name, &keys)?)
+            .filter(|s| !s.is_empty())
+            .map(|slots| SemaphoreShown {
+                limit: None,
+                held: slots.len(),
+                slots,
+            }),
     };
     let shown = Shown {
         name: args.name.clone(),
-        held: holder.is_some(),
+        held: holder.is_some() || semaphore.is_some(),
         holder,
-        waiters: queue.map(|k| key(&k)).collect(),
+        waiters: queue.map(key).collect(),
         waiters_known: reader.lists_waiters(),
+        semaphore,
     };
+    if let Some(sem) = &shown.semaphore {
+        if args.metrics {
+            return Err(Fail::new(
+                exit::INVALID,
+                format!(
+                    "invalid_argument: `{}` is a semaphore: each slot is a lock, `dlock show --metrics {}` shows one",
+                    shown.name,
+                    dlock::semaphore::slot_name(&shown.name, sem.slots[0].slot)
+                ),
+            ));
+        }
+        if args.json {
+            println!("{}", serde_json::to_string(&shown).expect("serializable"));
+            return Ok(0);
+        }
+        println!("semaphore {}", shown.name);
+        match sem.limit {
+            Some(limit) => println!("limit     {limit}"),
+            None => println!(
+                "limit     not read (`{}`)",
+                dlock::semaphore::limit_key(&shown.name)
+            ),
+        }
+        println!("held      {} slot(s)", sem.held);
+        for s in &sem.slots {
+            let waiters = match shown.waiters_known {
+                true => s.waiters.len().to_string(),
+                false => "unknown".into(),
+            };
+            println!(
+                "slot {:<4} {}  token {}  lease {} (ttl left {}s of {}s)  waiters {waiters}",
+                s.slot,
+                s.holder.key.key,
+                s.holder.key.token,
+                s.holder.key.lease,
+                s.holder.ttl_left_s,
+                s.holder.ttl_granted_s
+            );
+        }
+        return Ok(0);
+    }
     if args.metrics {
         let token = shown.holder.as_ref().map(|h| h.key.token);
         print!(
@@ -192,6 +315,10 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
                 holder: key(k),
                 waiters: 0,
                 waiters_known,
+                semaphore: slot_of(&k.name).map(|(name, slot)| SlotOf {
+                    name: name.to_owned(),
+                    slot,
+                }),
             }),
         }
     }
@@ -204,11 +331,30 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
                 true => l.waiters.to_string(),
                 false => "unknown".into(),
             };
+            let of = match &l.semaphore {
+                Some(s) => format!("  semaphore {} slot {}", s.name, s.slot),
+                None => String::new(),
+            };
             println!(
-                "{}  token {}  lease {}  waiters {waiters}",
+                "{}  token {}  lease {}  waiters {waiters}{of}",
                 l.name, l.holder.token, l.holder.lease
             );
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_of;
+
+    #[test]
+    fn slot_locks_are_named_as_the_core_names_them() {
+        assert_eq!(slot_of("gpu/slot/0"), Some(("gpu", 0)));
+        assert_eq!(slot_of("a/b/slot/12"), Some(("a/b", 12)));
+        assert_eq!(slot_of("gpu/slot/01"), None);
+        assert_eq!(slot_of("gpu/slot/x"), None);
+        assert_eq!(slot_of("/slot/1"), None);
+        assert_eq!(slot_of("gpu"), None);
+    }
 }

@@ -33,6 +33,8 @@ pub mod metrics;
 pub mod election;
 // After `election`.
 pub mod observer;
+// After `observer`.
+pub mod semaphore;
 // No exports: the shutdown the first client registers at exit.
 mod at_exit;
 
