@@ -80,8 +80,8 @@ struct Shown {
 
 #[derive(Serialize, Debug)]
 struct SemaphoreShown {
-    /// The limit recorded under `NAME/limit`; null: not read (the core's
-    /// `Reader` has no read of it yet).
+    /// The limit recorded under `NAME/limit` (by the semaphore's first
+    /// handle); null: none is.
     limit: Option<u32>,
     /// Slots held now.
     held: usize,
@@ -206,20 +206,23 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
         None => None,
         Some(k) => Some(holder(&reader, k)?),
     };
-    // No lock NAME: a semaphore NAME, if any of its slots is held.
+    // No lock NAME: a semaphore NAME, if it has a limit recorded or a
+    // slot held.
     let semaphore = match holder {
         Some(_) => None,
-        None => Some(slots(&reader, &args.name, &keys)?)
-            .filter(|s| !s.is_empty())
-            .map(|slots| SemaphoreShown {
-                limit: None,
+        None => {
+            let limit = reader.semaphore_limit(&args.name).map_err(read_failed)?;
+            let slots = slots(&reader, &args.name, &keys)?;
+            (limit.is_some() || !slots.is_empty()).then_some(SemaphoreShown {
+                limit,
                 held: slots.len(),
                 slots,
-            }),
+            })
+        }
     };
     let shown = Shown {
         name: args.name.clone(),
-        held: holder.is_some() || semaphore.is_some(),
+        held: holder.is_some() || semaphore.as_ref().is_some_and(|s| s.held > 0),
         holder,
         waiters: queue.map(key).collect(),
         waiters_known: reader.lists_waiters(),
@@ -232,7 +235,10 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
                 format!(
                     "invalid_argument: `{}` is a semaphore: each slot is a lock, `dlock show --metrics {}` shows one",
                     shown.name,
-                    dlock::semaphore::slot_name(&shown.name, sem.slots[0].slot)
+                    dlock::semaphore::slot_name(
+                        &shown.name,
+                        sem.slots.first().map_or(0, |s| s.slot)
+                    )
                 ),
             ));
         }
@@ -244,7 +250,7 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
         match sem.limit {
             Some(limit) => println!("limit     {limit}"),
             None => println!(
-                "limit     not read (`{}`)",
+                "limit     none recorded (`{}`)",
                 dlock::semaphore::limit_key(&shown.name)
             ),
         }

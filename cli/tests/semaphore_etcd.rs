@@ -197,6 +197,10 @@ fn show_list_try_and_one_slot_fenced_alone() {
     assert_eq!(slots, [0, 1], "{v}");
     assert_eq!(v["held"], serde_json::Value::Bool(true));
     assert_eq!(v["semaphore"]["slots"][0]["name"], format!("{name}/slot/0"));
+    assert_eq!(
+        v["semaphore"]["limit"], 2,
+        "the limit its first handle recorded: {v}"
+    );
 
     let tried = dlock(&c, &["run", "--try", "-n", "2", &name, "--", "echo", "ran"])
         .output()

@@ -42,6 +42,9 @@ pub(crate) trait Read: Send + Sync {
     fn lease_ttl(&self, lease: LeaseId) -> Result<LeaseTtl, Error>;
     /// See [`Reader::lists_waiters`].
     fn lists_waiters(&self) -> bool;
+    /// The value stored under `key` outside every lock (a semaphore's
+    /// limit), if any.
+    fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Error>;
 }
 
 /// A read-only connection to a lock service: holds no lease and writes
@@ -67,5 +70,20 @@ impl Reader {
     /// do; on PostgreSQL they wait on a notification and a timer, unseen.
     pub fn lists_waiters(&self) -> bool {
         self.0.lists_waiters()
+    }
+
+    /// The limit recorded for the semaphore `name` (under
+    /// [`crate::semaphore::limit_key`]), `None` if none is.
+    pub fn semaphore_limit(&self, name: &str) -> Result<Option<u32>, Error> {
+        let key = crate::semaphore::limit_key(name);
+        let Some(v) = self.0.value(&key)? else {
+            return Ok(None);
+        };
+        crate::semaphore::parse_limit(&v).map(Some).ok_or_else(|| {
+            Error::Backend(format!(
+                "`{key}` holds no limit: {:?}",
+                String::from_utf8_lossy(&v)
+            ))
+        })
     }
 }

@@ -82,18 +82,20 @@ fn check(name: &str, limit: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// A limit as recorded under [`limit_key`]: decimal text.
+pub(crate) fn parse_limit(stored: &[u8]) -> Option<u32> {
+    std::str::from_utf8(stored).ok()?.parse().ok()
+}
+
 /// The limit recorded for `name`, compared with the one asked for.
 fn compare(name: &str, limit: u32, stored: &[u8]) -> Result<(), Error> {
-    let recorded = std::str::from_utf8(stored)
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "semaphore `{name}`: its limit key `{}` holds {:?}, not a limit",
-                limit_key(name),
-                String::from_utf8_lossy(stored)
-            ))
-        })?;
+    let recorded = parse_limit(stored).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "semaphore `{name}`: its limit key `{}` holds {:?}, not a limit",
+            limit_key(name),
+            String::from_utf8_lossy(stored)
+        ))
+    })?;
     if recorded != limit {
         return Err(Error::InvalidArgument(format!(
             "semaphore `{name}` has limit {recorded} (recorded by its first handle), not {limit}"

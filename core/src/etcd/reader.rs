@@ -107,4 +107,18 @@ impl Read for EtcdReader {
     fn lists_waiters(&self) -> bool {
         true
     }
+
+    fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let b = self.backend.clone();
+        let key = key.to_owned();
+        let got = crate::driver::block_on(async move {
+            b.unary(b.0.request_timeout, |mut c| {
+                let k = key.clone();
+                async move { c.get(k, None).await }
+            })
+            .await
+        })?
+        .map_err(|e| failed("get", e))?;
+        Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
 }

@@ -150,4 +150,13 @@ impl Read for PostgresReader {
     fn lists_waiters(&self) -> bool {
         false
     }
+
+    fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let rows = self.read(
+            "reading dlock.kv",
+            "SELECT value FROM dlock.kv WHERE key = convert_to($1, 'UTF8')",
+            key.to_owned(),
+        )?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
 }
