@@ -251,6 +251,16 @@ pub(crate) struct SemaphoreAcquisition {
     shared: Arc<Mutex<Shared>>,
 }
 
+impl Drop for SemaphoreAcquisition {
+    fn drop(&mut self) {
+        // A slot won and never taken is released, without the GIL (the
+        // core's drop waits for the driver).
+        if let Some(lock) = locked(&self.shared).won.take() {
+            Python::attach(|py| py.detach(move || drop(lock)));
+        }
+    }
+}
+
 #[pymethods]
 impl SemaphoreAcquisition {
     /// Leaves nothing held by this acquire, whenever called: the core's
