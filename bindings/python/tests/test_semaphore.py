@@ -198,6 +198,9 @@ def test_asyncio_acquire_async_and_async_with() -> None:
         async with await sem.acquire_async(timeout=5.0) as held:
             assert held.slot == a.slot and held.state is dlock.State.HOLDING
         assert held.state is dlock.State.RELEASED
+        async with sem.acquire_async(timeout=5.0) as h2:
+            assert h2.slot == a.slot and svc.holder(h2.name) == h2.token
+        assert h2.state is dlock.State.RELEASED
         await b.release_async()
         assert holders(svc, "aio", 2) == [None, None]
 

@@ -500,15 +500,48 @@ class Semaphore(_dlock.Semaphore):
         ``WouldBlock``."""
         return _slot_lock(self._try_acquire())
 
-    async def acquire_async(self, timeout: Optional[float] = None) -> Lock:
-        """``acquire`` without blocking the loop. Cancelling the awaiting
-        task cancels the acquire in the core, which leaves nothing held
-        (even a slot won just then), as ``Lock.acquire_async``."""
+    def acquire_async(self, timeout: Optional[float] = None) -> "SlotAcquire":
+        """``acquire`` without blocking the loop: ``held = await
+        sem.acquire_async(timeout)``, or ``async with sem.acquire_async(t)
+        as held:`` (releases on leaving). Cancelling the awaiting task
+        cancels the acquire in the core, which leaves nothing held (even a
+        slot won just then), as ``Lock.acquire_async``."""
+        return SlotAcquire(self, timeout)
+
+    async def _acquire_wait(self, timeout: Optional[float]) -> Lock:
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[None]" = loop.create_future()
         acquisition = self._acquire_start(timeout, loop, fut)
         await _won(self, acquisition, fut)
         return _slot_lock(acquisition._take())
+
+
+class SlotAcquire:
+    """``sem.acquire_async(...)``: await it for the slot's held ``Lock``, or
+    ``async with`` it (releases on leaving). Starts when awaited."""
+
+    __slots__ = ("_sem", "_timeout", "_held")
+
+    def __init__(self, sem: Semaphore, timeout: Optional[float]) -> None:
+        self._sem = sem
+        self._timeout = timeout
+        self._held: Optional[Lock] = None
+
+    def __await__(self) -> Generator[Any, None, Lock]:
+        return self._sem._acquire_wait(self._timeout).__await__()
+
+    async def __aenter__(self) -> Lock:
+        self._held = await self
+        return self._held
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._held is not None:
+            await self._held.release_async()
 
 
 def _slot_lock(held: _dlock.HeldSlot) -> Lock:
