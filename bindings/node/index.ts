@@ -431,6 +431,19 @@ export class Client {
   }
 
   /**
+   * The semaphore `name` of `limit` slots on the default session (at most
+   * `limit` holders at once, each on its own slot). Its first handle
+   * anywhere records `limit`; another limit on the same name throws
+   * `InvalidArgumentError` naming both, as do 0 and limits over
+   * `MAX_SEMAPHORE_LIMIT`. Makes that one request synchronously.
+   */
+  semaphore(name: string, limit: number): Semaphore {
+    const n = checkString('name', name);
+    const l = checkLimit(limit);
+    return new Semaphore(call(() => native.NativeSemaphore.ofClient(this._n, n, l)));
+  }
+
+  /**
    * Observes the election `name` (no lease, no key of its own): an async
    * iterator of `Leader | undefined` and an EventEmitter (`'change'`).
    * Its first event is the current state. `close()` ends it.
@@ -527,6 +540,12 @@ export class Session {
     const n = checkString('name', name);
     return new Election(call(() => native.NativeElection.ofSession(this._n, n)));
   }
+  /** The semaphore `name` of `limit` slots, its slots held on this session (see `Client.semaphore`). */
+  semaphore(name: string, limit: number): Semaphore {
+    const n = checkString('name', name);
+    const l = checkLimit(limit);
+    return new Semaphore(call(() => native.NativeSemaphore.ofSession(this._n, n, l)));
+  }
   get lease(): bigint | null {
     return this._n.lease ?? null;
   }
@@ -562,8 +581,20 @@ async function acquisition(
 ): Promise<bigint> {
   if (signal === undefined) return settle(await call(() => start()))!;
   const handle = new native.NativeAcquisition();
-  const pending = call(() => start(handle));
-  return new Promise<bigint>((resolve, reject) => {
+  return (await cancellable(signal, handle, call(() => start(handle))))!;
+}
+
+/**
+ * `pending` (an acquisition's outcome) settled; an aborted `signal`
+ * rejects with its reason and calls `handle.cancel()`, the core's cancel.
+ */
+async function cancellable(
+  signal: AbortSignal | undefined,
+  handle: { cancel(): void },
+  pending: Promise<N.Outcome>,
+): Promise<bigint | undefined> {
+  if (signal === undefined) return settle(await pending);
+  return new Promise<bigint | undefined>((resolve, reject) => {
     const onAbort = () => {
       reject(signal.reason);
       // The core's cancel: a wait ends, a lock won meanwhile is let go.
@@ -575,7 +606,7 @@ async function acquisition(
         signal.removeEventListener('abort', onAbort);
         if (signal.aborted) return;
         try {
-          resolve(settle(outcome)!);
+          resolve(settle(outcome));
         } catch (e) {
           reject(e);
         }
@@ -747,6 +778,10 @@ export class Lock extends EventEmitter<LockEvents> {
   get name(): string {
     return this._n.name;
   }
+  /** The semaphore slot this lock is (`semaphore.acquire()`'s lock), else null. */
+  get slot(): number | null {
+    return this._n.slot ?? null;
+  }
   get session(): Session {
     return new Session(this._n.session());
   }
@@ -850,6 +885,67 @@ export class Lock extends EventEmitter<LockEvents> {
     const t = checkToken('token', token);
     const k = checkBytes('key', key);
     settle(await call(() => this._n.guardedDelete(t, k)));
+  }
+}
+
+// ------------------------------------------------------------- semaphore
+
+/** The most slots a semaphore may have: the core's, as in every face. */
+export const MAX_SEMAPHORE_LIMIT: number = CONSTANTS.maxSemaphoreLimit;
+
+function checkLimit(v: unknown): number {
+  // Not a whole number, or out of range: the core's invalid_argument.
+  if (typeof v !== 'number') throw new TypeError(`limit must be a number, got ${typeof v}`);
+  return v;
+}
+
+/**
+ * A counting semaphore (docs/design.md §26): at most `limit` holders at
+ * once, each holding one slot, an ordinary lock named `<name>/slot/<i>`
+ * with tokens of its own (a resource fences per slot: `FenceGate` and
+ * guarded writes take the slot's name and token). Made by
+ * `client.semaphore(name, limit)` or `session.semaphore(name, limit)`;
+ * holds nothing itself. The core decides everything: the slot, the wait,
+ * the cancel.
+ */
+export class Semaphore {
+  /** @internal */
+  readonly _n: N.NativeSemaphore;
+  /** @internal */
+  constructor(n: N.NativeSemaphore) {
+    this._n = n;
+  }
+  get name(): string {
+    return this._n.name;
+  }
+  /** How many holders it admits at once. */
+  get limit(): number {
+    return this._n.limit;
+  }
+
+  /**
+   * Takes a slot, waiting up to `timeout` ms for one to be free (absent:
+   * as long as it takes; 0: one try); resolves with its `Lock`, held
+   * (`lock.slot`, `lock.name`, `permit()`, `release()`: the whole lock
+   * API). Rejects with `TimeoutError` (nothing held). An aborted `signal`
+   * rejects with its reason and cancels the acquire in the core: nothing
+   * stays held, even a slot won just then.
+   */
+  async acquire(options?: AcquireOptions): Promise<Lock> {
+    const o = checkObject('options', options, ['timeout', 'signal']);
+    const timeout = checkMs('options.timeout', o.timeout, true);
+    const signal = checkSignal(o.signal);
+    signal?.throwIfAborted();
+    const handle = new native.NativeSemaphoreAcquisition();
+    await cancellable(signal, handle, call(() => this._n.acquire(timeout ?? null, handle)));
+    return new Lock(handle.take()!);
+  }
+
+  /** Takes a free slot (its `Lock`, held), else rejects with `WouldBlockError`. */
+  async tryAcquire(): Promise<Lock> {
+    const handle = new native.NativeSemaphoreAcquisition();
+    settle(await call(() => this._n.tryAcquire(handle)));
+    return new Lock(handle.take()!);
   }
 }
 

@@ -9,7 +9,8 @@
 //!   executor here. The JavaScript side turns a failure into its typed
 //!   error.
 //! - Exit and cancel are the core's: `shutdown()` at `process.on('exit')`,
-//!   `NativeAcquisition.cancel()` for an aborted signal.
+//!   `NativeAcquisition.cancel()` for an aborted signal (a semaphore's:
+//!   `NativeSemaphoreAcquisition.cancel()`, `semaphore.rs`).
 //! - `permit()` is one synchronous call into the core, which reads the
 //!   clock itself; it answers a slot number (or a negative code) so that
 //!   nothing is allocated on the native side.
@@ -25,6 +26,7 @@ pub mod metrics;
 mod observer;
 #[cfg(feature = "scenarios")]
 mod scenarios;
+mod semaphore;
 
 use election::LockRef;
 
@@ -96,12 +98,13 @@ pub fn unknown_setting(name: String, known: Vec<String>) -> Result<()> {
 }
 
 /// The core's constants the face exports: the longest name and guarded
-/// write key (bytes), the metrics' per-lock series, `healthy()`'s default
-/// allowance (ms).
+/// write key (bytes), the largest semaphore limit, the metrics' per-lock
+/// series, `healthy()`'s default allowance (ms).
 #[napi(object)]
 pub struct Constants {
     pub max_name_len: u32,
     pub max_key_len: u32,
+    pub max_semaphore_limit: u32,
     pub default_lock_series: u32,
     pub default_max_overdue_ms: f64,
 }
@@ -111,6 +114,7 @@ pub fn constants() -> Constants {
     Constants {
         max_name_len: dlock::MAX_NAME_LEN as u32,
         max_key_len: dlock::MAX_KEY_LEN as u32,
+        max_semaphore_limit: dlock::MAX_SEMAPHORE_LIMIT,
         default_lock_series: dlock::metrics::DEFAULT_LOCK_SERIES as u32,
         default_max_overdue_ms: millis(dlock::DEFAULT_MAX_OVERDUE),
     }
@@ -545,6 +549,12 @@ impl NativeLock {
     #[napi(getter)]
     pub fn name(&self) -> String {
         self.lock.name().to_string()
+    }
+
+    /// The semaphore slot this lock is (`null` for a plain lock).
+    #[napi(getter)]
+    pub fn slot(&self) -> Option<u32> {
+        self.lock.slot()
     }
 
     #[napi]

@@ -23,6 +23,7 @@ mod observer;
 mod options;
 mod permit;
 mod process;
+mod semaphore;
 mod session;
 mod vocab;
 mod wait;
@@ -47,6 +48,10 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::Lock>()?;
     m.add_class::<lock::LockStats>()?;
     m.add_class::<acquisition::Acquisition>()?;
+    m.add_class::<semaphore::Semaphore>()?;
+    m.add_class::<semaphore::HeldSlot>()?;
+    m.add_class::<semaphore::SemaphoreAcquisition>()?;
+    m.add("MAX_SEMAPHORE_LIMIT", dlock::MAX_SEMAPHORE_LIMIT)?;
     m.add_class::<election::Election>()?;
     m.add_class::<election::Leader>()?;
     m.add_function(wrap_pyfunction!(election::check_grace, m)?)?;

@@ -95,7 +95,8 @@ impl Drop for Lock {
 #[pymethods]
 impl Lock {
     /// A lock called `name` on `owner`, a Client (its default session) or a
-    /// Session; not acquired yet.
+    /// Session; not acquired yet. Or the held lock of a slot a semaphore
+    /// won: `owner` its `HeldSlot`, `name` that slot's name.
     #[new]
     fn new(py: Python<'_>, owner: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<Lock> {
         let name = name.cast::<PyString>().map_err(|_| {
@@ -105,7 +106,9 @@ impl Lock {
             ))
         })?;
         let name = name.to_cow()?;
-        let lock = if let Ok(c) = owner.cast::<Client>() {
+        let lock = if let Some(held) = crate::semaphore::held_slot(owner) {
+            Ok(crate::semaphore::take_slot(held, &name)?)
+        } else if let Ok(c) = owner.cast::<Client>() {
             c.get().inner.lock(&name)
         } else if let Ok(s) = owner.cast::<Session>() {
             s.get().inner.lock(&name)
@@ -124,6 +127,12 @@ impl Lock {
     #[getter]
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    /// The semaphore slot this lock is (None for a plain lock).
+    #[getter]
+    fn slot(&self) -> Option<u32> {
+        self.inner.slot()
     }
 
     /// The session the lock is held under.

@@ -11,6 +11,10 @@ everything about leases, deadlines and tokens::
         with lock.permit() as p:             # refused once draining/fenced
             write(p.token)                   # every write carries the token
 
+    gpus = client.semaphore("gpu", 4)        # at most 4 holders, each on a slot
+    with gpus.acquire(timeout=30) as held:   # a held Lock: held.slot, held.name
+        ...
+
     election = client.election("leaders")    # leader election (etcd's keys)
     with election.campaign(b"host-a", timeout=30) as lead:   # or raises
         with lead.permit() as p:
@@ -33,6 +37,7 @@ from . import _dlock
 from ._dlock import (
     MAX_KEY_LEN,
     MAX_NAME_LEN,
+    MAX_SEMAPHORE_LIMIT,
     MAX_VALUE_LEN,
     Event,
     FenceGate,
@@ -73,6 +78,7 @@ __all__ = [
     "DEFAULT_MAX_OVERDUE",
     "MAX_KEY_LEN",
     "MAX_NAME_LEN",
+    "MAX_SEMAPHORE_LIMIT",
     "MAX_VALUE_LEN",
     "AlreadyHeld",
     "BackendError",
@@ -101,6 +107,7 @@ __all__ = [
     "PermitRefused",
     "RESIGN_GRACE",
     "Released",
+    "Semaphore",
     "Session",
     "SessionStats",
     "Shutdown",
@@ -169,6 +176,14 @@ class Client(_dlock.Client):
         campaigning yet (see ``Election``)."""
         return Election(self, name)
 
+    def semaphore(self, name: str, limit: int) -> "Semaphore":
+        """The semaphore ``name`` of ``limit`` slots on the default session
+        (see ``Semaphore``). Its first handle anywhere records ``limit``;
+        another limit on the same name is ``InvalidArgument`` (naming both),
+        as are 0 and limits over ``MAX_SEMAPHORE_LIMIT``. Blocks for that one
+        request (without the GIL)."""
+        return Semaphore(self, name, limit)
+
     def observe(self, name: str) -> "Observer":
         """Observes the election ``name`` (no lease, no key of its own):
         ``for leader in client.observe(name):`` yields the current
@@ -230,6 +245,11 @@ class Session:
         """A candidate in the election ``name`` on this session (its lease
         holds the candidate key)."""
         return Election(self._native, name)
+
+    def semaphore(self, name: str, limit: int) -> "Semaphore":
+        """The semaphore ``name`` of ``limit`` slots whose slots are held on
+        this session (see ``Client.semaphore``)."""
+        return Semaphore(self._native, name, limit)
 
     @property
     def lease(self) -> Optional[int]:
@@ -317,7 +337,27 @@ class Lock(_dlock.Lock):
     takes) or raises, and releases on exit; ``async with`` does the same
     without blocking the loop. Callbacks run on dlock's callback thread
     with the GIL taken; an exception in one goes to the logger ``dlock``.
+
+    A semaphore's ``acquire`` returns its slot's ``Lock`` already held
+    (``lock.slot`` is the slot, ``lock.name`` the slot's lock name): its
+    first ``with`` (or ``async with``) enters without acquiring again.
     """
+
+    def _came_held(self) -> bool:
+        """Whether this lock came held from a semaphore and was not entered,
+        released or closed since (then entering does not acquire)."""
+        return bool(self.__dict__.pop("_held", False))
+
+    def release(self) -> None:
+        """Releases the lock (deletes its key); no permit is valid from now
+        on."""
+        self.__dict__.pop("_held", None)
+        super().release()
+
+    def close(self) -> None:
+        """Releases and ends the lock's callbacks and event streams."""
+        self.__dict__.pop("_held", None)
+        super().close()
 
     def healthy(self, max_overdue: float = DEFAULT_MAX_OVERDUE) -> bool:
         """For a health endpoint: False once the lock is still holding or
@@ -365,6 +405,7 @@ class Lock(_dlock.Lock):
 
     async def release_async(self) -> None:
         """Releases without blocking the loop."""
+        self.__dict__.pop("_held", None)
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[None]" = loop.create_future()
         self._release_start(loop, fut)
@@ -372,13 +413,15 @@ class Lock(_dlock.Lock):
 
     async def close_async(self) -> None:
         """Closes without blocking the loop."""
+        self.__dict__.pop("_held", None)
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[None]" = loop.create_future()
         self._close_start(loop, fut)
         await fut
 
     def __enter__(self) -> "Lock":
-        self.acquire()
+        if not self._came_held():
+            self.acquire()
         return self
 
     def __exit__(
@@ -390,7 +433,8 @@ class Lock(_dlock.Lock):
         self.release()
 
     async def __aenter__(self) -> "Lock":
-        await self.acquire_async()
+        if not self._came_held():
+            await self.acquire_async()
         return self
 
     async def __aexit__(
@@ -402,9 +446,16 @@ class Lock(_dlock.Lock):
         await self.release_async()
 
 
-async def _won(lock: _dlock.Lock, acquisition: _dlock.Acquisition, fut: "asyncio.Future[int]") -> int:
-    """The token ``fut`` gets; a cancelled wait cancels ``acquisition`` in
-    the core (nothing stays held) and ends once the core answered it."""
+_T = TypeVar("_T")
+
+
+async def _won(
+    lock: Union[_dlock.Lock, _dlock.Semaphore],
+    acquisition: Union[_dlock.Acquisition, _dlock.SemaphoreAcquisition],
+    fut: "asyncio.Future[_T]",
+) -> _T:
+    """What ``fut`` gets (a token); a cancelled wait cancels ``acquisition``
+    in the core (nothing stays held) and ends once the core answered it."""
     try:
         # shielded: a cancelled task leaves `fut` for the core's answer
         return await asyncio.shield(fut)
@@ -420,6 +471,85 @@ async def _won(lock: _dlock.Lock, acquisition: _dlock.Acquisition, fut: "asyncio
         if fut.done() and not fut.cancelled():
             fut.exception()  # retrieved: the answer to a cancel is no news
         raise
+
+
+class Semaphore(_dlock.Semaphore):
+    """A counting semaphore (docs/design.md §26): at most ``limit`` holders
+    at once, each holding one slot, an ordinary lock named
+    ``<name>/slot/<i>`` with its own tokens (a resource fences per slot:
+    ``FenceGate``, guarded writes and ``dlock.guard`` take the slot's name
+    and token). Made by ``client.semaphore(name, limit)`` or
+    ``session.semaphore(name, limit)``; holds nothing itself.
+
+    ``held = sem.acquire(timeout=5.0)`` returns the slot's ``Lock``, held
+    (``held.slot``, ``held.name``, ``held.permit()``, ``held.release()``:
+    the whole lock API); ``with sem.acquire(timeout=5.0) as held:`` releases
+    it on leaving. The core decides everything: which slot, the wait, the
+    cancel.
+    """
+
+    def acquire(self, timeout: Optional[float] = None) -> Lock:
+        """Takes a slot, waiting up to ``timeout`` seconds for one to be free
+        (None: as long as it takes; 0: one try, as ``try_acquire``); returns
+        its ``Lock``, held. Raises ``Timeout`` (nothing held). Releases the
+        GIL; Ctrl-C interrupts it and cancels the acquire (nothing held)."""
+        return _slot_lock(self._acquire(timeout))
+
+    def try_acquire(self) -> Lock:
+        """Takes a free slot (its ``Lock``, held), else raises
+        ``WouldBlock``."""
+        return _slot_lock(self._try_acquire())
+
+    def acquire_async(self, timeout: Optional[float] = None) -> "SlotAcquire":
+        """``acquire`` without blocking the loop: ``held = await
+        sem.acquire_async(timeout)``, or ``async with sem.acquire_async(t)
+        as held:`` (releases on leaving). Cancelling the awaiting task
+        cancels the acquire in the core, which leaves nothing held (even a
+        slot won just then), as ``Lock.acquire_async``."""
+        return SlotAcquire(self, timeout)
+
+    async def _acquire_wait(self, timeout: Optional[float]) -> Lock:
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[None]" = loop.create_future()
+        acquisition = self._acquire_start(timeout, loop, fut)
+        await _won(self, acquisition, fut)
+        return _slot_lock(acquisition._take())
+
+
+class SlotAcquire:
+    """``sem.acquire_async(...)``: await it for the slot's held ``Lock``, or
+    ``async with`` it (releases on leaving). Starts when awaited."""
+
+    __slots__ = ("_sem", "_timeout", "_held")
+
+    def __init__(self, sem: Semaphore, timeout: Optional[float]) -> None:
+        self._sem = sem
+        self._timeout = timeout
+        self._held: Optional[Lock] = None
+
+    def __await__(self) -> Generator[Any, None, Lock]:
+        return self._sem._acquire_wait(self._timeout).__await__()
+
+    async def __aenter__(self) -> Lock:
+        self._held = await self
+        return self._held
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if self._held is not None:
+            await self._held.release_async()
+
+
+def _slot_lock(held: _dlock.HeldSlot) -> Lock:
+    """The ``Lock`` of a slot won: held, so its first ``with`` does not
+    acquire."""
+    lock = Lock(held, held.name)
+    lock.__dict__["_held"] = True
+    return lock
 
 
 _Value = Union[bytes, bytearray, str]

@@ -11,6 +11,7 @@ __all__ = [
     "MAX_NAME_LEN",
     "MAX_VALUE_LEN",
     "MAX_KEY_LEN",
+    "MAX_SEMAPHORE_LIMIT",
     "DEFAULT_LOCK_SERIES",
     "DEFAULT_MAX_OVERDUE",
     "RESIGN_GRACE",
@@ -20,6 +21,9 @@ __all__ = [
     "Lock",
     "LockStats",
     "Acquisition",
+    "Semaphore",
+    "HeldSlot",
+    "SemaphoreAcquisition",
     "Election",
     "Leader",
     "Observer",
@@ -48,6 +52,7 @@ __version__: str
 MAX_NAME_LEN: int
 MAX_VALUE_LEN: int
 MAX_KEY_LEN: int
+MAX_SEMAPHORE_LIMIT: int
 DEFAULT_LOCK_SERIES: int
 DEFAULT_MAX_OVERDUE: float
 RESIGN_GRACE: float
@@ -142,9 +147,11 @@ class LockStats:
 
 @disjoint_base
 class Lock:
-    def __new__(cls, owner: Union[Client, Session], name: str) -> Lock: ...
+    def __new__(cls, owner: Union[Client, Session, HeldSlot], name: str) -> Lock: ...
     @property
     def name(self) -> str: ...
+    @property
+    def slot(self) -> Optional[int]: ...
     @property
     def _session(self) -> Session: ...
     def acquire(self, timeout: Optional[float] = None) -> int: ...
@@ -235,6 +242,31 @@ class Observer:
 @final
 class Acquisition:
     def cancel(self) -> None: ...
+
+@disjoint_base
+class Semaphore:
+    def __new__(cls, owner: Union[Client, Session], name: str, limit: int) -> Semaphore: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def _session(self) -> Session: ...
+    def _acquire(self, timeout: Optional[float] = None) -> HeldSlot: ...
+    def _try_acquire(self) -> HeldSlot: ...
+    def _acquire_start(
+        self, timeout: Optional[float], loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]
+    ) -> SemaphoreAcquisition: ...
+
+@final
+class HeldSlot:
+    @property
+    def name(self) -> str: ...
+
+@final
+class SemaphoreAcquisition:
+    def cancel(self) -> None: ...
+    def _take(self) -> HeldSlot: ...
 
 @final
 class Permit:
