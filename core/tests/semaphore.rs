@@ -361,9 +361,9 @@ fn a_slot_is_an_ordinary_lock_under_its_name() {
     assert_eq!(plain.slot(), None, "a plain lock has no slot");
 }
 
-/// The snapshot knows a slot's semaphore and limit. The families that
-/// render it come with the faces: every face's test must fill every family
-/// of core/tests/fixtures/metric-families.txt, and no face holds a slot yet.
+/// The snapshot knows a slot's semaphore and limit, and the families say
+/// them: `dlock_semaphore_limit` and `dlock_semaphore_held` per semaphore
+/// (a waiting handle counts in the limit's series, not as held).
 #[test]
 fn the_snapshot_names_each_slots_semaphore_and_limit() {
     let service = MemoryService::new();
@@ -381,4 +381,18 @@ fn the_snapshot_names_each_slots_semaphore_and_limit() {
     assert_eq!(slot.token, held.token());
     let other = locks.iter().find(|l| l.name == plain.name()).unwrap();
     assert_eq!(other.semaphore, None);
+    let text = snap.to_text();
+    for line in [
+        "dlock_semaphore_limit{semaphore=\"sem/metrics\"} 3",
+        "dlock_semaphore_held{semaphore=\"sem/metrics\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    held.release().unwrap();
+    let text = c.snapshot().to_text();
+    assert!(
+        text.lines()
+            .all(|l| !l.starts_with("dlock_semaphore_held{semaphore=\"sem/metrics\"} 1")),
+        "released: {text}"
+    );
 }

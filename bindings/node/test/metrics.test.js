@@ -55,6 +55,8 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
   // An election led: `dlock_election_leader` has a sample, its labels are read.
   const e = c.election('node/fixture-election');
   await e.campaign('me', { timeout: 2000 });
+  // A semaphore's slot held: `dlock_semaphore_limit` and `_held` have samples.
+  const slot = await c.semaphore('node/fixture-semaphore', 2).acquire({ timeout: 2000 });
   const registry = new prom.Registry();
   dlockProm.register(c, registry);
   const got = await read(await registry.metrics());
@@ -65,6 +67,7 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
     assert.ok(got[name].labels !== null, `${name} has no sample`);
     assert.deepEqual(got[name].labels, f.labels, name);
   }
+  await slot.close();
   await e.close();
   await lock.close();
   c.shutdown();

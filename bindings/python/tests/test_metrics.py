@@ -81,6 +81,7 @@ def test_the_families_are_the_fixtures() -> None:
     # An election led, so `dlock_election_leader` has a sample (and its
     # label names are read like every other family's).
     lead = client.election("py/fixture-election").campaign("me", timeout=5)
+    slot = client.semaphore("py/fixture-semaphore", 2).acquire(timeout=5)  # dlock_semaphore_*
     registry = CollectorRegistry()
     registry.register(Collector(client))
     got: Dict[str, Any] = {}
@@ -92,6 +93,7 @@ def test_the_families_are_the_fixtures() -> None:
         assert labels, f"{name} has no sample"
         got[name] = (f.type, list(labels.pop()))
     assert got == fixture()
+    slot.release()
     lead.resign()
     lock.release()
 

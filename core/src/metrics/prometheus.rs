@@ -50,6 +50,8 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
     let mut wait: Vec<Option<HistogramSnapshot>> = vec![None; OUTCOMES.len()];
     let mut lateness: Option<HistogramSnapshot> = None;
     let mut hold: Option<HistogramSnapshot> = None;
+    // Per semaphore of a handle: (its limit, slots held).
+    let mut semaphores: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
     let merge = |into: &mut Option<HistogramSnapshot>, h: &HistogramSnapshot| match into {
         Some(a) => a.add(h),
         None => *into = Some(h.clone()),
@@ -102,6 +104,9 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
             p.token = p.token.max(l.token.map_or(0, |t| t.0));
             if l.election {
                 *p.leading.get_or_insert(0) += u64::from(held);
+            }
+            if let Some((name, limit)) = &l.semaphore {
+                semaphores.entry(name).or_insert((*limit, 0)).1 += u64::from(held);
             }
         }
     }
@@ -296,6 +301,29 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
         if let Some(leading) = p.leading {
             number(&mut f, vec![n.clone()], leading as f64);
         }
+    }
+    out.push(f);
+    // Semaphores: their series capped as the locks' are (the first
+    // `max_locks` names; no `_other`: limits do not add up).
+    let semaphores: Vec<_> = semaphores.into_iter().take(max_locks).collect();
+    let mut f = family(
+        "dlock_semaphore_limit",
+        "Slots of each semaphore this client has a handle of (its recorded limit).",
+        Kind::Gauge,
+        &["semaphore"],
+    );
+    for (n, (limit, _)) in &semaphores {
+        number(&mut f, vec![(*n).to_owned()], f64::from(*limit));
+    }
+    out.push(f);
+    let mut f = family(
+        "dlock_semaphore_held",
+        "Slots of the semaphore this client holds (holding or draining).",
+        Kind::Gauge,
+        &["semaphore"],
+    );
+    for (n, (_, held)) in &semaphores {
+        number(&mut f, vec![(*n).to_owned()], *held as f64);
     }
     out.push(f);
     out

@@ -163,6 +163,11 @@ int main(int argc, char **argv) {
   OK(lk_lock_new(c, "c/metrics", &lock));
   uint64_t token = 0;
   OK(lk_lock_acquire(lock, 5000, &token));
+  /* A semaphore's slot held: dlock_semaphore_limit and _held have samples. */
+  struct lk_semaphore *sem = NULL;
+  struct lk_lock *slot = NULL;
+  OK(lk_semaphore_new(c, "c/metrics-semaphore", 2, &sem));
+  OK(lk_semaphore_acquire(sem, 5000, &slot));
 
   size_t len = 0;
   OK(lk_client_metrics_text(c, NULL, 0, &len));
@@ -186,6 +191,8 @@ int main(int argc, char **argv) {
   char want[96];
   snprintf(want, sizeof want, "dlock_lock_token{lock=\"c/metrics\"} %" PRIu64, token);
   CHECK(has_line(text, want));
+  CHECK(has_line(text, "dlock_semaphore_limit{semaphore=\"c/metrics-semaphore\"} 2"));
+  CHECK(has_line(text, "dlock_semaphore_held{semaphore=\"c/metrics-semaphore\"} 1"));
   if (argc > 1) {
     struct family fams[MAX_FAMILIES];
     int n = read_fixture(argv[1], fams);
@@ -203,6 +210,9 @@ int main(int argc, char **argv) {
   CHECK(healthy);
   EXPECT(lk_lock_healthy(lock, 0, NULL), LK_NULL_PARAMETER);
 
+  OK(lk_lock_release(slot));
+  lk_lock_free(slot);
+  lk_semaphore_free(sem);
   OK(lk_lock_release(lock));
   lk_lock_free(lock);
   lk_client_free(c);
