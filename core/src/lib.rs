@@ -84,5 +84,5 @@ pub use options::{DEFAULT_MAX_OVERDUE, MAX_TTL, Options, PartialOptions};
 pub use permit::{OwnedPermit, Permit};
 pub use postgres::{GUARD_SQLSTATE, PostgresConfig, SCHEMA_SQL, SCHEMA_VERSION};
 pub use reader::{LeaseTtl, LockKey, Reader};
-pub use semaphore::{MAX_SEMAPHORE_LIMIT, Semaphore};
+pub use semaphore::{MAX_SEMAPHORE_LIMIT, Semaphore, SemaphoreAcquisition};
 pub use session::{Session, SessionStats};

@@ -361,6 +361,44 @@ impl Semaphore {
         Err(Error::WouldBlock)
     }
 
+    /// The completion form of [`Semaphore::acquire_async`] (`Some(ZERO)`:
+    /// one try), for faces that run no executor of their own, as
+    /// [`Lock::acquire_then`] is a lock's: the acquire runs on dlock's
+    /// driver, `done` runs once on the callback thread (`Ok`: a slot won,
+    /// waiting in the returned handle for [`SemaphoreAcquisition::take`]).
+    /// [`SemaphoreAcquisition::cancel`] leaves nothing held, whenever
+    /// called; `done` then gets [`Error::Released`].
+    pub fn acquire_then(
+        &self,
+        timeout: Option<Duration>,
+        done: impl FnOnce(Result<(), Error>) + Send + 'static,
+    ) -> SemaphoreAcquisition {
+        let handle = SemaphoreAcquisition::default();
+        let (sem, started) = (self.clone(), handle.clone());
+        let work = UntilCancelled {
+            future: Box::pin(async move { sem.acquire_async(timeout).await }),
+            started: started.clone(),
+        };
+        crate::lifecycle::spawn_then(work, move |got| {
+            done(match got {
+                Some(Ok(lock)) => {
+                    let mut s = crate::sync::lock(&started.0);
+                    if s.cancelled {
+                        drop(s);
+                        drop(lock); // cancelled as it was won: the slot goes
+                        Err(Error::Released)
+                    } else {
+                        s.won = Some(lock);
+                        Ok(())
+                    }
+                }
+                Some(Err(e)) => Err(e),
+                None => Err(Error::Released),
+            })
+        });
+        handle
+    }
+
     /// [`Semaphore::try_acquire`] for async code.
     pub async fn try_acquire_async(&self) -> Result<Lock, Error> {
         for slot in 0..self.limit {
@@ -372,6 +410,76 @@ impl Semaphore {
             }
         }
         Err(Error::WouldBlock)
+    }
+}
+
+/// A semaphore's acquire started by [`Semaphore::acquire_then`]. Its
+/// clones are one handle; a slot won and never taken is released when the
+/// last is dropped.
+#[derive(Clone, Default)]
+pub struct SemaphoreAcquisition(Arc<std::sync::Mutex<Started>>);
+
+#[derive(Default)]
+struct Started {
+    cancelled: bool,
+    /// The driver's waker of the acquire, to end it at the cancel.
+    waker: Option<std::task::Waker>,
+    /// The slot won, until taken.
+    won: Option<Lock>,
+}
+
+impl std::fmt::Debug for SemaphoreAcquisition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = crate::sync::lock(&self.0);
+        f.debug_struct("SemaphoreAcquisition")
+            .field("cancelled", &s.cancelled)
+            .field("won", &s.won.as_ref().map(Lock::name))
+            .finish()
+    }
+}
+
+impl SemaphoreAcquisition {
+    /// Leaves nothing held by this acquire, whenever called: the acquire
+    /// is dropped on the driver (every slot's acquisition cancelled), and
+    /// a slot won but not taken is released. Idempotent; waits for no
+    /// reply from the service.
+    pub fn cancel(&self) {
+        let (waker, won) = {
+            let mut s = crate::sync::lock(&self.0);
+            s.cancelled = true;
+            (s.waker.take(), s.won.take())
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        drop(won);
+    }
+
+    /// The slot won (once `done` said `Ok`), at most once.
+    pub fn take(&self) -> Option<Lock> {
+        crate::sync::lock(&self.0).won.take()
+    }
+}
+
+/// An acquire until it is cancelled: then `None`, and the acquire (its
+/// [`Race`]) is dropped on the driver.
+struct UntilCancelled<F> {
+    future: Pin<Box<F>>,
+    started: SemaphoreAcquisition,
+}
+
+impl<F: Future> Future for UntilCancelled<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        {
+            let mut s = crate::sync::lock(&self.started.0);
+            if s.cancelled {
+                return Poll::Ready(None);
+            }
+            s.waker = Some(cx.waker().clone());
+        }
+        self.future.as_mut().poll(cx).map(Some)
     }
 }
 

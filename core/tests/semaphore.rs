@@ -396,3 +396,50 @@ fn the_snapshot_names_each_slots_semaphore_and_limit() {
         "released: {text}"
     );
 }
+
+/// The completion form the faces convert (`acquire_then`): a slot won
+/// waits in the handle until taken; a cancel while waiting ends the wait
+/// with `released` and queues nothing; a cancel after the win and before
+/// the take releases the slot (nothing held, whenever the cancel comes).
+#[test]
+fn acquire_then_waits_wins_and_cancels_leaving_nothing_held() {
+    let service = MemoryService::new();
+    let (a, b) = (client(&service), client(&service));
+    let sem = a.semaphore("sem/then", 1).unwrap();
+    let theirs = b.semaphore("sem/then", 1).unwrap();
+    let done = || {
+        let (tx, rx) = mpsc::channel();
+        (move |r: Result<(), Error>| tx.send(r).unwrap(), rx)
+    };
+
+    // Free: won, then taken once.
+    let (then, rx) = done();
+    let acq = sem.acquire_then(Some(EVENT), then);
+    assert_eq!(rx.recv_timeout(EVENT).unwrap(), Ok(()));
+    let held = acq.take().expect("the slot won");
+    assert!(acq.take().is_none(), "taken once");
+    assert_eq!((held.slot(), held.state()), (Some(0), State::Holding));
+
+    // Held: the other client waits; its cancel ends the wait, nothing queued.
+    let (then, rx) = done();
+    let waiting = theirs.acquire_then(None, then);
+    until("the waiter queued", || b.default_session().locks() >= 1);
+    assert!(rx.recv_timeout(ms(200)).is_err(), "still waiting");
+    waiting.cancel();
+    assert_eq!(rx.recv_timeout(EVENT).unwrap(), Err(Error::Released));
+    until("the waiter's handles are gone", || {
+        b.default_session().locks() == 0
+    });
+
+    // Won and never taken: the cancel releases it, so `a` gets the slot back.
+    held.release().unwrap();
+    let (then, rx) = done();
+    let won = theirs.acquire_then(Some(EVENT), then);
+    assert_eq!(rx.recv_timeout(EVENT).unwrap(), Ok(()));
+    won.cancel();
+    assert!(won.take().is_none(), "cancelled: nothing to take");
+    let again = sem
+        .acquire(EVENT)
+        .expect("the cancelled win let the slot go");
+    assert_eq!(again.slot(), Some(0));
+}

@@ -3,20 +3,16 @@
 //! which slot, the wait, the cancel). A slot won is an ordinary
 //! [`NativeLock`] on that slot's core lock (its `slot` set).
 //!
-//! An acquire runs the core's `acquire_async` on the core's driver
-//! (`dlock::spawn_then`) and resolves an [`Outcome`]; the slot won waits
-//! in its [`NativeSemaphoreAcquisition`] until `take()`. `cancel()` (an
-//! aborted signal) drops the core's future on the driver, which is the
-//! core's cancel (nothing stays held, even a slot won just then), and
-//! drops a slot won but not yet taken.
+//! An acquire is the core's completion form (`Semaphore::acquire_then`)
+//! and resolves an [`Outcome`]; the slot won waits in the core's handle
+//! until `take()`. `cancel()` (an aborted signal) is the core's cancel:
+//! nothing stays held, even a slot won just then.
 
 // napi-derive registers nothing in a test build (clippy --all-targets checks one).
 #![cfg_attr(test, allow(dead_code))]
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -86,8 +82,7 @@ impl NativeSemaphore {
         handle: &NativeSemaphoreAcquisition,
     ) -> Result<Object<'e>> {
         let timeout = timeout.map(|t| ms("timeout", t)).transpose()?;
-        let sem = self.inner.clone();
-        handle.start(env, async move { sem.acquire_async(timeout).await })
+        handle.start(env, &self.inner, timeout)
     }
 
     /// Takes a free slot, else `would_block`: the core's
@@ -98,92 +93,48 @@ impl NativeSemaphore {
         env: &'e Env,
         handle: &NativeSemaphoreAcquisition,
     ) -> Result<Object<'e>> {
-        let sem = self.inner.clone();
-        handle.start(env, async move { sem.try_acquire_async().await })
+        handle.start(env, &self.inner, Some(std::time::Duration::ZERO))
     }
 }
 
-/// What an acquire and its cancel share.
-#[derive(Default)]
-struct Shared {
-    started: bool,
-    cancelled: bool,
-    /// The driver's waker of the acquire, to drop it at the cancel.
-    waker: Option<Waker>,
-    /// The slot won, until taken.
-    won: Option<dlock::Lock>,
-}
-
-fn locked(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The core's acquire until it is cancelled: then `None`, and the core's
-/// future is dropped on the driver (the core's cancel).
-struct UntilCancelled<F> {
-    future: Pin<Box<F>>,
-    shared: Arc<Mutex<Shared>>,
-}
-
-impl<F: Future> Future for UntilCancelled<F> {
-    type Output = Option<F::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        {
-            let mut s = locked(&self.shared);
-            if s.cancelled {
-                return Poll::Ready(None);
-            }
-            s.waker = Some(cx.waker().clone());
-        }
-        self.future.as_mut().poll(cx).map(Some)
-    }
-}
-
-/// One semaphore acquire (`sem.acquire(timeout, handle)`): holds the slot
-/// won until `take()`; `cancel()` leaves nothing held.
+/// One semaphore acquire (`sem.acquire(timeout, handle)`): the core's
+/// `SemaphoreAcquisition`, made at the start; a cancel before it is kept
+/// for it.
 #[napi]
 #[derive(Default)]
 pub struct NativeSemaphoreAcquisition {
-    shared: Arc<Mutex<Shared>>,
+    started: Mutex<Option<dlock::SemaphoreAcquisition>>,
+    cancelled: AtomicBool,
 }
 
 impl NativeSemaphoreAcquisition {
     fn start<'e>(
         &self,
         env: &'e Env,
-        acquire: impl Future<Output = std::result::Result<dlock::Lock, dlock::Error>> + Send + 'static,
+        sem: &dlock::Semaphore,
+        timeout: Option<std::time::Duration>,
     ) -> Result<Object<'e>> {
-        if std::mem::replace(&mut locked(&self.shared).started, true) {
+        let mut started = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        if started.is_some() {
             return Err(invalid("this acquisition handle is in use"));
         }
         let (deferred, promise) = env.create_deferred()?;
-        let work = UntilCancelled {
-            future: Box::pin(acquire),
-            shared: self.shared.clone(),
-        };
-        let shared = self.shared.clone();
-        dlock::spawn_then(work, move |got| {
-            let r = match got {
-                Some(Ok(lock)) => {
-                    let mut s = locked(&shared);
-                    if s.cancelled {
-                        drop(s);
-                        // Cancelled as it was won: let the slot go.
-                        drop(lock);
-                        Err(dlock::Error::Released)
-                    } else {
-                        s.won = Some(lock);
-                        Ok(None)
-                    }
-                }
-                Some(Err(e)) => Err(e),
-                None => Err(dlock::Error::Released),
-            };
-            let outcome = Outcome::of(r);
+        let acq = sem.acquire_then(timeout, move |r| {
+            let outcome = Outcome::of(r.map(|()| None));
             deferred.resolve(move |_| Ok(outcome));
         });
+        if self.cancelled.load(Ordering::SeqCst) {
+            acq.cancel();
+        }
+        *started = Some(acq);
         Ok(promise)
+    }
+
+    fn started(&self) -> Option<dlock::SemaphoreAcquisition> {
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -194,26 +145,20 @@ impl NativeSemaphoreAcquisition {
         NativeSemaphoreAcquisition::default()
     }
 
-    /// Leaves nothing held by the acquire, whenever called: the core's
-    /// future is dropped on the driver (its cancel), a slot won but not
-    /// taken is released. Idempotent.
+    /// Leaves nothing held by the acquire, whenever called (the core's
+    /// `SemaphoreAcquisition::cancel`). Idempotent.
     #[napi]
     pub fn cancel(&self) {
-        let (waker, won) = {
-            let mut s = locked(&self.shared);
-            s.cancelled = true;
-            (s.waker.take(), s.won.take())
-        };
-        if let Some(w) = waker {
-            w.wake();
+        self.cancelled.store(true, Ordering::SeqCst);
+        if let Some(a) = self.started() {
+            a.cancel();
         }
-        drop(won);
     }
 
     /// The slot won, as a lock handle (once; `null` otherwise).
     #[napi]
     pub fn take(&self) -> Option<NativeLock> {
-        let won = locked(&self.shared).won.take()?;
+        let won = self.started()?.take()?;
         Some(NativeLock::of(LockRef::Lock(Arc::new(won))))
     }
 }

@@ -6,16 +6,11 @@
 //!
 //! Blocking calls poll the core's future on the caller's thread without
 //! the GIL (`wait_interruptible`: Ctrl-C drops it, which is the core's
-//! cancel). The async acquire runs the core's `acquire_async` on the
-//! core's driver (`dlock::spawn_then`); `SemaphoreAcquisition.cancel()`
-//! drops that future there, which is the core's cancel too (nothing stays
-//! held, even a slot won just then), and drops a slot won but not yet
-//! taken.
+//! cancel). The async acquire is the core's completion form
+//! (`Semaphore::acquire_then`): its `cancel()` leaves nothing held, even a
+//! slot won just then.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -179,33 +174,10 @@ impl Semaphore {
     ) -> PyResult<SemaphoreAcquisition> {
         let timeout = timeout_arg(py, timeout)?;
         let pending = Pending::new(py, r#loop, fut)?;
-        let shared = Arc::new(Mutex::new(Shared::default()));
-        let sem = self.inner.clone();
-        let work = UntilCancelled {
-            future: Box::pin(async move { sem.acquire_async(timeout).await }),
-            shared: shared.clone(),
-        };
-        let slot = shared.clone();
-        dlock::spawn_then(work, move |got| {
-            let outcome = match got {
-                Some(Ok(lock)) => {
-                    let mut s = locked(&slot);
-                    if s.cancelled {
-                        drop(s);
-                        // Cancelled as it was won: let the slot go.
-                        drop(lock);
-                        Err(dlock::Error::Released)
-                    } else {
-                        s.won = Some(lock);
-                        Ok(())
-                    }
-                }
-                Some(Err(e)) => Err(e),
-                None => Err(dlock::Error::Released),
-            };
-            pending.complete(Outcome::Unit(outcome));
-        });
-        Ok(SemaphoreAcquisition { shared })
+        let inner = self
+            .inner
+            .acquire_then(timeout, move |r| pending.complete(Outcome::Unit(r)));
+        Ok(SemaphoreAcquisition { inner })
     }
 
     fn __repr__(&self) -> String {
@@ -213,49 +185,17 @@ impl Semaphore {
     }
 }
 
-/// What an async acquire and its cancel share.
-#[derive(Default)]
-struct Shared {
-    cancelled: bool,
-    /// The driver's waker of the acquire, to drop it at the cancel.
-    waker: Option<Waker>,
-    /// The slot won, until taken.
-    won: Option<dlock::Lock>,
-}
-
-/// The core's acquire until it is cancelled: then `None`, and the core's
-/// future is dropped on the driver (the core's cancel).
-struct UntilCancelled<F> {
-    future: Pin<Box<F>>,
-    shared: Arc<Mutex<Shared>>,
-}
-
-impl<F: Future> Future for UntilCancelled<F> {
-    type Output = Option<F::Output>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        {
-            let mut s = locked(&self.shared);
-            if s.cancelled {
-                return Poll::Ready(None);
-            }
-            s.waker = Some(cx.waker().clone());
-        }
-        self.future.as_mut().poll(cx).map(Some)
-    }
-}
-
 /// A semaphore's acquire in progress (see `dlock.Semaphore.acquire_async`).
 #[pyclass(module = "dlock._dlock", frozen)]
 pub(crate) struct SemaphoreAcquisition {
-    shared: Arc<Mutex<Shared>>,
+    inner: dlock::SemaphoreAcquisition,
 }
 
 impl Drop for SemaphoreAcquisition {
     fn drop(&mut self) {
         // A slot won and never taken is released, without the GIL (the
         // core's drop waits for the driver).
-        if let Some(lock) = locked(&self.shared).won.take() {
+        if let Some(lock) = self.inner.take() {
             Python::attach(|py| py.detach(move || drop(lock)));
         }
     }
@@ -263,27 +203,19 @@ impl Drop for SemaphoreAcquisition {
 
 #[pymethods]
 impl SemaphoreAcquisition {
-    /// Leaves nothing held by this acquire, whenever called: the core's
-    /// future is dropped on the driver (its cancel), and a slot won but not
-    /// taken is released. Idempotent; never blocks on the service.
+    /// Leaves nothing held by this acquire, whenever called (the core's
+    /// `SemaphoreAcquisition::cancel`). Idempotent; never blocks on the
+    /// service.
     fn cancel(&self, py: Python<'_>) {
-        let (waker, won) = {
-            let mut s = locked(&self.shared);
-            s.cancelled = true;
-            (s.waker.take(), s.won.take())
-        };
-        if let Some(w) = waker {
-            w.wake();
-        }
-        if let Some(lock) = won {
-            py.detach(move || drop(lock));
-        }
+        let inner = self.inner.clone();
+        py.detach(move || inner.cancel());
     }
 
     /// The slot won, once the future completed without an error.
     fn _take(&self) -> PyResult<HeldSlot> {
-        let won = locked(&self.shared).won.take();
-        won.map(HeldSlot::new)
+        self.inner
+            .take()
+            .map(HeldSlot::new)
             .ok_or_else(|| PyRuntimeError::new_err("no slot to take: not won, cancelled or taken"))
     }
 }
