@@ -67,7 +67,7 @@ pub(crate) fn call_each(
     what: &'static str,
     args: impl for<'py> Fn(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
 ) {
-    Python::try_attach(|py| {
+    crate::process::attach_from_core(|py| {
         let all: Vec<Py<PyAny>> = handlers
             .lock()
             .unwrap_or_else(|e| e.into_inner())

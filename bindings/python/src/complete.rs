@@ -45,7 +45,7 @@ impl Pending {
     /// Hands `outcome` to the future's loop (on the core's callback thread;
     /// nothing while the interpreter shuts down).
     pub(crate) fn complete(self, outcome: Outcome) {
-        Python::try_attach(|py| {
+        crate::process::attach_from_core(|py| {
             let _closed_loop = self.deliver(py, outcome);
         });
     }

@@ -65,6 +65,7 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fence::FenceGate>()?;
     m.add_function(wrap_pyfunction!(link::stall_driver, m)?)?;
     m.add_function(wrap_pyfunction!(process::shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(process::_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(process::forked, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_families, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics_text, m)?)?;

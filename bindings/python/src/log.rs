@@ -33,7 +33,7 @@ fn emit(py: Python<'_>, r: &Record) -> PyResult<()> {
 pub(crate) fn route_logs(py: Python<'_>, on: bool) -> PyResult<()> {
     let sink: Option<dlock::log::Sink> = on.then(|| {
         Box::new(|r: Record| {
-            Python::try_attach(|py| {
+            crate::process::attach_from_core(|py| {
                 let _ = emit(py, &r);
             });
         }) as dlock::log::Sink

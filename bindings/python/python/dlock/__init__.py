@@ -795,8 +795,9 @@ class Observer(_dlock.Observer):
 
 
 # The core's one exit path: every held lock of the process is released at
-# once, bounded by one keepalive timeout (nothing in a forked child).
-atexit.register(shutdown)
+# once, bounded by one keepalive timeout (nothing in a forked child); then
+# no callback or completion enters Python while it finalizes.
+atexit.register(_dlock._at_exit)
 
 # The core's log goes to `logging`, logger "dlock" (docs/python.md). Not
 # when another tracing subscriber is the process's (then it has the log).

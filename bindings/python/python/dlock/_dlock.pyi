@@ -36,6 +36,7 @@ __all__ = [
     "FenceGate",
     "stall_driver",
     "shutdown",
+    "_at_exit",
     "forked",
     "metrics_families",
     "metrics_text",
@@ -340,6 +341,7 @@ class FenceGate:
 
 def stall_driver(seconds: float) -> None: ...
 def shutdown() -> None: ...
+def _at_exit() -> None: ...
 def forked() -> bool: ...
 def metrics_families(
     client: Optional[Client], max_locks: int
