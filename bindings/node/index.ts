@@ -354,7 +354,7 @@ export function shutdown(): void {
 
 /** Blocks dlock's driver thread for `ms` without blocking the caller (tests of a starved keepalive). */
 export function stallDriver(ms: number): void {
-  native.stallDriver(checkMs('ms', ms) ?? 0);
+  call(() => native.stallDriver(checkMs('ms', ms) ?? 0));
 }
 
 // ---------------------------------------------------------------- client

@@ -77,3 +77,12 @@ test('the constants are the core\'s, as the vector says', () => {
   assert.equal(dlock.RESIGN_GRACE_MS, k.RESIGN_GRACE_MS);
   assert.equal(dlockProm.DEFAULT_LOCK_SERIES, k.DEFAULT_LOCK_SERIES);
 });
+
+// Every native call converts its error at the one point (index.ts `call`):
+// stallDriver(NaN) threw a raw Error (`invalid_argument<US>...`), neither a
+// DlockError nor a TypeError (found by props.test.js).
+test('a bad duration to stallDriver is the core\'s invalid_argument, converted', () => {
+  for (const bad of [Number.NaN, -1, Number.POSITIVE_INFINITY]) {
+    assert.throws(() => dlock.stallDriver(bad), (e) => e instanceof dlock.DlockError && e.code === 'invalid_argument');
+  }
+});
