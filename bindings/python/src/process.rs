@@ -30,9 +30,8 @@ pub(crate) fn attach_from_core<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> 
 }
 
 /// The `atexit` hook: [`shutdown`], then no core thread enters Python
-/// again, and those inside have left (at most one keepalive timeout
-/// later: a callback of the application's that never returns is not
-/// waited for past it).
+/// again, and those inside have left (waited for at most 2 s: a callback
+/// of the application's that never returns is not waited for past it).
 #[pyfunction]
 pub(crate) fn _at_exit(py: Python<'_>) {
     py.detach(|| {
