@@ -194,6 +194,7 @@ pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcom
         .map_err(|e| format!("setup: {e}"));
     let mut snapshot = None;
     if result.is_ok() {
+        trace.restart();
         result = steps(scenario, face, config, &trace, &mut notes);
     }
     if result.is_ok() {

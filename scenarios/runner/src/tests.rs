@@ -405,6 +405,8 @@ fn sink_waits_and_stamps() {
 #[derive(Default)]
 struct Toy {
     trace: Option<TraceSink>,
+    /// How long setup takes (a client's connection under a sanitizer).
+    setup_delay: Duration,
     held: bool,
     performed: Vec<String>,
     torn_down: usize,
@@ -412,6 +414,7 @@ struct Toy {
 
 impl Face for Toy {
     fn setup(&mut self, _: &Scenario, trace: TraceSink) -> Result<(), String> {
+        std::thread::sleep(self.setup_delay);
         self.trace = Some(trace);
         Ok(())
     }
@@ -484,6 +487,25 @@ fn plays_through_a_face() {
     assert_eq!(o.trace.len(), 2);
     assert!(o.trace[1].at_ms >= 50);
     assert!(o.report("toy").starts_with("toy: ok\n"));
+}
+
+/// A slow setup (C under ASan took 388 ms to connect) does not move the
+/// first event out of its window: time zero is when the steps begin.
+#[test]
+fn the_clock_starts_after_the_faces_setup() {
+    let s = parse(&doc(
+        r#"["a"]"#,
+        r#"{"do": "acquire", "holder": "a"}, {"do": "wait", "event": "a acquired token=1"}"#,
+        r#""a acquired token=1 @0..150""#,
+    ))
+    .unwrap();
+    let mut face = Toy {
+        setup_delay: Duration::from_millis(400),
+        ..Toy::default()
+    };
+    let o = play(&s, &mut face, &Config::default());
+    assert_eq!(o.result, Ok(()), "{}", o.report("toy"));
+    assert!(o.trace[0].at_ms < 150, "{:?}", o.trace);
 }
 
 #[test]
