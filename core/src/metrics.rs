@@ -106,9 +106,10 @@ pub(crate) struct SessionMetrics {
     pub(crate) fence_lateness: Histogram,
     pub(crate) hold: Histogram,
     /// The session's locks, for the snapshot (a lock is added once, when
-    /// its handle is made). The counters are held here too: a lock whose
-    /// gate is gone has its counts folded into `gone` and is dropped from
-    /// the list, so the client's counters never go down (issue 32).
+    /// its handle is made). The list holds each gate, counters and all: a
+    /// lock that only the list still holds has its counts folded into
+    /// `gone` and is dropped from the list, so the client's counters never
+    /// go down (issue 32).
     pub(crate) locks: Mutex<Vec<LockEntry>>,
     /// The counts of the session's locks already gone (always locked after
     /// `locks`).
@@ -133,9 +134,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<SessionMetrics>,
 }
 
-/// A lock of a session's list: its name, its gate while it lives, its
-/// counters for as long as the entry is kept.
-pub(crate) type LockEntry = (Arc<str>, Weak<Gate>, Arc<Counters>);
+/// A lock of a session's list: its name and its gate (with its counters),
+/// kept until the list is the gate's last holder.
+pub(crate) type LockEntry = (Arc<str>, Arc<Gate>);
 
 impl Default for SessionMetrics {
     fn default() -> SessionMetrics {
@@ -421,27 +422,28 @@ pub fn process_snapshot() -> Snapshot {
 /// Adds a lock of the session for the snapshot. Dead entries are dropped
 /// whenever the list has doubled since the last sweep, so a session that
 /// makes and drops locks without ever being scraped keeps a list (and the
-/// freed gates a `Weak` pins) proportional to its live locks.
+/// ended gates it holds) proportional to its live locks.
 pub(crate) fn add_lock(m: &SessionMetrics, name: Arc<str>, gate: &Arc<Gate>) {
     let mut locks = crate::sync::lock(&m.locks);
     if locks.len() >= 64 && locks.len().is_power_of_two() {
         sweep_locks(m, &mut locks);
     }
-    locks.push((name, Arc::downgrade(gate), gate.counters.clone()));
+    locks.push((name, gate.clone()));
 }
 
-/// Folds the counts of the locks whose gate is gone into `m.gone` and
-/// drops them from `locks`; returns the live ones.
-fn sweep_locks(m: &SessionMetrics, locks: &mut Vec<LockEntry>) -> Vec<(Arc<str>, Arc<Gate>)> {
+/// Folds the counts of the locks whose gate only the list still holds
+/// (handle, permits and driver all done with it) into `m.gone` and drops
+/// them from `locks`; returns the live ones. No one can take a gate from
+/// the list's last reference: there is no `Weak` to one.
+fn sweep_locks(m: &SessionMetrics, locks: &mut Vec<LockEntry>) -> Vec<LockEntry> {
     let mut gone = crate::sync::lock(&m.gone);
     let mut live = Vec::with_capacity(locks.len());
-    locks.retain(|(n, g, c)| match g.upgrade() {
-        Some(g) => {
-            live.push((n.clone(), g));
+    locks.retain(|(n, g)| {
+        if Arc::strong_count(g) > 1 {
+            live.push((n.clone(), g.clone()));
             true
-        }
-        None => {
-            gone.add(&Counts::read(c));
+        } else {
+            gone.add(&Counts::read(&g.counters));
             false
         }
     });
