@@ -224,19 +224,35 @@ fn observer(cluster: &Cluster, name: &str, n: usize, gap: Duration) -> Result<()
     e.campaign(b"v0", Duration::from_secs(10))
         .map_err(|e| e.to_string())?;
     let oc = dlock::Client::etcd(config, options).map_err(|e| e.to_string())?;
-    let mut obs = oc.observe(name).map_err(|e| e.to_string())?;
-    let seen = |obs: &mut dlock::Observer, value: &str| -> Result<Instant, String> {
+    let obs = oc.observe(name).map_err(|e| e.to_string())?;
+    // The observer is read by a thread of its own that stamps each event
+    // as it comes, as `listen` stamps etcdctl's lines: read after the
+    // proclaim returned, an event that came first would be stamped late.
+    let (tx, ours_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        while let Ok(Some(ev)) = obs.recv_blocking(Some(Duration::from_secs(30))) {
+            let value = ev
+                .leader()
+                .map(|l| String::from_utf8_lossy(&l.value).into_owned());
+            if tx
+                .send((Instant::now(), value.unwrap_or_default()))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let seen = |value: &str| -> Result<Instant, String> {
         loop {
-            match obs.recv_blocking(Some(Duration::from_secs(10))) {
-                Ok(Some(ev)) if ev.leader().is_some_and(|l| l.value == value.as_bytes()) => {
-                    return Ok(Instant::now());
-                }
-                Ok(Some(_)) => {}
-                other => return Err(format!("observer: {other:?} waiting for {value}")),
+            let (at, v) = ours_rx
+                .recv_timeout(Duration::from_secs(10))
+                .map_err(|_| format!("observer: no event for {value}"))?;
+            if v == value {
+                return Ok(at);
             }
         }
     };
-    seen(&mut obs, "v0")?;
+    seen("v0")?;
     let rx = listen(cluster, name)?;
     etcdctl_saw(&rx, "v0")?;
     for (mode, pause) in [("back to back", Duration::ZERO), ("spaced", gap)] {
@@ -246,7 +262,7 @@ fn observer(cluster: &Cluster, name: &str, n: usize, gap: Duration) -> Result<()
             let value = format!("{mode}-{i}");
             let start = Instant::now();
             e.proclaim(value.as_bytes()).map_err(|e| e.to_string())?;
-            ours.push(seen(&mut obs, &value)?.duration_since(start).as_secs_f64() * 1e3);
+            ours.push(seen(&value)?.duration_since(start).as_secs_f64() * 1e3);
             theirs.push(
                 etcdctl_saw(&rx, &value)?
                     .duration_since(start)
