@@ -636,6 +636,11 @@ impl Lock {
         if crate::forked() {
             return Err(Error::Forked);
         }
+        if self.mode() == Some(crate::Mode::Read) {
+            return Err(Error::InvalidArgument(
+                "guarded write: a read holder may not write (acquire a writer)".into(),
+            ));
+        }
         if key.is_empty() {
             return Err(Error::InvalidArgument("guarded write: empty key".into()));
         }

@@ -154,6 +154,7 @@ fn a_downgrade_keeps_the_token_and_lets_queued_readers_in() {
     until("the reader queued", || reader.state() == State::Acquiring);
     assert!(read.recv_timeout(ms(200)).is_err(), "the writer holds");
 
+    w.guarded_put(t, b"k", b"by the writer").unwrap();
     w.downgrade().unwrap();
     assert_eq!(w.mode(), Some(Mode::Read));
     assert_eq!(w.token(), Some(t), "the same key, the same token");
@@ -163,7 +164,13 @@ fn a_downgrade_keeps_the_token_and_lets_queued_readers_in() {
     // Both read now; a writer waits for both.
     let w2 = client(&service).rwlock(name).unwrap().write().unwrap();
     assert_eq!(w2.try_acquire(), Err(Error::WouldBlock));
-    // A reader's downgrade is nothing to do.
+    // A read holder's guarded write is refused; a reader's downgrade is
+    // nothing to do.
+    assert_eq!(
+        w.guarded_put(t, b"k", b"v").unwrap_err().code(),
+        "invalid_argument"
+    );
+    assert_eq!(service.get(b"k").as_deref(), Some(&b"by the writer"[..]));
     w.downgrade().unwrap();
     assert_eq!(w.token(), Some(t));
 }
