@@ -7,12 +7,15 @@
 //! the read marker; a reader cut off (its members blackholed through the
 //! fault proxy) fences before a waiting writer acquires, and a writer cut
 //! off before waiting readers do (`DLOCK_FAULT_RUNS` runs each); an
-//! operator deleting a reader's key fences that reader alone.
+//! operator deleting a reader's key fences that reader alone; a waiting
+//! reader whose lease an operator revoked never holds with its gone key
+//! (every wake re-reads it: etcd #16221).
 //!
 //! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::rwlock::{Mode, READ_MARKER};
@@ -216,4 +219,48 @@ fn a_reader_cut_off_fences_before_a_waiting_writer_acquires() {
 #[test]
 fn a_writer_cut_off_fences_before_waiting_readers_acquire() {
     cut_off(Mode::Write, Mode::Read);
+}
+
+/// etcd #16221: a reader waiting behind a writer, whose lease (and key) an
+/// operator revokes, is never told it holds with that key: every round
+/// reads its own key again, so it holds only with a key that exists (here
+/// a new one, under the session's new lease, with a higher token).
+#[test]
+fn a_waiting_reader_whose_lease_went_never_holds_with_its_gone_key() {
+    let env = cluster();
+    let name = name("phantom");
+    let prefix = format!("{name}/");
+    let view = EtcdConfig::new(env.members.clone())
+        .connect_reader()
+        .unwrap();
+    let (wc, rc) = (client(&env), client(&env));
+    let w = wc.rwlock(&name).unwrap().write().unwrap();
+    w.acquire(EVENT).unwrap();
+    let r = Arc::new(rc.rwlock(&name).unwrap().read().unwrap());
+    let read = rw_cases::in_background(r.clone());
+    until("the reader queued", || {
+        view.lock_keys(&prefix).unwrap().len() == 2
+    });
+    let queued = view.lock_keys(&prefix).unwrap().remove(1);
+    env.etcdctl(&["lease", "revoke", &format!("{:x}", queued.lease)]);
+    until("its key went with its lease", || {
+        view.lock_keys(&prefix).unwrap().len() == 1
+    });
+    w.release().unwrap();
+    let t = read
+        .recv_timeout(EVENT)
+        .unwrap()
+        .expect("the reader holds, on a new lease");
+    assert!(
+        t.get() as i64 > queued.create_revision,
+        "not the gone key's token"
+    );
+    let keys = view.lock_keys(&prefix).unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(
+        keys[0].create_revision,
+        t.get() as i64,
+        "it holds with a key that exists"
+    );
+    assert_eq!(r.state(), State::Holding);
 }
