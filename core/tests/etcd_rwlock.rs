@@ -146,6 +146,9 @@ fn a_dlock_reader_waits_for_an_etcdctl_holder() {
     let r = client(&env).rwlock(&name).unwrap().read().unwrap();
     assert_eq!(r.try_acquire(), Err(Error::WouldBlock));
     assert_eq!(r.acquire(Duration::from_secs(1)), Err(Error::Timeout));
+    until("the timed-out wait left no key", || {
+        queue(&env, &name).len() == 1
+    });
     let _ = Command::new("kill")
         .args(["-INT", &ctl.id().to_string()])
         .status();

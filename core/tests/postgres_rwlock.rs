@@ -7,7 +7,8 @@
 //! DL001), a guarded write from a read holder refused; a reader cut off
 //! (through the fault proxy) fences before a waiting writer acquires, and a
 //! writer cut off before waiting readers do (`DLOCK_FAULT_RUNS` runs); an
-//! operator deleting a reader's row fences that reader alone.
+//! operator deleting a reader's row fences that reader alone; a reader's
+//! wait that times out (or a try that does not hold) leaves no row.
 //!
 //! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
 
@@ -205,4 +206,29 @@ fn a_reader_cut_off_fences_before_a_waiting_writer_acquires() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn a_writer_cut_off_fences_before_waiting_readers_acquire() {
     cut_off(Mode::Write, Mode::Read);
+}
+
+/// A reader's row queues at once; a wait that times out (or a try that
+/// does not hold) leaves no row behind.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn a_timed_out_reader_leaves_no_row() {
+    let url = pg::servers().url;
+    let name = name("timeout");
+    let sql = pg::Sql::connect(&url);
+    let rows = || {
+        sql.query("SELECT token FROM dlock.locks WHERE name = $1", &[&name])
+            .unwrap()
+            .len()
+    };
+    let w = client(&url).rwlock(&name).unwrap().write().unwrap();
+    w.acquire(EVENT).unwrap();
+    let r = client(&url).rwlock(&name).unwrap().read().unwrap();
+    assert_eq!(r.try_acquire(), Err(Error::WouldBlock));
+    assert_eq!(rows(), 1, "a try that did not hold left no row");
+    assert_eq!(r.acquire(Duration::from_secs(1)), Err(Error::Timeout));
+    until("the timed-out wait left no row", || rows() == 1);
+    w.release().unwrap();
+    r.acquire(EVENT).unwrap();
+    assert_eq!(rows(), 1);
 }

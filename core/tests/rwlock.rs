@@ -93,10 +93,19 @@ fn readers_share_and_each_holds_its_own_token() {
 fn a_plain_lock_holder_is_a_writer_to_readers() {
     let service = MemoryService::new();
     let plain = client(&service).lock("rw/plain").unwrap();
-    plain.try_acquire().unwrap();
+    let t = plain.try_acquire().unwrap();
     let r = client(&service).rwlock("rw/plain").unwrap().read().unwrap();
     assert_eq!(r.try_acquire(), Err(Error::WouldBlock));
+    // A wait cut short leaves nothing queued: a writer after it is next.
+    assert_eq!(r.acquire(ms(200)), Err(Error::Timeout));
     plain.release().unwrap();
+    let w = client(&service)
+        .rwlock("rw/plain")
+        .unwrap()
+        .write()
+        .unwrap();
+    assert!(w.try_acquire().unwrap() > t, "no reader's key left ahead");
+    w.release().unwrap();
     r.try_acquire().unwrap();
 }
 
