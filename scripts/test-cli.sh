@@ -6,8 +6,9 @@
 #     command a second time;
 #   - the cluster tests: starts the 3-member test cluster
 #     (scripts/etcd-cluster.sh, honours DLOCK_TEST_PORT_BASE and
-#     DLOCK_TEST_ETCD_DIR), runs cli_etcd, elect_etcd and semaphore_etcd
-#     (`dlock run -n N`; a missing cluster fails them), stops the cluster
+#     DLOCK_TEST_ETCD_DIR), runs cli_etcd, elect_etcd, semaphore_etcd
+#     (`dlock run -n N`) and rwlock_etcd (`dlock run --read`; a missing
+#     cluster fails them), stops the cluster
 #     on any exit, and prints the cut-off figures (`CLI|...` lines).
 # The tests that need no service run in scripts/test.sh's `cargo test
 # --workspace`; the cluster tests' lint is its one clippy.
@@ -62,7 +63,7 @@ if scripts/etcd-cluster.sh start; then
   source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
   export DLOCK_FAULT_RUNS=${DLOCK_FAULT_RUNS:-3}
   printf '\n==> cli: tests on the cluster (DLOCK_FAULT_RUNS=%s)\n' "$DLOCK_FAULT_RUNS"
-  if ! ws_test --test cli_etcd --test elect_etcd --test semaphore_etcd -- --nocapture 2>&1 | tee "$cluster_out"; then
+  if ! ws_test --test cli_etcd --test elect_etcd --test semaphore_etcd --test rwlock_etcd -- --nocapture 2>&1 | tee "$cluster_out"; then
     # A build failure prints no `test result:` line: count it.
     grep -q '^test result:' "$cluster_out" || failed_steps=$((failed_steps + 1))
   fi

@@ -103,6 +103,7 @@ pub fn main(args: ElectArgs) -> Result<i32, Fail> {
         restart: args.restart,
         restart_limit: None,
         limit: None,
+        read: false,
         metrics: args.metrics,
         name: args.name,
         command: args.command,

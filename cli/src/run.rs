@@ -10,6 +10,11 @@
 //! semaphore NAME (the core's `Semaphore`, docs/design.md §26). A slot is
 //! an ordinary lock, `NAME/slot/<i>`, so everything above holds for it
 //! unchanged; CMD also gets `DLOCK_SLOT`.
+//!
+//! `dlock run --read NAME -- CMD`: the same as a reader of the read/write
+//! lock NAME (the core's `RwLock`, docs/design.md §27): readers run at
+//! once, a writer (a plain `dlock run NAME`, or `etcdctl lock NAME`) alone.
+//! CMD also gets `DLOCK_MODE=read`.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -68,6 +73,10 @@ pub struct RunArgs {
     /// the same N (the first records it)
     #[arg(short = 'n', long = "limit", value_name = "N")]
     pub(crate) limit: Option<u32>,
+    /// Hold NAME as a reader of a read/write lock: readers share it, a
+    /// writer (a plain `dlock run NAME`) excludes them (DLOCK_MODE=read)
+    #[arg(long, conflicts_with = "limit")]
+    pub(crate) read: bool,
     #[command(flatten)]
     pub(crate) metrics: crate::metrics::TextfileArgs,
     /// The lock's name
@@ -290,6 +299,9 @@ impl Held for Slot {
 
 pub fn main(args: RunArgs) -> Result<i32, Fail> {
     match args.limit {
+        None if args.read => main_with(args, |session, name| {
+            Ok(Arc::new(session.rwlock(name)?.read()?))
+        }),
         None => main_with(args, |session, name| Ok(Arc::new(session.lock(name)?))),
         Some(limit) => main_with(args, move |session, name| {
             Ok(Arc::new(Slot {
@@ -517,6 +529,9 @@ impl Run<'_> {
             .env("ETCD_LOCK_KEY", &key)
             .env("ETCD_LOCK_REV", token.0.to_string())
             .process_group(0);
+        if let Some(mode) = lock.mode() {
+            command.env("DLOCK_MODE", mode.as_str());
+        }
         if let Some(slot) = lock.slot() {
             command
                 .env("DLOCK_SLOT", slot.to_string())

@@ -1,5 +1,6 @@
--- dlock's schema on PostgreSQL, version 2 (docs/postgres.md): version 1
--- (locks, leases, tokens, the guard), then version 2 (elections).
+-- dlock's schema on PostgreSQL, version 3 (docs/postgres.md): version 1
+-- (locks, leases, tokens, the guard), then version 2 (elections), then
+-- version 3 (read/write locks).
 --
 -- The library runs this file itself when the `dlock` schema is missing or
 -- older and its role may create it (CREATE on the database); otherwise a
@@ -232,5 +233,130 @@ END $$;
 -- Version 2 only adds (a nullable column, a function, a notification that
 -- names tokens no version-1 client holds): version-1 libraries keep working.
 INSERT INTO dlock.schema_version (version, oldest_library) VALUES (2, 1)
+    ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
+
+-- Version 3: read/write locks (docs/design.md §27). A holder's row is the
+-- lock's row with the mode in `value`: a reader's holds the read marker
+-- ('dlock:read'), anything else (NULL: a plain lock) is a writer. Readers
+-- and writers queue in one order: a row is put at once, its token drawn
+-- from the sequence under the name's row lock, and it holds when no
+-- earlier row under `<name>/` blocks it (a writer: no earlier row at all;
+-- a reader: no earlier writer's). So a queued writer blocks later readers,
+-- and a plain dlock.acquire (which any row blocks) sees every reader and
+-- queued row as exclusive.
+
+-- Whether the row of `p_token` under `p_name` holds in its mode.
+CREATE OR REPLACE FUNCTION dlock.rw_holds(p_name text, p_token bigint, p_read boolean)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT NOT EXISTS (
+        SELECT 1 FROM dlock.locks k
+        WHERE k.key >= p_name || '/' AND k.key < p_name || '0'
+          AND k.token < p_token
+          AND (NOT p_read OR k.value IS DISTINCT FROM 'dlock:read'::bytea))
+$$;
+
+-- Queues `p_key` for `p_name` under `p_lease` in mode `p_read` (once: a
+-- row already there is read again, and a reader's gets the marker), then
+-- says whether it holds. held false: `retry_ms` is when to look again (the
+-- earliest expiry among the rows before it, or a short pause while the
+-- name's row is locked); without `p_wait` the row is deleted again.
+-- SQLSTATE DL002: the lease is not alive.
+CREATE OR REPLACE FUNCTION dlock.acquire_rw(p_name text, p_key text, p_lease bigint,
+                                            p_read boolean, p_wait boolean,
+                                            OUT token bigint, OUT held boolean,
+                                            OUT retry_ms float8)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_value bytea := CASE WHEN p_read THEN 'dlock:read'::bytea END;
+BEGIN
+    held := false;
+    LOOP
+        BEGIN
+            PERFORM 1 FROM dlock.names WHERE name = p_name FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            retry_ms := 20;
+            RETURN;
+        END;
+        EXIT WHEN FOUND;
+        INSERT INTO dlock.names (name) VALUES (p_name) ON CONFLICT DO NOTHING;
+    END LOOP;
+    PERFORM 1 FROM dlock.leases WHERE id = p_lease AND expires_at > clock_timestamp() FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL002', MESSAGE = 'dlock: lease ' || p_lease || ' not found';
+    END IF;
+    PERFORM 1 FROM dlock.leases l
+        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
+                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
+        ORDER BY l.id FOR SHARE;
+    DELETE FROM dlock.leases l
+        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
+                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
+          AND l.expires_at <= clock_timestamp();
+    SELECT k.token INTO token FROM dlock.locks k WHERE k.key = p_key AND k.lease = p_lease;
+    IF NOT FOUND THEN
+        token := nextval('dlock.tokens');
+        INSERT INTO dlock.locks (key, name, lease, token, value)
+            VALUES (p_key, p_name, p_lease, token, v_value);
+    ELSIF p_read THEN
+        UPDATE dlock.locks k SET value = v_value
+            WHERE k.key = p_key AND k.value IS DISTINCT FROM v_value;
+    END IF;
+    IF dlock.rw_holds(p_name, token, p_read) THEN
+        held := true;
+        RETURN;
+    END IF;
+    IF NOT p_wait THEN
+        DELETE FROM dlock.locks k WHERE k.key = p_key AND k.token = acquire_rw.token;
+        token := NULL;
+        RETURN;
+    END IF;
+    SELECT greatest(extract(epoch FROM min(l.expires_at) - clock_timestamp()) * 1000, 1)
+        INTO retry_ms
+        FROM dlock.locks k JOIN dlock.leases l ON l.id = k.lease
+        WHERE k.key >= p_name || '/' AND k.key < p_name || '0'
+          AND k.token < acquire_rw.token;
+END $$;
+
+-- The guards of read/write locks, called first in the application's own
+-- transaction as dlock.guard is: they hold the name's row (FOR SHARE)
+-- until the transaction ends, and raise SQLSTATE DL001 unless `p_token`
+-- holds `p_name` on a live lease in a mode that may do it: guard_read
+-- admits a reader or a writer, guard_write only a writer (a guarded write
+-- from a read holder is refused).
+CREATE OR REPLACE FUNCTION dlock.guard_rw(p_name text, p_token bigint, p_write boolean)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_value bytea;
+BEGIN
+    PERFORM 1 FROM dlock.names WHERE name = p_name FOR SHARE;
+    SELECT k.value INTO v_value FROM dlock.locks k JOIN dlock.leases l ON l.id = k.lease
+        WHERE k.name = p_name AND k.token = p_token AND l.expires_at > clock_timestamp();
+    IF NOT FOUND OR NOT dlock.rw_holds(p_name, p_token,
+                                       v_value IS NOT DISTINCT FROM 'dlock:read'::bytea) THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL001',
+            MESSAGE = format('dlock: token %s no longer holds lock %L', p_token, p_name),
+            HINT = 'a later holder may have taken the lock: do not write';
+    END IF;
+    IF p_write AND v_value IS NOT DISTINCT FROM 'dlock:read'::bytea THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL001',
+            MESSAGE = format('dlock: token %s holds lock %L for reading, not writing', p_token, p_name),
+            HINT = 'a reader may not write: acquire a writer';
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION dlock.guard_read(p_name text, p_token bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock.guard_rw(p_name, p_token, false)
+$$;
+
+CREATE OR REPLACE FUNCTION dlock.guard_write(p_name text, p_token bigint) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT dlock.guard_rw(p_name, p_token, true)
+$$;
+
+-- Version 3 only adds (functions; rows with a value version-2 clients
+-- already treat as holders): older libraries keep working.
+INSERT INTO dlock.schema_version (version, oldest_library) VALUES (3, 1)
     ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
 COMMIT;

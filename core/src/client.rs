@@ -206,6 +206,7 @@ impl Session {
             id,
             name,
             slot,
+            mode: None,
         })
     }
 }
@@ -253,6 +254,8 @@ pub struct Lock {
     name: Arc<str>,
     /// The slot of a semaphore this lock is ([`crate::Semaphore`]).
     slot: Option<u32>,
+    /// A read/write lock's mode ([`crate::RwLock`]), shared with the driver.
+    pub(crate) mode: Option<crate::rwlock::ModeCell>,
 }
 
 impl Lock {
@@ -498,6 +501,11 @@ impl Lock {
         matches!(s.state, State::Holding | State::Draining).then_some(s.token)
     }
 
+    /// The last token published (the one fenced, once `Fenced`).
+    pub(crate) fn last_token(&self) -> u64 {
+        self.gate.read().token.get()
+    }
+
     /// The local deadline, while `Holding` or `Draining`.
     pub fn deadline(&self) -> Option<Instant> {
         let s = self.gate.read();
@@ -628,6 +636,11 @@ impl Lock {
         if crate::forked() {
             return Err(Error::Forked);
         }
+        if self.mode() == Some(crate::Mode::Read) {
+            return Err(Error::InvalidArgument(
+                "guarded write: a read holder may not write (acquire a writer)".into(),
+            ));
+        }
         if key.is_empty() {
             return Err(Error::InvalidArgument("guarded write: empty key".into()));
         }
@@ -744,6 +757,7 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("slot", &self.slot)
+            .field("mode", &self.mode())
             .field("state", &s.state)
             .field("token", &s.token)
             .finish()

@@ -164,6 +164,7 @@ impl SessionTask {
                     waiting: None,
                     watched: None,
                     candidate: None,
+                    mode: None,
                 };
                 self.locks.insert(lock, e);
             }
@@ -196,6 +197,12 @@ impl SessionTask {
                     e.candidate = Some(value);
                 }
             }
+            Command::Mode { lock, mode } => {
+                if let Some(e) = self.locks.get_mut(&lock) {
+                    e.mode = Some(mode);
+                }
+            }
+            Command::Downgrade { lock, token, reply } => self.downgrade(now, lock, token, reply),
             Command::Proclaim {
                 lock,
                 token,

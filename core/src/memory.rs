@@ -217,6 +217,7 @@ impl MemoryService {
         name: &str,
         lease: LeaseId,
         value: Option<&[u8]>,
+        read: bool,
         wait: bool,
     ) -> Result<Token, BackendError> {
         let key = lock_key(name, lease);
@@ -254,7 +255,12 @@ impl MemoryService {
                     st.values.insert(key.clone(), v.to_vec());
                     proclaimed = true;
                 }
-                if st.owner(name).is_some_and(|(_, rev)| rev == mine) {
+                let holds = if read {
+                    st.reader_holds(name, mine)
+                } else {
+                    st.owner(name).is_some_and(|(_, rev)| rev == mine)
+                };
+                if holds {
                     if put || proclaimed {
                         // An observer sees the new leader (or value).
                         drop(st);
@@ -530,7 +536,7 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
-            self.service.acquire(name, lease, None, wait).await
+            self.service.acquire(name, lease, None, false, wait).await
         })
     }
 
@@ -544,7 +550,25 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
-            self.service.acquire(name, lease, Some(value), wait).await
+            self.service
+                .acquire(name, lease, Some(value), false, wait)
+                .await
+        })
+    }
+
+    fn lock_rw<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        mode: crate::rwlock::Mode,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            let read = mode == crate::rwlock::Mode::Read;
+            let value = Some(mode.value());
+            self.service.acquire(name, lease, value, read, wait).await
         })
     }
 

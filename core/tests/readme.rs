@@ -9,8 +9,8 @@
 //! scripts/test-cpp.sh); their text is checked here too.
 //!
 //! Issue 28: the sessions block (`### Many locks, one lease: sessions`),
-//! `## Elections and observers`, `## Semaphores` (issue 29) and
-//! `## Metrics` live here too, each run once on the embedded backend; the
+//! `## Elections and observers`, `## Semaphores` (issue 29), `## Read/write
+//! locks` (issue 30) and `## Metrics` live here too, each run once on the embedded backend; the
 //! `## PostgreSQL` block lives in core/tests/postgres_readme.rs (run on the
 //! PostgreSQL test servers by scripts/test-postgres.sh), its text checked
 //! here.
@@ -495,4 +495,57 @@ fn the_postgres_block_is_core_tests_postgres_readme_rs() {
         readme_block("## PostgreSQL", "rust"),
         "README.md's PostgreSQL block and core/tests/postgres_readme.rs differ"
     );
+}
+
+// ---- `## Read/write locks` --------------------------------------------------
+
+/// The block's units of work, in order: whether each was a write.
+static RW_USED: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+
+fn write_config(admitted: Result<(), dlock::Stale>) {
+    admitted.expect("the writer's token is admitted for writing");
+    RW_USED.lock().unwrap().push(true);
+}
+
+fn read_config(admitted: Result<(), dlock::Stale>) {
+    admitted.expect("the reader's token is admitted for reading");
+    RW_USED.lock().unwrap().push(false);
+}
+
+#[rustfmt::skip]
+fn readme_rwlock() -> Result<(), dlock::Error> {
+    // README: begin (README.md, `## Read/write locks`, the first ```rust block)
+    let client = dlock::Client::memory();
+    let gate = dlock::FenceGate::new();                      // the resource's side
+    let config = client.rwlock("config")?;                   // or session.rwlock(..); sends nothing
+    let writer = config.write()?;                            // a Lock in Mode::Write, not held yet
+    writer.acquire(Duration::from_secs(30))?;                // alone: after every earlier holder
+    if let Ok(p) = writer.permit() { write_config(gate.admit_write("config", p.token())) }
+    writer.downgrade()?;                                     // a reader now: same key, same token
+    let other = client.session(client.options().clone())?.rwlock("config")?.read()?;
+    other.acquire(Duration::from_secs(30))?;                 // readers share (holders on two sessions)
+    if let Ok(p) = other.permit() { read_config(gate.admit_read("config", p.token())) }
+    writer.release()?;
+    // README: end
+    assert_eq!(writer.mode(), Some(dlock::Mode::Read));
+    let (w, r) = gate.watermarks("config");
+    assert!(w.is_some() && r > w, "{w:?} {r:?}");
+    Ok(())
+}
+
+#[test]
+fn the_rwlock_block_here_is_the_readmes_and_runs() {
+    let here = marked_region(
+        include_str!("readme.rs"),
+        "core/tests/readme.rs",
+        "## Read/write locks",
+        4,
+    );
+    assert_eq!(
+        here,
+        readme_block("## Read/write locks", "rust"),
+        "README.md's read/write lock block and core/tests/readme.rs differ"
+    );
+    readme_rwlock().unwrap();
+    assert_eq!(*RW_USED.lock().unwrap(), [true, false]);
 }

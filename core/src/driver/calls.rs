@@ -114,15 +114,16 @@ impl SessionTask {
             return;
         };
         let b = self.backend.clone();
-        let value = self
-            .locks
-            .get(&lock)
+        let entry = self.locks.get(&lock);
+        let value = entry
             .and_then(|e| e.candidate.as_ref())
             .map(|v| crate::sync::lock(v).clone());
+        let mode = entry.and_then(|e| e.mode.as_ref()).map(|m| m.get());
         self.spawn_call(Call::Req(req), async move {
-            let locked = match &value {
-                Some(v) => b.campaign(&name, lease, v, wait).await,
-                None => b.lock(&name, lease, wait).await,
+            let locked = match (&value, mode) {
+                (Some(v), _) => b.campaign(&name, lease, v, wait).await,
+                (None, Some(mode)) => b.lock_rw(&name, lease, mode, wait).await,
+                (None, None) => b.lock(&name, lease, wait).await,
             };
             match locked {
                 Ok(token) => Event::Locked {
@@ -264,6 +265,48 @@ impl SessionTask {
         value: Vec<u8>,
         reply: Reply<Result<(), Error>>,
     ) {
+        let candidate = self.locks.get(&lock).and_then(|e| e.candidate.clone());
+        self.put_value(now, lock, token, value, "proclaim", reply, move |value| {
+            if let Some(c) = candidate {
+                *crate::sync::lock(&c) = value;
+            }
+        });
+    }
+
+    /// A downgrade (write → read): the holder's key gets the read marker,
+    /// as a proclaim puts a value, keeping the key and its token; then the
+    /// handle is a reader (a reacquisition after a fence queues as one).
+    pub(super) fn downgrade(
+        &mut self,
+        now: Instant,
+        lock: LockId,
+        token: Token,
+        reply: Reply<Result<(), Error>>,
+    ) {
+        let Some(mode) = self.locks.get(&lock).and_then(|e| e.mode.clone()) else {
+            return reply.send(Err(Error::InvalidArgument(
+                "downgrade: not a read/write lock's holder".into(),
+            )));
+        };
+        let value = crate::rwlock::READ_MARKER.to_vec();
+        self.put_value(now, lock, token, value, "downgrade", reply, move |_| {
+            mode.set(crate::rwlock::Mode::Read);
+        });
+    }
+
+    /// Puts `value` in the key held with `token` ([`crate::Backend::proclaim`]),
+    /// then `done(value)` once the service committed it.
+    #[allow(clippy::too_many_arguments)]
+    fn put_value(
+        &mut self,
+        now: Instant,
+        lock: LockId,
+        token: Token,
+        value: Vec<u8>,
+        what: &'static str,
+        reply: Reply<Result<(), Error>>,
+        done: impl FnOnce(Vec<u8>) + Send + 'static,
+    ) {
         let (Some(lease), Some(name)) = (
             self.machine.write_lease(now, lock, token),
             self.machine.name(lock),
@@ -275,7 +318,6 @@ impl SessionTask {
             reply.send(Err(error));
             return;
         };
-        let candidate = self.locks.get(&lock).and_then(|e| e.candidate.clone());
         let (b, ttl) = (self.backend.clone(), self.ttl);
         runtime().spawn(
             async move {
@@ -283,21 +325,19 @@ impl SessionTask {
                     .await
                 {
                     Ok(Ok(())) => {
-                        if let Some(c) = candidate {
-                            *crate::sync::lock(&c) = value;
-                        }
+                        done(value);
                         Ok(())
                     }
                     Ok(Err(BackendError::Fenced)) => Err(Error::Fenced(token.get())),
                     Ok(Err(BackendError::TooLarge(m))) => Err(Error::InvalidArgument(format!(
-                        "proclaim: the service refused it as too large (nothing written): {m}"
+                        "{what}: the service refused it as too large (nothing written): {m}"
                     ))),
                     Ok(Err(e)) => Err(Error::Backend(format!(
-                        "proclaim: {e} (the outcome is unknown: it may have committed)"
+                        "{what}: {e} (the outcome is unknown: it may have committed)"
                     ))),
-                    Err(_) => Err(Error::Backend(
-                        "proclaim: no answer within the TTL (the outcome is unknown)".into(),
-                    )),
+                    Err(_) => Err(Error::Backend(format!(
+                        "{what}: no answer within the TTL (the outcome is unknown)"
+                    ))),
                 };
                 reply.send(r);
             }

@@ -35,6 +35,7 @@ mod leaders;
 mod lease;
 mod mutex;
 mod reader;
+mod rwlock;
 mod watch;
 
 pub(crate) use conn::EtcdBackend;
@@ -261,6 +262,16 @@ impl Backend for EtcdBackend {
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         Box::pin(self.acquire(name, lease, wait))
+    }
+
+    fn lock_rw<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        mode: crate::rwlock::Mode,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        Box::pin(self.acquire_rw(name, lease, mode, wait))
     }
 
     fn revoke(&self, lease: LeaseId) -> BoxFuture<'_, Result<(), BackendError>> {

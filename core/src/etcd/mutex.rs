@@ -18,7 +18,7 @@ use crate::machine::{LeaseId, Token};
 use crate::sync::lock;
 
 /// One lock request in flight, registered in [`Inner::puts`] until dropped.
-struct PutGuard {
+pub(super) struct PutGuard {
     backend: EtcdBackend,
     key: String,
 }
@@ -225,7 +225,7 @@ impl EtcdBackend {
     }
 
     /// Registers a lock request of `key` in flight (see [`Inner::puts`]).
-    fn put_started(&self, key: &str) -> PutGuard {
+    pub(super) fn put_started(&self, key: &str) -> PutGuard {
         lock(&self.0.puts)
             .entry(key.to_owned())
             .or_insert_with(|| Flight {
@@ -292,7 +292,7 @@ impl EtcdBackend {
     }
 
     /// Opens a watch of `key` from revision `from` on endpoint `i`.
-    async fn open_watch(
+    pub(super) async fn open_watch(
         &self,
         i: usize,
         key: impl Into<Vec<u8>>,

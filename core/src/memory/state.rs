@@ -155,6 +155,23 @@ impl ServiceState {
             .map(|(k, (_, rev))| (k.as_str(), *rev))
     }
 
+    /// Whether the reader whose key under `name/` has create revision
+    /// `mine` holds: no earlier key is a writer (a key without the read
+    /// marker; docs/design.md §27).
+    pub(super) fn reader_holds(&self, name: &str, mine: u64) -> bool {
+        use crate::rwlock::{Mode, holds};
+        let prefix = format!("{name}/");
+        let keys = self
+            .keys
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .map(|(k, (_, rev))| {
+                let value = self.values.get(k).map_or(&[][..], Vec::as_slice);
+                (*rev, Mode::of_value(value))
+            });
+        holds(mine, Mode::Read, keys)
+    }
+
     /// The holder of the lock `name` itself (not of a name nested in it).
     pub(super) fn holder_of(&self, name: &str) -> Option<(String, Token)> {
         let (key, rev) = self.owner(name)?;

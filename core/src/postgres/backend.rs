@@ -101,6 +101,25 @@ impl Backend for PostgresBackend {
         ))
     }
 
+    fn lock_rw<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        mode: crate::rwlock::Mode,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        let s = &self.0;
+        Box::pin(super::rwlock::lock_rw(
+            &s.ops,
+            s.listener.wake(),
+            name,
+            lease,
+            mode,
+            wait,
+            s.timeout,
+        ))
+    }
+
     fn campaign<'a>(
         &'a self,
         name: &'a str,

@@ -18,6 +18,7 @@ mod guarded;
 mod lease;
 mod mutex;
 mod reader;
+mod rwlock;
 mod schema;
 mod watch;
 
@@ -32,7 +33,8 @@ use crate::Error;
 /// lock: the application's transaction must not commit.
 pub const GUARD_SQLSTATE: &str = "DL001";
 
-/// The version of the `dlock` schema this library speaks (2: elections);
+/// The version of the `dlock` schema this library speaks (2: elections;
+/// 3: read/write locks);
 /// an older one is upgraded on connect, a newer one refused.
 pub const SCHEMA_VERSION: i32 = schema::VERSION;
 

@@ -1,0 +1,255 @@
+//! Read/write locks (docs/design.md §27, issue 30): many readers or one
+//! writer, fenced by mode on the resource side.
+//!
+//! Readers and writers queue in the one order of the name (etcd: the key's
+//! create revision; PostgreSQL: the sequence), so their tokens come from one
+//! order. A writer holds when no earlier key is left; a reader when no
+//! earlier key is a writer. FIFO: a queued writer blocks later readers, so
+//! writers are not starved. The key is the lock's (`<name>/<lease>`) with
+//! the mode in its value ([`READ_MARKER`] for a reader), so `etcdctl lock`
+//! and Go's `concurrency.Mutex` see every dlock holder as exclusive, and a
+//! key without the marker (theirs, or a plain dlock lock) is a writer.
+//!
+//! Each holder is an ordinary [`Lock`] with a [`Lock::mode`]: permits,
+//! drain, fence, reacquire, events, exit and cancel are a lock's, per
+//! holder. The resource fences both modes with two watermarks
+//! ([`crate::FenceGate::admit_read`], [`crate::FenceGate::admit_write`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::driver::{Command, Reply};
+use crate::{Client, Error, Lock, Session, State};
+
+/// The value of a reader's key. Any other value (empty, as `etcdctl lock`
+/// and Go's `concurrency.Mutex` put, or a plain dlock lock's) is a writer.
+pub const READ_MARKER: &[u8] = b"dlock:read";
+
+/// A read/write lock holder's mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Shares the name with other readers; excludes writers.
+    Read,
+    /// Excludes every other holder.
+    Write,
+}
+
+impl Mode {
+    /// `"read"` or `"write"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Read => "read",
+            Mode::Write => "write",
+        }
+    }
+
+    /// The mode a key's value says: [`READ_MARKER`] is a reader, anything
+    /// else a writer.
+    pub fn of_value(value: &[u8]) -> Mode {
+        if value == READ_MARKER {
+            Mode::Read
+        } else {
+            Mode::Write
+        }
+    }
+
+    /// The value a key of this mode is put with.
+    pub const fn value(self) -> &'static [u8] {
+        match self {
+            Mode::Read => READ_MARKER,
+            Mode::Write => b"",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A holder's mode, shared by its handle and the driver (which puts the key
+/// in it at each acquisition): a downgrade changes it once committed.
+#[derive(Clone, Debug)]
+pub(crate) struct ModeCell(Arc<AtomicU8>);
+
+impl ModeCell {
+    fn new(mode: Mode) -> ModeCell {
+        let cell = ModeCell(Arc::default());
+        cell.set(mode);
+        cell
+    }
+
+    pub(crate) fn get(&self) -> Mode {
+        match self.0.load(Ordering::Acquire) {
+            0 => Mode::Read,
+            _ => Mode::Write,
+        }
+    }
+
+    pub(crate) fn set(&self, mode: Mode) {
+        let v = match mode {
+            Mode::Read => 0,
+            Mode::Write => 1,
+        };
+        self.0.store(v, Ordering::Release);
+    }
+}
+
+/// Whether a reader whose key has create revision `mine` holds, given the
+/// other keys of the name as `(create revision, mode)`: no earlier key is a
+/// writer. A writer holds when no earlier key is left at all. The one rule
+/// every engine applies (the embedded one and etcd here; PostgreSQL in SQL).
+pub fn holds(mine: u64, mode: Mode, keys: impl IntoIterator<Item = (u64, Mode)>) -> bool {
+    keys.into_iter()
+        .filter(|(rev, _)| *rev < mine)
+        .all(|(_, other)| mode == Mode::Read && other == Mode::Read)
+}
+
+/// A read/write lock called `name`: cheap, holds nothing itself; its
+/// [`RwLock::read`] and [`RwLock::write`] make holders, each an ordinary
+/// [`Lock`] to acquire. Made by [`Session::rwlock`] or [`Client::rwlock`].
+#[derive(Clone)]
+pub struct RwLock {
+    session: Session,
+    name: Arc<str>,
+}
+
+impl std::fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLock").field("name", &self.name).finish()
+    }
+}
+
+impl Session {
+    /// A read/write lock called `name` on this session. Same name rules as
+    /// [`Session::lock`]; sends nothing.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock, Error> {
+        if crate::forked() {
+            return Err(Error::Forked);
+        }
+        crate::options::check_name("lock", name.as_bytes())?;
+        self.open()?;
+        Ok(RwLock {
+            session: self.clone(),
+            name: name.into(),
+        })
+    }
+}
+
+impl Client {
+    /// A read/write lock on the client's default session (see
+    /// [`Session::rwlock`]).
+    pub fn rwlock(&self, name: &str) -> Result<RwLock, Error> {
+        self.default_session().rwlock(name)
+    }
+}
+
+impl RwLock {
+    /// The lock's name: what `FenceGate`, guarded writes and `etcdctl lock`
+    /// take, for both modes.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The session its holders hold under.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// A new reader's handle (not acquired yet): acquire it as any
+    /// [`Lock`]. Readers share the name; a reader waits for every earlier
+    /// writer, queued or holding.
+    pub fn read(&self) -> Result<Lock, Error> {
+        self.holder(Mode::Read)
+    }
+
+    /// A new writer's handle (not acquired yet): acquire it as any
+    /// [`Lock`]. A writer waits for every earlier holder, and blocks every
+    /// later reader while it waits.
+    pub fn write(&self) -> Result<Lock, Error> {
+        self.holder(Mode::Write)
+    }
+
+    /// A holder's handle in `mode`.
+    pub fn holder(&self, mode: Mode) -> Result<Lock, Error> {
+        let mut lock = self.session.lock(&self.name)?;
+        let cell = ModeCell::new(mode);
+        lock.command(Command::Mode {
+            lock: lock.id(),
+            mode: cell.clone(),
+        })?;
+        lock.mode = Some(cell);
+        Ok(lock)
+    }
+}
+
+impl Lock {
+    /// A read/write lock holder's mode (`None` for a plain lock, which
+    /// queues as a writer).
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode.as_ref().map(ModeCell::get)
+    }
+
+    /// Write → read: the held key gets the read marker, keeping the key and
+    /// its token, and readers queued behind it hold. A reader's downgrade
+    /// does nothing. [`Error::InvalidArgument`]: not a read/write lock;
+    /// [`Error::NotHeld`] / [`Error::Fenced`]: not holding. Blocks for one
+    /// request (at most a TTL).
+    pub fn downgrade(&self) -> Result<(), Error> {
+        let (reply, rx) = Reply::blocking();
+        self.downgrade_with(reply);
+        rx.recv().map_err(|_| Error::Shutdown)?
+    }
+
+    /// [`Lock::downgrade`] for async code.
+    pub async fn downgrade_async(&self) -> Result<(), Error> {
+        let (reply, rx) = Reply::future();
+        self.downgrade_with(reply);
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// The completion form of [`Lock::downgrade`], for the faces: `done`
+    /// runs once on the callback thread (not at all if dlock's driver is
+    /// already gone at the call).
+    pub fn downgrade_then(&self, done: impl FnOnce(Result<(), Error>) + Send + 'static) {
+        self.downgrade_with(Reply::Then(Box::new(done)));
+    }
+
+    /// Read → write is refused ([`Error::InvalidArgument`]): two readers
+    /// upgrading at once would wait for each other forever. Release the
+    /// reader and acquire a writer instead.
+    pub fn upgrade(&self) -> Result<(), Error> {
+        Err(Error::InvalidArgument(match self.mode() {
+            None => "upgrade: not a read/write lock".into(),
+            Some(_) => "upgrade is refused (two upgrading readers would wait for each other): release the reader and acquire a writer".into(),
+        }))
+    }
+
+    /// Checks, then sends the downgrade; a refusal before anything is sent
+    /// is answered on `reply` at once.
+    fn downgrade_with(&self, reply: Reply<Result<(), Error>>) {
+        let token = match (self.mode(), self.token()) {
+            (None, _) => {
+                return reply.send(Err(Error::InvalidArgument(
+                    "downgrade: not a read/write lock".into(),
+                )));
+            }
+            (Some(Mode::Read), _) => return reply.send(Ok(())),
+            (Some(Mode::Write), Some(t)) => t,
+            (Some(Mode::Write), None) => {
+                return reply.send(Err(match self.state() {
+                    State::Fenced | State::Reacquiring => Error::Fenced(self.last_token()),
+                    _ => Error::NotHeld,
+                }));
+            }
+        };
+        // A failed send drops the reply: a blocked or async caller gets
+        // `shutdown`.
+        let _ = self.command(Command::Downgrade {
+            lock: self.id(),
+            token,
+            reply,
+        });
+    }
+}
