@@ -289,6 +289,10 @@ impl Held for Slot {
 }
 
 pub fn main(args: RunArgs) -> Result<i32, Fail> {
+    if let Some(limit) = args.limit {
+        // The limit by the core's rule before anything connects.
+        dlock::Semaphore::check(&args.name, limit)?;
+    }
     match args.limit {
         None => main_with(args, |session, name| Ok(Arc::new(session.lock(name)?))),
         Some(limit) => main_with(args, move |session, name| {
