@@ -19,8 +19,8 @@
 #                           [--semaphore N] (the semaphore mode: holders of
 #                           one semaphore of N slots, each slot checked as a
 #                           lock, and at most N holders with valid permits
-#                           at once; give --holders N+2; Rust, Python and
-#                           Node holders only)
+#                           at once; give --holders N+2; every face's
+#                           holder but dlock run's)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless

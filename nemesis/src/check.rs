@@ -253,7 +253,8 @@ pub fn check(records: &[Value]) -> Report {
     let limit = records
         .iter()
         .filter(|v| matches!(s(v, "ev"), "run" | "start"))
-        .find_map(|v| v["semaphore"].as_u64());
+        .find_map(|v| v["semaphore"].as_u64())
+        .filter(|&n| n > 0);
     // A revoke of a session's lease (tagged with lock 0, whose holder it
     // was read from) deletes every key of that session: every lock sees it.
     let session_wide = |v: &Value| s(v, "p") == "nemesis" && v["session"].as_bool() == Some(true);

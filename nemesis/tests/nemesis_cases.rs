@@ -290,9 +290,10 @@ fn nemesis_many_locks() {
 }
 
 /// The semaphore mode (issue 29): K = N + 2 holders on one semaphore of
-/// N = 2 slots (`DLOCK_NEMESIS_SEMAPHORE`), Rust, Python and Node in turn
-/// (the faces whose holder takes `--semaphore`, from the mix's commands;
-/// Rust alone without them), the random mix of every
+/// N = 2 slots (`DLOCK_NEMESIS_SEMAPHORE`), Rust, C, Python and Node in
+/// turn (the faces whose holder takes `--semaphore`, from the mix's
+/// commands: all but `dlock run`; Rust alone without them), the random
+/// mix of every
 /// fault for `DLOCK_NEMESIS_SEMAPHORE_SECONDS` (25). Each slot is checked
 /// as a lock of its own (tokens rise per slot, a slot's resource never
 /// accepts a lower token, no permit after a deadline), and S1: at no
@@ -302,7 +303,7 @@ fn nemesis_semaphore() {
     let takes_semaphore = |(prog, args): &(PathBuf, Vec<String>)| {
         let face =
             |a: &String| a.ends_with("holders/holder.py") || a.ends_with("holders/holder.js");
-        *prog == holder_bin() || args.iter().any(face)
+        *prog == holder_bin() || prog.ends_with("c-holder") || args.iter().any(face)
     };
     let holder: Vec<_> = mix_holders().into_iter().filter(takes_semaphore).collect();
     mix(

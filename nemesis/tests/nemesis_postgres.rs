@@ -125,8 +125,9 @@ fn nemesis_postgres() {
     );
 }
 
-/// The semaphore mode on PostgreSQL (issue 29): K = N + 2 Rust holders on
-/// one semaphore of N = 2 slots, every PostgreSQL fault for
+/// The semaphore mode on PostgreSQL (issue 29): K = N + 2 holders of the
+/// mix's commands in turn (Rust and C) on one semaphore of N = 2 slots,
+/// every PostgreSQL fault for
 /// `DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS` (25); each slot's rows of
 /// `app.writes` read back on their own; the checker adds S1 (at no
 /// instant more than N holders with valid permits).
@@ -135,7 +136,7 @@ fn nemesis_postgres_semaphore() {
     pg_mix(
         "postgres_semaphore",
         env_num("DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS", 25),
-        vec![(holder_bin(), vec!["holder".to_owned()])],
+        mix_holders(),
         2,
     );
 }
