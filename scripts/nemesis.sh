@@ -20,7 +20,7 @@
 #                           one semaphore of N slots, each slot checked as a
 #                           lock, and at most N holders with valid permits
 #                           at once; give --holders N+2; every face's
-#                           holder but dlock run's)
+#                           holder takes it)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless

@@ -7,8 +7,8 @@
 # run` (nemesis/holders/), quorum loss,
 # paused past the TTL, the wall-clock step under libfaketime, CPU
 # starvation, flapping; the election mode: Rust and `dlock elect`
-# candidates; the semaphore mode: 4 holders of every face but `dlock run`
-# on 2 slots), stops the cluster, then starts the PostgreSQL primary +
+# candidates; the semaphore mode: one holder of each face on 3 slots),
+# stops the cluster, then starts the PostgreSQL primary +
 # synchronous standby of scripts/pg-cluster.sh (DLOCK_TEST_PG_PORT_BASE and
 # DLOCK_TEST_PG_DIR are honoured) and runs the nemesis on PostgreSQL
 # (nemesis/tests/nemesis_postgres.rs: Rust and C holders writing app.writes
