@@ -16,6 +16,11 @@
 #                           one election and an observer; every face's holder
 #                           campaigns, the `dlock run` one as `dlock elect`:
 #                           with --all-faces, one candidate of each face)
+#                           [--semaphore N] (the semaphore mode: holders of
+#                           one semaphore of N slots, each slot checked as a
+#                           lock, and at most N holders with valid permits
+#                           at once; give --holders N+2; every face's
+#                           holder takes it)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless
@@ -43,7 +48,7 @@ while (($#)); do
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
     --backend) backend=${2:?--backend needs etcd or postgres}; shift 2 ;;
-    --holders | --seed | --faults | --holder-cmds | --locks | --election | --pg-url) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks | --election | --semaphore | --pg-url) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done

@@ -7,7 +7,8 @@
 # run` (nemesis/holders/), quorum loss,
 # paused past the TTL, the wall-clock step under libfaketime, CPU
 # starvation, flapping; the election mode: Rust and `dlock elect`
-# candidates), stops the cluster, then starts the PostgreSQL primary +
+# candidates; the semaphore mode: one holder of each face on 3 slots),
+# stops the cluster, then starts the PostgreSQL primary +
 # synchronous standby of scripts/pg-cluster.sh (DLOCK_TEST_PG_PORT_BASE and
 # DLOCK_TEST_PG_DIR are honoured) and runs the nemesis on PostgreSQL
 # (nemesis/tests/nemesis_postgres.rs: Rust and C holders writing app.writes
@@ -42,6 +43,7 @@ export DLOCK_NEMESIS_ELECTION_SECONDS=${DLOCK_NEMESIS_ELECTION_SECONDS:-60}
 export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 export DLOCK_NEMESIS_PG_SECONDS=${DLOCK_NEMESIS_PG_SECONDS:-120}
+export DLOCK_NEMESIS_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_SEMAPHORE_SECONDS:-60} DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS:-60}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
@@ -62,7 +64,7 @@ pg_part() {
   scripts/pg-cluster.sh start || return 1
   # shellcheck disable=SC1091
   source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
-  printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders) and a holder paused past its TTL"
+  printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders), the semaphore mode (${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS} s) and a holder paused past its TTL"
   # Rust and C holders in turn (the C one with libpq, built by
   # build-faces.sh above).
   local prc=0
@@ -79,7 +81,7 @@ scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
 source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 
-printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
+printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election + ${DLOCK_NEMESIS_SEMAPHORE_SECONDS} s of a semaphore) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
 ws_test --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
 cat "$out" >>"$log"
 passed=$(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")

@@ -298,6 +298,10 @@ impl Held for Slot {
 }
 
 pub fn main(args: RunArgs) -> Result<i32, Fail> {
+    if let Some(limit) = args.limit {
+        // The limit by the core's rule before anything connects.
+        dlock::Semaphore::check(&args.name, limit)?;
+    }
     match args.limit {
         None if args.read => main_with(args, |session, name| {
             Ok(Arc::new(session.rwlock(name)?.read()?))

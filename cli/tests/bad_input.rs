@@ -2,7 +2,8 @@
 //! the command can express exits 123 with `dlock: <code>: …`, the code the
 //! vector names (the core's word), before anything connects. Cases the
 //! command cannot express are skipped by the file itself ("skip": {"cli":
-//! why}). Needs no lock service.
+//! why}); every word of a case's `message_has` must be in the message.
+//! Needs no lock service.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -42,6 +43,10 @@ fn args_of(case: &Value) -> Option<Vec<String>> {
                 (None, Some(len)) => "a".repeat(len as usize),
                 _ => return None,
             }
+        }
+        "semaphore_limit" if case.get("first_limit").is_none() => {
+            name = s("name")?;
+            args.push(format!("--limit={}", case["limit"].as_u64()?));
         }
         _ => return None,
     }
@@ -89,6 +94,14 @@ fn every_bad_input_is_the_vectors_code() {
                 args.join(" ").chars().take(120).collect::<String>(),
                 out.status.code()
             ));
+        } else if let Some(missing) = case["message_has"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .find(|w| !stderr.contains(w))
+        {
+            failures.push(format!("{id}: {missing:?} not in {stderr:?}"));
         } else {
             println!("ok {id}: {}", stderr.trim());
         }

@@ -240,6 +240,13 @@ impl Future for FirstOf {
 }
 
 impl Semaphore {
+    /// The core's rule for a semaphore's name and limit, without a
+    /// session: what a face checks before it connects (the command's
+    /// `run -n`), so the refusal is the one a handle would give.
+    pub fn check(name: &str, limit: u32) -> Result<(), Error> {
+        check(name, limit)
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -5,7 +5,10 @@
 //! the limit is one etcd key, `<name>/limit`, and a mismatch is refused;
 //! `etcdctl lock <name>/slot/0` and a dlock holder exclude each other both
 //! ways; a slot holder whose key an operator deletes fences and takes its
-//! own slot again, higher, while the other holders are untouched.
+//! own slot again, higher, while the other holders are untouched; a slot
+//! holder cut off by the fault proxy (blackhole, or replies lost with a
+//! permit in flight) fences before its slot's next holder acquires, and
+//! the other holders keep their permits (sem_faults/mod.rs).
 //!
 //! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
 
@@ -18,6 +21,9 @@ use std::time::Duration;
 
 use dlock::{Client, Error, EtcdConfig, Lock, Options, State, Token};
 use dlock_testkit::etcd::{Cluster, cluster};
+use dlock_testkit::proxy::{Mode, Proxy};
+
+mod sem_faults;
 
 const TTL: Duration = Duration::from_secs(4);
 /// The longest wait for something that must happen.
@@ -29,6 +35,13 @@ fn options() -> Options {
 
 fn client(env: &Cluster) -> Client {
     Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+}
+
+/// A client on the default timings, for a case about waking, not timing:
+/// a 0.5 s keepalive timeout under CI's load could fence a holder and free
+/// its slot for a waiter the case does not expect.
+fn calm(env: &Cluster) -> Client {
+    Client::etcd(EtcdConfig::new(env.members.clone()), Options::default()).expect("connect to etcd")
 }
 
 fn name(test: &str) -> String {
@@ -120,12 +133,12 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
 fn a_release_wakes_one_waiter_onto_that_slot() {
     let env = cluster();
     let name = name("wake");
-    let a = client(&env)
+    let a = calm(&env)
         .semaphore(&name, 2)
         .unwrap()
         .acquire(EVENT)
         .unwrap();
-    let b = client(&env)
+    let b = calm(&env)
         .semaphore(&name, 2)
         .unwrap()
         .acquire(EVENT)
@@ -133,7 +146,7 @@ fn a_release_wakes_one_waiter_onto_that_slot() {
     let (tx, rx) = mpsc::channel();
     let waiters: Vec<_> = (0..2)
         .map(|i| {
-            let sem = client(&env).semaphore(&name, 2).unwrap();
+            let sem = calm(&env).semaphore(&name, 2).unwrap();
             let tx = tx.clone();
             thread::spawn(move || {
                 let l = sem.acquire(EVENT).unwrap();
@@ -279,4 +292,57 @@ fn a_slot_key_deleted_by_an_operator_fences_that_holder_alone() {
     }
     drop(holders);
     env.etcdctl(&["del", &format!("{name}/limit")]);
+}
+
+/// The engine of the fault cases: the cut-off holder reaches the three
+/// members through one proxy each; the contender queues a key on every
+/// slot (the holders' N keys, then its own N).
+fn fault_engine(env: &Cluster, run: impl FnOnce(&sem_faults::Engine)) {
+    let cut_off = || {
+        let proxies: Vec<Proxy> = (0..env.members.len())
+            .map(|i| Proxy::start(env.member_addr(i)))
+            .collect();
+        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+        let c = Client::etcd(EtcdConfig::new(urls), options()).expect("connect via the proxies");
+        (c, proxies)
+    };
+    let direct = || client(env);
+    let queued = |name: &str| {
+        let n = 2 * sem_faults::LIMIT as usize;
+        until("the contender queued on every slot", || {
+            keys(env, &format!("{name}/slot/")).len() >= n
+        });
+    };
+    run(&sem_faults::Engine {
+        label: "",
+        cut_off: &cut_off,
+        direct: &direct,
+        queued: &queued,
+        reset_after_lost: false,
+    });
+}
+
+/// Issue 29 (a): one of N slot holders blackholed drains and fences
+/// before the N + 1st contender gets its slot (etcd expires the lease a
+/// margin after the holder's deadline); the other N − 1 keep their permits.
+#[test]
+fn fault_slot_holder_blackhole() {
+    fault_engine(&cluster(), |e| {
+        sem_faults::slot_holder_cut_off(e, "slot holder blackhole", Mode::Blackhole, false)
+    });
+}
+
+/// Issue 29 (b): replies lost with a permit in flight: etcd keeps the
+/// lease, so the slot passes on only through the revoke, after the permit
+/// ended; the slot's permit intervals never overlap.
+#[test]
+fn fault_slot_holder_replies_lost_with_work_in_flight() {
+    fault_engine(&cluster(), |e| {
+        sem_faults::slot_holder_cut_off(
+            e,
+            "slot holder replies lost, permit in flight",
+            Mode::DropReplies,
+            true,
+        )
+    });
 }

@@ -10,6 +10,13 @@
  * would acquire, and as the leader proclaims ID:N every 100th permit (a
  * "proclaim" record). Only the leader writes: a permit is leadership.
  *
+ * --semaphore N: a holder of the semaphore NAME of N slots
+ * (lk_semaphore_new), as the Rust holder: it waits for any slot, then
+ * works on that slot's lock (a fenced slot takes itself back), writing
+ * KEY-<slot> (guarded by the slot's name on PostgreSQL) and "ID TOKEN SEQ
+ * SLOT" to the gate; every record of the slot carries "li": slot, and its
+ * first "acquired" is stamped when the acquire returned.
+ *
  * On PostgreSQL (--endpoints postgres://..., the nemesis's --backend
  * postgres): the client comes from DLOCK_ENDPOINTS (lk_client_from_env),
  * and the write is the holder's own transaction through libpq on the
@@ -24,7 +31,7 @@
  * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
  *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
  *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1
- *               --election 0|1 --db URL]
+ *               --election 0|1 --semaphore N --db URL]
  *
  * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
  *   -I/usr/include/postgresql examples/nemesis/holder.c -Ltarget/release
@@ -49,7 +56,10 @@
 
 static int hist = -1;
 static const char *id = "";
+/* Set once before the stdin watcher may read them (the semaphore's slot
+ * is known only once acquired): atomics. */
 static const struct lk_lock *lock;
+static long li = -1;
 
 static uint64_t now_ns(void) {
   struct timespec t;
@@ -66,9 +76,12 @@ static void record(const char *ev, const char *fmt, ...) {
     vsnprintf(fields, sizeof fields, fmt, ap);
     va_end(ap);
   }
+  char tag[32] = "";
+  long slot = __atomic_load_n(&li, __ATOMIC_ACQUIRE);
+  if (slot >= 0) snprintf(tag, sizeof tag, ",\"li\":%ld", slot);
   char line[1024];
-  int n = snprintf(line, sizeof line, "{\"t\":%" PRIu64 ",\"p\":\"%s\",\"ev\":\"%s\"%s%s}\n", now_ns(), id,
-                   ev, fields[0] ? "," : "", fields);
+  int n = snprintf(line, sizeof line, "{\"t\":%" PRIu64 ",\"p\":\"%s\",\"ev\":\"%s\"%s%s%s}\n", now_ns(), id,
+                   ev, fields[0] ? "," : "", fields, tag);
   if (n > 0 && (size_t)n < sizeof line && write(hist, line, (size_t)n) < 0) {
     /* A full disk loses the record; the checker never invents one. */
   }
@@ -107,9 +120,14 @@ static void *watch_stdin(void *u) {
   }
   enum lk_state st = LK_STATE_IDLE;
   uint64_t token = 0;
-  lk_lock_state(lock, &st);
+  const struct lk_lock *l = __atomic_load_n(&lock, __ATOMIC_ACQUIRE);
+  if (!l) {
+    record("final", "\"state\":\"acquiring\",\"token\":null");
+    _exit(0);
+  }
+  lk_lock_state(l, &st);
   char w[32];
-  if (lk_lock_token(lock, &token) == LK_OK)
+  if (lk_lock_token(l, &token) == LK_OK)
     record("final", "\"state\":\"%s\",\"token\":%" PRIu64, state_word(st, w, sizeof w), token);
   else
     record("final", "\"state\":\"%s\",\"token\":null", state_word(st, w, sizeof w));
@@ -132,7 +150,8 @@ static const char *gate_write(uint64_t token, uint64_t seq) {
     }
   }
   char req[128];
-  int n = snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 "\n", id, token, seq);
+  int n = li >= 0 ? snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 " %ld\n", id, token, seq, li)
+                  : snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 "\n", id, token, seq);
   if (write(gate_fd, req, (size_t)n) != n) goto lost;
   char rep[64];
   size_t got = 0;
@@ -236,7 +255,7 @@ int main(int argc, char **argv) {
   lk_client_options_init(&o, LK_CLIENT_OPTIONS_VERSION);
   o.ttl_ms = 4000, o.keepalive_interval_ms = 1000, o.keepalive_timeout_ms = 500;
   o.retry_interval_ms = 250, o.margin_ms = 1000, o.reacquire = true;
-  uint64_t unit = 10, idle = 5, writes = 1, election = 0;
+  uint64_t unit = 10, idle = 5, writes = 1, election = 0, semaphore = 0;
   for (int i = 1; i < argc; i += 2) {
     if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc) {
       fprintf(stderr, "holder: bad argument %s (flags are --key value)\n", argv[i]);
@@ -266,6 +285,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "idle-ms")) NUM(idle);
     else if (!strcmp(k, "writes")) NUM(writes);
     else if (!strcmp(k, "election")) NUM(election);
+    else if (!strcmp(k, "semaphore")) NUM(semaphore);
     else if (!strcmp(k, "db")) db_url = v;
     else {
       fprintf(stderr, "holder: unknown flag --%s\n", k);
@@ -286,11 +306,12 @@ int main(int argc, char **argv) {
   if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
   int pg = !strncmp(endpoints, "postgres://", 11) || !strncmp(endpoints, "postgresql://", 13);
   if (pg && election) die("on PostgreSQL the holder takes a lock (no --election)");
+  if (semaphore && election) die("--semaphore N takes no --election");
   if (pg && !db_url) db_url = endpoints;
   record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"election\":%s,\"ttl_ms\":%" PRIu64
-         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64 ",\"backend\":\"%s\"",
+         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64 ",\"backend\":\"%s\",\"semaphore\":%" PRIu64,
          (int)getpid(), name, (long long)time(NULL), election ? "true" : "false", o.ttl_ms, o.margin_ms,
-         o.keepalive_interval_ms, pg ? "postgres" : "etcd");
+         o.keepalive_interval_ms, pg ? "postgres" : "etcd", semaphore);
 
   struct lk_client *client = NULL;
   if (pg) {
@@ -311,7 +332,33 @@ int main(int argc, char **argv) {
     if (lk_client_new(&o, &client) != LK_OK) die(lk_last_error());
   }
   struct lk_election *candidate = NULL;
-  if (election) {
+  char slot_key[512];
+  pthread_t t;
+  if (semaphore) {
+    /* The stdin watcher first: a holder waiting for a slot ends too. */
+    pthread_create(&t, NULL, watch_stdin, NULL);
+    struct lk_semaphore *sem = NULL;
+    if (lk_semaphore_new(client, name, (uint32_t)semaphore, &sem) != LK_OK) die(lk_last_error());
+    struct lk_lock *l = NULL;
+    for (;;) {
+      record("acquire", NULL);
+      enum lk_status s = lk_semaphore_acquire(sem, 30000, &l);
+      if (s == LK_OK) break;
+      record("acquire_err", "\"code\":\"%s\"", lk_status_name(s));
+      sleep_ms(o.retry_interval_ms);
+    }
+    uint32_t slot = 0;
+    uint64_t token = 0;
+    lk_lock_slot(l, &slot);
+    lk_lock_token(l, &token);
+    snprintf(slot_key, sizeof slot_key, "%s-%u", key, slot);
+    key = slot_key;
+    name = lk_lock_name(l);
+    __atomic_store_n(&li, (long)slot, __ATOMIC_RELEASE);
+    __atomic_store_n(&lock, l, __ATOMIC_RELEASE);
+    record("acquired", "\"at\":%" PRIu64 ",\"token\":%" PRIu64, now_ns(), token);
+    record("acquire_ok", "\"token\":%" PRIu64, token);
+  } else if (election) {
     if (lk_election_new(client, name, &candidate) != LK_OK) die(lk_last_error());
     lock = lk_election_lock(candidate);
   } else {
@@ -322,8 +369,7 @@ int main(int argc, char **argv) {
   lk_set_on_state_change(lock, on_state, NULL);
   lk_set_on_fence(lock, on_fence, NULL);
   lk_set_on_acquired(lock, on_acquired, NULL);
-  pthread_t t;
-  pthread_create(&t, NULL, watch_stdin, NULL);
+  if (!semaphore) pthread_create(&t, NULL, watch_stdin, NULL);
 
   uint64_t seq = 0, refused_n = 0, permits = 0;
   int last_refusal = -1;

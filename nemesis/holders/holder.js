@@ -12,6 +12,13 @@
 // where it would acquire, and as the leader proclaims ID:N every 100th
 // permit (a "proclaim" record). Only the leader writes.
 //
+// --semaphore N: a holder of the semaphore NAME of N slots
+// (`client.semaphore`), as the Rust holder: it waits for any slot, then
+// works on that slot's lock (a fenced slot takes itself back), writing
+// KEY-<slot> and "ID TOKEN SEQ SLOT" to the gate; every record of the slot
+// carries "li": slot, and its first "acquired" is stamped when the
+// acquire returned.
+//
 // Node reads no CLOCK_BOOTTIME and the face's events carry no instant:
 // the clock is process.hrtime (CLOCK_MONOTONIC) plus BOOTTIME - MONOTONIC
 // read once at start (constant while the machine does not suspend), and
@@ -22,7 +29,7 @@
 // usage: node holder.js --id ID --endpoints URLS --lock NAME --key KEY
 //          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
 //          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-//          --writes 0|1 --election 0|1]
+//          --writes 0|1 --election 0|1 --semaphore N]
 'use strict';
 const fs = require('node:fs');
 const net = require('node:net');
@@ -33,7 +40,7 @@ const dlock = require(process.env.DLOCK_NODE_PACKAGE || path.join(__dirname, '..
 
 const NUMBERS = {
   'ttl-ms': 4000, 'interval-ms': 1000, 'timeout-ms': 500, 'retry-ms': 250,
-  'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1, election: 0,
+  'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1, election: 0, semaphore: 0,
 };
 const WORDS = ['id', 'endpoints', 'lock', 'key', 'gate', 'history'];
 
@@ -71,8 +78,11 @@ const now = () => process.hrtime.bigint() + offset;
 const f = flags(process.argv.slice(2));
 const who = f.id;
 const fd = fs.openSync(f.history, 'a');
+// The semaphore's slot once one is held: every record of it is tagged.
+let li = null;
 function record(ev, fields = {}) {
-  const line = JSON.stringify({ t: now(), p: who, ev, ...fields }, (_, v) => (typeof v === 'bigint' ? `@${v}@` : v))
+  const tagged = li === null ? fields : { ...fields, li };
+  const line = JSON.stringify({ t: now(), p: who, ev, ...tagged }, (_, v) => (typeof v === 'bigint' ? `@${v}@` : v))
     .replace(/"@(\d+)@"/g, '$1');
   fs.writeSync(fd, `${line}\n`);
 }
@@ -117,7 +127,7 @@ class Gate {
     if (!this.sock && !(await this.connect())) return 'error';
     const line = await new Promise((resolve) => {
       this.waiter = resolve;
-      this.sock.write(`${who} ${token} ${seq}\n`);
+      this.sock.write(li === null ? `${who} ${token} ${seq}\n` : `${who} ${token} ${seq} ${li}\n`);
     });
     if (line === null) return 'unknown';
     if (line.startsWith('ok')) return 'ok';
@@ -133,6 +143,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function main() {
   record('start', {
     face: 'node', pid: process.pid, lock: f.lock, wall: Math.floor(Date.now() / 1000), election: f.election === 1,
+    semaphore: f.semaphore || null,
     ttl_ms: f['ttl-ms'], margin_ms: f['margin-ms'], interval_ms: f['interval-ms'],
   });
   const client = new dlock.Client({
@@ -140,20 +151,40 @@ async function main() {
     keepaliveTimeout: f['timeout-ms'], retryInterval: f['retry-ms'], margin: f['margin-ms'], reacquire: true,
   });
   const election = f.election === 1;
-  const lock = election ? client.election(f.lock) : client.lock(f.lock);
+  let lock = null;
+  process.stdin.on('data', () => {});
+  process.stdin.on('end', () => {
+    if (lock === null) record('final', { state: 'acquiring', token: null });
+    else record('final', { state: lock.state.toLowerCase(), token: lock.token });
+    fs.closeSync(fd);
+    process.exit(0);
+  });
+  process.stdin.resume();
+  let key = f.key;
+  if (f.semaphore) {
+    const sem = client.semaphore(f.lock, f.semaphore);
+    while (lock === null) {
+      record('acquire');
+      try {
+        lock = await sem.acquire({ timeout: 30000 });
+      } catch (e) {
+        record('acquire_err', { code: e.code ?? String(e), msg: String(e.message ?? e) });
+        await sleep(f['retry-ms']);
+      }
+    }
+    li = lock.slot;
+    key = `${f.key}-${li}`;
+    record('acquired', { at: now(), token: lock.token });
+    record('acquire_ok', { token: lock.token });
+  } else {
+    lock = election ? client.election(f.lock) : client.lock(f.lock);
+  }
   lock.on('stateChange', ({ from, to, reason }) => record('state', {
     at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
   }));
   lock.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
   lock.on('acquired', (token) => record('acquired', { at: now(), token }));
   lock.on('drained', () => record('drained', { at: now() }));
-  process.stdin.on('data', () => {});
-  process.stdin.on('end', () => {
-    record('final', { state: lock.state.toLowerCase(), token: lock.token });
-    fs.closeSync(fd);
-    process.exit(0);
-  });
-  process.stdin.resume();
 
   const gate = new Gate(f.gate);
   const unit = f['unit-ms'];
@@ -217,7 +248,7 @@ async function main() {
       let code = '';
       let msg = '';
       try {
-        await lock.guardedPut(token, f.key, `${who}:${seq}:${token}`);
+        await lock.guardedPut(token, key, `${who}:${seq}:${token}`);
       } catch (e) {
         if (e instanceof dlock.FencedError) [out, code] = ['fenced', 'fenced'];
         else if (e instanceof dlock.BackendError) [out, code, msg] = ['unknown', e.code, e.message];

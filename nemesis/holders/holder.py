@@ -12,10 +12,16 @@ of a lock holder, as the Rust holder: it campaigns (value ID) where it
 would acquire, and as the leader proclaims ID:N every 100th permit (a
 "proclaim" record). Only the leader writes: a permit is leadership.
 
+--semaphore N: a holder of the semaphore NAME of N slots
+(`client.semaphore`), as the Rust holder: it waits for any slot, then works
+on that slot's lock (a fenced slot takes itself back), writing KEY-<slot>
+and "ID TOKEN SEQ SLOT" to the gate; every record of the slot carries
+"li": slot, and its first "acquired" is stamped when the acquire returned.
+
 usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-         --writes 0|1 --election 0|1]
+         --writes 0|1 --election 0|1 --semaphore N]
 """
 
 import json
@@ -28,7 +34,8 @@ import time
 import dlock
 
 NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
-           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0}
+           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
+           "semaphore": 0}
 WORDS = ("id", "endpoints", "lock", "key", "gate", "history")
 
 
@@ -82,7 +89,7 @@ class Gate:
         self.addr = (host, int(port))
         self.conn = None
 
-    def write(self, who, token, seq):
+    def write(self, who, token, seq, li=None):
         if self.conn is None:
             try:
                 s = socket.create_connection(self.addr, timeout=5)
@@ -92,7 +99,8 @@ class Gate:
             self.conn = (s, s.makefile("rb"))
         s, r = self.conn
         try:
-            s.sendall(f"{who} {token} {seq}\n".encode())
+            tail = "" if li is None else f" {li}"
+            s.sendall(f"{who} {token} {seq}{tail}\n".encode())
             line = r.readline()
         except OSError:
             line = b""
@@ -110,47 +118,77 @@ def main():
     who = f["id"]
     h = History(f["history"], who)
     election = f["election"] == 1
+    sem_n = f["semaphore"]
     h.record("start", face="python", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
-             election=election, ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
+             election=election, semaphore=sem_n or None, ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
     client = dlock.Client(
         f["endpoints"], ttl=f["ttl-ms"] / 1e3, keepalive_interval=f["interval-ms"] / 1e3,
         keepalive_timeout=f["timeout-ms"] / 1e3, retry_interval=f["retry-ms"] / 1e3,
         margin=f["margin-ms"] / 1e3, reacquire=True)
-    lock = client.election(f["lock"]) if election else client.lock(f["lock"])
+    held = {"lock": None, "li": None}
 
-    @lock.on_event
-    def event(e: dlock.Event) -> None:
-        at = ns(e.at)
-        if e.kind == "state":
-            h.record("state", at=at, wall=int(time.time()), **{"from": e.from_state.lower()},
-                     to=e.to_state.lower(), reason=e.reason)
-        elif e.kind == "fence":
-            h.record("fence", at=at, token=e.token, in_flight=e.in_flight)
-        elif e.kind == "acquired":
-            h.record("acquired", at=at, token=e.token)
-        elif e.kind == "drained":
-            h.record("drained", at=at)
+    def rec(ev, **fields):
+        """A record, tagged with the semaphore's slot once one is held."""
+        if held["li"] is not None:
+            fields["li"] = held["li"]
+        h.record(ev, **fields)
 
     def watch_stdin():
         while sys.stdin.buffer.read(4096):
             pass
-        h.record("final", state=lock.state.value.lower(), token=lock.token)
+        lk = held["lock"]
+        if lk is None:
+            h.record("final", state="acquiring", token=None)
+        else:
+            rec("final", state=lk.state.value.lower(), token=lk.token)
         os._exit(0)
 
     threading.Thread(target=watch_stdin, daemon=True).start()
 
+    def event(e: dlock.Event) -> None:
+        at = ns(e.at)
+        if e.kind == "state":
+            rec("state", at=at, wall=int(time.time()), **{"from": e.from_state.lower()},
+                to=e.to_state.lower(), reason=e.reason)
+        elif e.kind == "fence":
+            rec("fence", at=at, token=e.token, in_flight=e.in_flight)
+        elif e.kind == "acquired":
+            rec("acquired", at=at, token=e.token)
+        elif e.kind == "drained":
+            rec("drained", at=at)
+
+    key = f["key"]
+    if sem_n:
+        sem = client.semaphore(f["lock"], sem_n)
+        while True:
+            h.record("acquire")
+            try:
+                lock = sem.acquire(30)
+                break
+            except dlock.Error as e:
+                h.record("acquire_err", code=e.code, msg=str(e))
+                time.sleep(f["retry-ms"] / 1e3)
+        held["li"] = lock.slot
+        key = f"{key}-{lock.slot}"
+        lock.on_event(event)
+        rec("acquired", at=now(), token=lock.token)
+        rec("acquire_ok", token=lock.token)
+    else:
+        lock = client.election(f["lock"]) if election else client.lock(f["lock"])
+        lock.on_event(event)
+    held["lock"] = lock
+
     gate = Gate(f["gate"])
     unit, idle = f["unit-ms"] / 1e3, f["idle-ms"] / 1e3
     seq, refused_n, last_refusal, permits = 0, 0, None, 0
-    key = f["key"]
     while True:
         if lock.state in (dlock.State.IDLE, dlock.State.RELEASED):
-            h.record("acquire")
+            rec("acquire")
             try:
                 token = lock.campaign(who, 30).token if election else lock.acquire(30)
-                h.record("acquire_ok", token=token)
+                rec("acquire_ok", token=token)
             except dlock.Error as e:
-                h.record("acquire_err", code=e.code, msg=str(e))
+                rec("acquire_err", code=e.code, msg=str(e))
                 time.sleep(f["retry-ms"] / 1e3)
             continue
         t0 = now()
@@ -159,18 +197,18 @@ def main():
         except dlock.PermitRefused as e:
             refused_n += 1
             if e.code != last_refusal:
-                h.record("refused", reason=e.code, state=lock.state.value.lower())
+                rec("refused", reason=e.code, state=lock.state.value.lower())
                 last_refusal = e.code
             time.sleep(idle)
             continue
         if last_refusal is not None:
-            h.record("refusals", n=refused_n)
+            rec("refusals", n=refused_n)
             refused_n, last_refusal = 0, None
         token = p.token
         # The permit's deadline: the clock read before `remaining` plus
         # `remaining` (a bound below the permit's own deadline: stricter).
         t1 = now()
-        h.record("permit", t0=t0, token=token, deadline=t1 + ns(p.remaining))
+        rec("permit", t0=t0, token=token, deadline=t1 + ns(p.remaining))
         permits += 1
         if election and permits % 100 == 0:
             value, out = f"{who}:{permits}", "ok"
@@ -192,11 +230,11 @@ def main():
                 out, code, msg = "unknown", e.code, str(e)
             except dlock.Error as e:
                 out, code, msg = "error", e.code, str(e)
-            h.record("write", res="etcd", token=token, seq=seq, sent=sent, out=out, code=code, msg=msg)
+            rec("write", res="etcd", token=token, seq=seq, sent=sent, out=out, code=code, msg=msg)
             time.sleep(unit / 2)
             sent = now()
-            out = gate.write(who, token, seq)
-            h.record("write", res="gate", token=token, seq=seq, sent=sent, out=out)
+            out = gate.write(who, token, seq, held["li"])
+            rec("write", res="gate", token=token, seq=seq, sent=sent, out=out)
         p.end()
 
 

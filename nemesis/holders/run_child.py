@@ -88,7 +88,7 @@ class Gate:
         self.addr = (host, int(port))
         self.conn = None
 
-    def write(self, who, token, seq):
+    def write(self, who, token, seq, li=None):
         if self.conn is None:
             try:
                 s = socket.create_connection(self.addr, timeout=5)
@@ -98,7 +98,8 @@ class Gate:
             self.conn = (s, s.makefile("rb"))
         s, r = self.conn
         try:
-            s.sendall(f"{who} {token} {seq}\n".encode())
+            tail = "" if li is None else f" {li}"
+            s.sendall(f"{who} {token} {seq}{tail}\n".encode())
             line = r.readline()
         except OSError:
             line = b""
@@ -119,12 +120,20 @@ def main():
     token = int(os.environ["DLOCK_TOKEN"])
     lock_key, rev = os.environ["ETCD_LOCK_KEY"], os.environ["ETCD_LOCK_REV"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    # A semaphore's slot (`dlock run -n`): its own resource key, its own
+    # gate fence, every record tagged.
+    slot = os.environ.get("DLOCK_SLOT")
+    li = int(slot) if slot else None
+    if li is not None:
+        key = f"{key}-{li}"
 
     def record(ev, **fields):
+        if li is not None:
+            fields["li"] = li
         line = json.dumps({"t": now(), "p": who, "ev": ev, **fields}, separators=(",", ":"))
         os.write(fd, (line + "\n").encode())
 
-    sys.stderr.write(f"nemesis-child: holding {token} {now()}\n")
+    sys.stderr.write(f"nemesis-child: holding {token} {now()}{'' if li is None else f' {li}'}\n")
     sys.stderr.flush()
     etcd, gate = Etcd(os.environ["DLOCK_ENDPOINTS"]), Gate(a["--gate"])
     n = 0
@@ -140,7 +149,7 @@ def main():
                code="" if out in ("ok", "fenced") else "backend", msg=msg)
         time.sleep(unit / 2)
         sent = now()
-        out = gate.write(who, token, seq)
+        out = gate.write(who, token, seq, li)
         record("write", res="gate", token=token, seq=seq, sent=sent, out=out)
 
 

@@ -11,7 +11,7 @@ CLOCK_BOOTTIME when the line is read (dlock prints no instant: `at` is
 later than the core's decision, so G1 leads come out smaller, never
 larger):
 
-- the child's first line ("nemesis-child: holding TOKEN NS") ->
+- the child's first line ("nemesis-child: holding TOKEN NS [SLOT]") ->
   `child_started` (`at` NS), and for the first token `acquired` and
   `state` -> holding (dlock prints nothing at its first acquisition);
 - "acquired again, token T" (after a restart) -> `acquired` and `state`
@@ -32,7 +32,11 @@ and releases.
 usage: python3 run_holder.py [--dlock PATH] --id ID --endpoints URLS
          --lock NAME --key KEY --gate HOST:PORT --history FILE [--ttl-ms N
          --interval-ms N --timeout-ms N --retry-ms N --margin-ms N
-         --unit-ms N --idle-ms N --writes 0|1 --election 0|1]
+         --unit-ms N --idle-ms N --writes 0|1 --election 0|1 --semaphore N]
+
+--semaphore N: `dlock run -n N`, a slot of the semaphore NAME; the child
+names its slot (DLOCK_SLOT) on its first line, and from then on every
+record carries "li": slot (a fenced slot is taken back by dlock itself).
 """
 
 import json
@@ -44,7 +48,8 @@ import threading
 import time
 
 NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
-           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0}
+           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
+           "semaphore": 0}
 WORDS = ("id", "endpoints", "lock", "key", "gate", "history", "dlock")
 
 
@@ -83,7 +88,7 @@ class History:
             os.write(self.fd, (line + "\n").encode())
 
 
-HOLDING = re.compile(r"nemesis-child: holding (\d+) (\d+)$")
+HOLDING = re.compile(r"nemesis-child: holding (\d+) (\d+)(?: (\d+))?$")
 FENCED = re.compile(r"fenced \(token (\d+)\): .*SIGTERM to process group")
 AGAIN = re.compile(r"acquired again, token (\d+)$")
 DRAINING = re.compile(r"draining \(([^)]*)\): ")
@@ -92,7 +97,16 @@ DRAINING = re.compile(r"draining \(([^)]*)\): ")
 def recorder(h, lines, dlock_pid):
     """Follows dlock's stderr; records; on EOF of stdin: final, SIGTERM."""
     mu = threading.Lock()
-    st = {"state": "acquiring", "token": None}
+    st = {"state": "acquiring", "token": None, "li": None}
+    plain = h.record
+
+    def tagged(ev, **fields):
+        """Records of the semaphore's slot carry it, once the child named it."""
+        if st["li"] is not None:
+            fields["li"] = st["li"]
+        plain(ev, **fields)
+
+    h.record = tagged
 
     def state(to, reason, at=None):
         at = at if at is not None else now()
@@ -125,6 +139,8 @@ def recorder(h, lines, dlock_pid):
             m = HOLDING.search(line)
             if m:
                 token, t = int(m.group(1)), int(m.group(2))
+                if m.group(3) is not None:
+                    st["li"] = int(m.group(3))
                 h.record("child_started", at=t, token=token)
                 if token != st["token"]:
                     h.record("acquired", at=t, token=token)
@@ -172,13 +188,15 @@ def main():
     f = flags(sys.argv[1:])
     h = History(f["history"], f["id"])
     h.record("start", face="run", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
-             election=f["election"] == 1,
+             election=f["election"] == 1, semaphore=f["semaphore"] or None,
              ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
     ms = lambda k: f"{f[k]}ms"  # noqa: E731
     child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_child.py")
     # --election 1: `dlock elect NAME ID` (a candidate; the same run code
     # and the same lines on stderr) instead of `dlock run NAME`.
     verb, name = (["elect"], [f["lock"], f["id"]]) if f["election"] == 1 else (["run"], [f["lock"]])
+    if f["semaphore"]:
+        verb = ["run", "-n", str(f["semaphore"])]
     argv = [f["dlock"], *verb, "--restart", "--endpoints", f["endpoints"],
             "--ttl", ms("ttl-ms"), "--keepalive-interval", ms("interval-ms"),
             "--keepalive-timeout", ms("timeout-ms"), "--retry-interval", ms("retry-ms"),

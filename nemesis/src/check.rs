@@ -19,7 +19,11 @@
 //! - in the election mode also E1: one leader at a time (no permit of a
 //!   lower token runs past a higher token's election, unless an operator
 //!   cut the lower one), and E2: the observer's leader tokens rise, and its
-//!   last report names the leader that holds at the end.
+//!   last report names the leader that holds at the end;
+//! - in the semaphore mode (records tagged `li`: the slot) every slot is
+//!   checked as a lock of its own (G1–G4: tokens rise per slot, a slot's
+//!   resource never accepts a lower token, no permit after a deadline),
+//!   and S1: at no instant more than N holders with valid permits.
 //!
 //! As etcd's `tests/robustness/validate`: the records are read once into a
 //! typed `History`, then each invariant is one short function over it.
@@ -85,6 +89,11 @@ pub struct Report {
     /// the user table `app.writes` (`pg_row` records, by id) instead of the
     /// etcd key; the rules are the same.
     pub postgres: bool,
+    /// The semaphore mode's limit N (a `run` or `start` record's
+    /// `semaphore`): the table lists S1 and the figure below.
+    pub semaphore: Option<u64>,
+    /// Semaphore mode: the most holders with valid permits at one instant.
+    pub max_valid_holders: u64,
     /// Violations by invariant, each with its evidence.
     pub violations: BTreeMap<&'static str, Vec<String>>,
 }
@@ -103,6 +112,9 @@ pub const INVARIANTS: &[&str] = &[
 /// The election mode's own invariants (listed only in that mode).
 pub const ELECTION_INVARIANTS: &[&str] =
     &["E1 one leader at a time", "E2 observed leader tokens rise"];
+
+/// The semaphore mode's own invariant (listed only in that mode).
+pub const SEMAPHORE_INVARIANTS: &[&str] = &["S1 at most N holders with valid permits"];
 
 impl Report {
     /// Total violations.
@@ -183,9 +195,20 @@ impl Report {
                 ms(self.min_handover_ms),
             ));
         }
+        if let Some(n) = self.semaphore {
+            rows.push((
+                format!("most holders with valid permits at once (limit {n})"),
+                self.max_valid_holders.to_string(),
+            ));
+        }
         let listed = INVARIANTS
             .iter()
-            .chain(ELECTION_INVARIANTS.iter().filter(|_| self.election));
+            .chain(ELECTION_INVARIANTS.iter().filter(|_| self.election))
+            .chain(
+                SEMAPHORE_INVARIANTS
+                    .iter()
+                    .filter(|_| self.semaphore.is_some()),
+            );
         for inv in listed {
             let n = self.violations.get(inv).map_or(0, Vec::len);
             rows.push((format!("violations: {inv}"), n.to_string()));
@@ -227,6 +250,11 @@ pub fn check(records: &[Value]) -> Report {
     if locks.is_empty() {
         return check_one(records);
     }
+    let limit = records
+        .iter()
+        .filter(|v| matches!(s(v, "ev"), "run" | "start"))
+        .find_map(|v| v["semaphore"].as_u64())
+        .filter(|&n| n > 0);
     // A revoke of a session's lease (tagged with lock 0, whose holder it
     // was read from) deletes every key of that session: every lock sees it.
     let session_wide = |v: &Value| s(v, "p") == "nemesis" && v["session"].as_bool() == Some(true);
@@ -250,6 +278,9 @@ pub fn check(records: &[Value]) -> Report {
             }
         }
         total.add(r, n == 0);
+    }
+    if let Some(limit) = limit {
+        s1_at_most_n_valid_holders(records, limit, &mut total);
     }
     total
 }
@@ -946,6 +977,78 @@ fn e1_one_leader_at_a_time(h: &History<'_>, r: &mut Report) {
     }
 }
 
+/// S1 (semaphore mode): at no instant more than N holders with valid
+/// permits. A permit is valid from its `t0` until its deadline, or its
+/// token's fence if that comes first (the core's own bound, on the one
+/// clock: stricter than the permit's end). A holder's intervals are merged
+/// (one holder holds one slot); the most holders whose intervals cover one
+/// instant must be ≤ N. A token whose lease an operator revoked or whose
+/// key it deleted is exempt, as in E1 (the slot is handed on at once, by
+/// design); pauses are not (a paused holder's deadlines do not move).
+fn s1_at_most_n_valid_holders(records: &[Value], limit: u64, r: &mut Report) {
+    r.semaphore = Some(limit);
+    let slot = |v: &Value| v["li"].as_u64();
+    let operator: HashSet<(Option<u64>, u64)> = records
+        .iter()
+        .filter(|v| {
+            s(v, "p") == "nemesis" && matches!(s(v, "kind"), "lease_revoked" | "key_deleted")
+        })
+        .filter(|v| s(v, "ev") == "fault")
+        .map(|v| (slot(v), u(v, "token")))
+        .collect();
+    let fences: HashMap<(&str, Option<u64>, u64), u64> = records
+        .iter()
+        .filter(|v| s(v, "ev") == "fence")
+        .map(|v| ((s(v, "p"), slot(v), u(v, "token")), u(v, "at")))
+        .collect();
+    // Each holder's valid intervals, merged.
+    let mut by_holder: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for v in records.iter().filter(|v| s(v, "ev") == "permit") {
+        let (p, li, token) = (s(v, "p"), slot(v), u(v, "token"));
+        if operator.contains(&(li, token)) {
+            continue;
+        }
+        let end = fences
+            .get(&(p, li, token))
+            .map_or(u(v, "deadline"), |&f| f.min(u(v, "deadline")));
+        by_holder.entry(p).or_default().push((u(v, "t0"), end));
+    }
+    let mut edges: Vec<(u64, i64, &str)> = Vec::new();
+    for (p, mut iv) in by_holder {
+        iv.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in iv {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        for (a, b) in merged.into_iter().filter(|(a, b)| a < b) {
+            edges.push((a, 1, p));
+            edges.push((b, -1, p));
+        }
+    }
+    // Ends before starts at one instant: an interval is half-open.
+    edges.sort_unstable_by_key(|&(t, d, _)| (t, d));
+    let mut live: BTreeMap<&str, ()> = BTreeMap::new();
+    for (t, d, p) in edges {
+        if d < 0 {
+            live.remove(p);
+            continue;
+        }
+        live.insert(p, ());
+        let n = live.len() as u64;
+        r.max_valid_holders = r.max_valid_holders.max(n);
+        if n > limit {
+            let who: Vec<&str> = live.keys().copied().collect();
+            r.violate(
+                "S1 at most N holders with valid permits",
+                format!("at {t}: {n} holders with valid permits, limit {limit}: {who:?}"),
+            );
+        }
+    }
+}
+
 /// E2: the observer's leader tokens rise. A `leader` event names a higher
 /// token than the one before (after `reconnecting` the same may repeat),
 /// a `proclaimed` one the same; and its last event before the end names
@@ -1306,5 +1409,75 @@ mod tests {
         let g2 = &r.violations["G2 no lower token accepted"];
         assert_eq!(g2.len(), 1);
         assert!(g2[0].starts_with("lock 1:"), "{g2:?}");
+    }
+
+    /// A semaphore of limit 2: slot 0 the clean history (a, then b), slot
+    /// 1 the same with holders c, then d. The `start` records carry the
+    /// limit.
+    fn semaphore() -> Vec<Value> {
+        let slot = |li: u64, rename: &'static [(&'static str, &'static str)]| {
+            clean().into_iter().map(move |mut v| {
+                for key in ["p", "h"] {
+                    if let Some(to) = rename.iter().find(|(from, _)| v[key] == *from) {
+                        v[key] = to.1.into();
+                    }
+                }
+                if v["ev"] == "start" {
+                    v["semaphore"] = 2.into();
+                } else {
+                    v["li"] = li.into();
+                }
+                v
+            })
+        };
+        slot(0, &[])
+            .chain(slot(1, &[("a", "c"), ("b", "d")]))
+            .collect()
+    }
+
+    #[test]
+    fn s1_more_holders_with_valid_permits_than_the_limit_breaks() {
+        let r = run(semaphore());
+        assert_eq!(r.violation_count(), 0, "{}", r.table());
+        assert_eq!((r.semaphore, r.max_valid_holders), (Some(2), 2));
+        // A third holder's permit on slot 0 while b and d hold theirs.
+        let mut h = semaphore();
+        h.push(json!({"t": 1200, "p": "e", "ev": "permit", "t0": 1200, "token": 14, "deadline": 3000, "li": 0}));
+        let r = run(h);
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            1,
+            "{}",
+            r.table()
+        );
+        assert_eq!(r.max_valid_holders, 3);
+    }
+
+    #[test]
+    fn s1_a_permit_is_valid_until_its_tokens_fence() {
+        // a's permit runs to 5000 on paper, but a is fenced at 1000: from
+        // then on it holds no valid permit, so b and d make 2, not 3.
+        let mut h = semaphore();
+        let permit = h
+            .iter_mut()
+            .find(|v| v["ev"] == "permit" && v["p"] == "a")
+            .unwrap();
+        permit["deadline"] = 5000.into();
+        let r = run(h.clone());
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            0,
+            "{}",
+            r.table()
+        );
+        // Without its fence it would be the third.
+        h.retain(|v| !(v["ev"] == "fence" && v["p"] == "a"));
+        let r = run(h);
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            1,
+            "{}",
+            r.table()
+        );
     }
 }

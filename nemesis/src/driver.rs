@@ -142,6 +142,10 @@ pub struct Config {
     /// run` one as `dlock elect`), and an observer (`client.observe`, straight to the members)
     /// records every event it reports in `observer.jsonl`.
     pub election: bool,
+    /// The semaphore mode (0: off): holders contend for one semaphore of
+    /// this many slots (each given `--semaphore N`), every record of a
+    /// slot tagged `li` (its slot), each slot's resource `KEY-<slot>`.
+    pub semaphore: u32,
     /// Holder programs with their leading arguments (the Rust holder: this
     /// binary, `holder`), taken in turn: the first holders run entries 0,
     /// 1, ... (mod len), so faces mix; a killed holder's replacement runs
@@ -200,6 +204,9 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     if pg_url.is_some() && (cfg.locks > 1 || cfg.election) {
         return Err("on PostgreSQL the nemesis runs one lock (no --locks, no --election)".into());
     }
+    if cfg.semaphore > 0 && (cfg.locks > 1 || cfg.election) {
+        return Err("--semaphore N is a mode of its own (no --locks, no --election)".into());
+    }
     let cluster = pg_url.is_none().then(Cluster::from_env);
     std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
     let stamp = format!("{}-{}", std::process::id(), now());
@@ -212,7 +219,13 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         gate: gate.addr(),
         dir: cfg.dir.clone(),
         settings: cfg.settings,
-        extra: if let Some(url) = &pg_url {
+        extra: if cfg.semaphore > 0 {
+            let mut e = vec!["--semaphore".into(), cfg.semaphore.to_string()];
+            if let Some(url) = &pg_url {
+                e.extend(["--db".into(), url.clone()]);
+            }
+            e
+        } else if let Some(url) = &pg_url {
             vec!["--db".into(), url.clone()]
         } else if cfg.locks > 1 {
             vec!["--locks".into(), cfg.locks.to_string()]
@@ -226,6 +239,7 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         "run",
         json!({"seed": cfg.seed, "holders": cfg.holders, "lock": spec.lock, "key": spec.key,
                "seconds": cfg.duration.as_secs(), "faults": cfg.faults, "election": cfg.election,
+               "semaphore": (cfg.semaphore > 0).then_some(cfg.semaphore),
                "ttl_ms": cfg.settings.ttl.as_millis() as u64,
                "backend": if pg_url.is_some() { "postgres" } else { "etcd" }}),
     );
@@ -297,12 +311,20 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     for h in n.holders.drain(..) {
         h.finish(Duration::from_secs(5));
     }
-    if let Some(url) = &pg_url {
+    if let (Some(url), true) = (&pg_url, n.cfg.semaphore > 0) {
+        let mut rows = 0;
+        for i in 0..n.cfg.semaphore {
+            let key = format!("{}-{i}", n.spec.key);
+            let path = n.cfg.dir.join(format!("postgres-{i}.jsonl"));
+            rows += crate::pg::dump_rows_of(url, &key, &path, Some(i as usize))?;
+        }
+        eprintln!("nemesis: {rows} rows of app.writes read back");
+    } else if let Some(url) = &pg_url {
         let rows = crate::pg::dump_rows(url, &n.spec.key, &n.cfg.dir.join("postgres.jsonl"))?;
         eprintln!("nemesis: {rows} rows of app.writes read back");
-    } else if n.cfg.locks > 1 {
+    } else if n.cfg.semaphore > 0 || n.cfg.locks > 1 {
         let cluster = n.cluster.as_ref().expect("etcd");
-        for i in 0..n.cfg.locks {
+        for i in 0..n.cfg.locks.max(n.cfg.semaphore as usize) {
             let key = format!("{}-{i}", n.spec.key);
             dump_etcd_lock(
                 cluster,
@@ -589,7 +611,10 @@ impl Nemesis {
             }
             "lease_revoked" | "key_deleted" => {
                 // Many locks: lock 0's (a revoke fences the whole session).
-                let name = if self.cfg.locks > 1 {
+                // A semaphore: slot 0's (its holder's one slot).
+                let name = if self.cfg.semaphore > 0 {
+                    format!("{}/slot/0", self.spec.lock)
+                } else if self.cfg.locks > 1 {
                     format!("{}-0", self.spec.lock)
                 } else {
                     self.spec.lock.clone()
@@ -602,6 +627,8 @@ impl Nemesis {
                 if self.cfg.locks > 1 {
                     f["li"] = 0.into();
                     f["session"] = (kind == "lease_revoked").into();
+                } else if self.cfg.semaphore > 0 {
+                    f["li"] = 0.into();
                 }
                 self.record("fault", kind, f);
                 let lease = format!("{lease:x}");
@@ -676,11 +703,21 @@ impl Nemesis {
                 }
             }
             "lease_revoked" | "key_deleted" => {
-                let Some((token, lease)) = crate::pg::holder_of(&url, &self.spec.lock) else {
+                // A semaphore: slot 0's holder.
+                let name = if self.cfg.semaphore > 0 {
+                    format!("{}/slot/0", self.spec.lock)
+                } else {
+                    self.spec.lock.clone()
+                };
+                let Some((token, lease)) = crate::pg::holder_of(&url, &name) else {
                     self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
                     return Ok(());
                 };
-                self.record("fault", kind, json!({"token": token, "lease": lease}));
+                let mut f = json!({"token": token, "lease": lease});
+                if self.cfg.semaphore > 0 {
+                    f["li"] = 0.into();
+                }
+                self.record("fault", kind, f);
                 let r = if kind == "lease_revoked" {
                     crate::pg::delete_lease(&url, lease)
                 } else {

@@ -87,6 +87,13 @@ impl Flags {
 /// `--locks N` (N > 1): the second mode, N locks `NAME-0` .. `NAME-<N-1>`
 /// on one session of this holder, written at `KEY-<i>`; every record of
 /// lock i carries `"li": i`.
+///
+/// `--semaphore N`: a holder of the semaphore NAME of N slots
+/// (`session.semaphore`): it waits for any slot, then works as a lock
+/// holder on that slot (a fenced slot reacquires itself), written at
+/// `KEY-<slot>`, guarded by the slot's name; every record of the slot
+/// carries `"li": slot`. Its first `acquired` is stamped when the acquire
+/// returned (the slot's events are watched from then on).
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -114,6 +121,10 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if election && n_locks > 1 {
         return Err("--election 1 takes one lock (no --locks)".into());
     }
+    let semaphore = f.num("semaphore", 0)? as u32;
+    if semaphore > 0 && (election || n_locks > 1) {
+        return Err("--semaphore N takes no --locks and no --election".into());
+    }
     // PostgreSQL (a `postgres://` URL): the write is a guarded transaction
     // on `app.writes` over the direct connection `--db` (default: the
     // endpoint itself), its `run` column `KEY`.
@@ -139,6 +150,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "start",
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
                "locks": n_locks, "election": election,
+               "semaphore": (semaphore > 0).then_some(semaphore),
                "backend": if pg_mode { "postgres" } else { "etcd" },
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
@@ -171,8 +183,66 @@ pub fn main(args: &[String]) -> Result<(), String> {
     } else {
         client.default_session().clone()
     };
+    // The driver closes stdin to end the run: the last records are the
+    // states (of no lock yet: a semaphore holder still waiting).
+    let finals: Arc<std::sync::Mutex<Vec<Held>>> = Arc::default();
+    {
+        let (h, finals) = (h.clone(), finals.clone());
+        std::thread::spawn(move || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            let locks = finals.lock().unwrap_or_else(|e| e.into_inner());
+            for (lock, li) in locks.iter() {
+                record(
+                    &h,
+                    "final",
+                    *li,
+                    json!({"state": lock.state().as_str().to_lowercase(),
+                           "token": lock.token().map(|t| t.get())}),
+                );
+            }
+            if locks.is_empty() {
+                h.record("final", json!({"state": "acquiring", "token": null}));
+            }
+            std::process::exit(0);
+        });
+    }
     let mut slots = Vec::new();
-    for i in 0..n_locks {
+    if semaphore > 0 {
+        let sem = session
+            .semaphore(&name, semaphore)
+            .map_err(|e| e.to_string())?;
+        let lock = loop {
+            h.record("acquire", json!({}));
+            match sem.acquire(Duration::from_secs(30)) {
+                Ok(l) => break l,
+                Err(e) => {
+                    h.record(
+                        "acquire_err",
+                        json!({"code": e.code(), "msg": e.to_string()}),
+                    );
+                    std::thread::sleep(settings.retry);
+                }
+            }
+        };
+        let slot = lock.slot().expect("a semaphore's lock has a slot") as usize;
+        let token = lock.token().map(|t| t.get());
+        let li = Some(slot);
+        let lock = Arc::new(Handle::Lock(lock));
+        watch_events(&lock, &h, li);
+        record(&h, "acquired", li, json!({"at": now(), "token": token}));
+        record(&h, "acquire_ok", li, json!({"token": token}));
+        slots.push(Slot {
+            lock,
+            name: sem.slot_name(slot as u32),
+            key: format!("{key}-{slot}"),
+            li,
+            seq: 0,
+            last_refusal: None,
+            refused_n: 0,
+            acquiring: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        });
+    }
+    for i in (0..n_locks).filter(|_| semaphore == 0) {
         let li = multi.then_some(i);
         let (lname, lkey) = match li {
             Some(i) => (format!("{name}-{i}"), format!("{key}-{i}")),
@@ -186,6 +256,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         watch_events(&lock, &h, li);
         slots.push(Slot {
             lock,
+            name: lname,
             key: lkey,
             li,
             seq: 0,
@@ -194,26 +265,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
             acquiring: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         });
     }
-    // The driver closes stdin to end the run: the last records are the
-    // states.
-    {
-        let h = h.clone();
-        let locks: Vec<(Arc<Handle>, Option<usize>)> =
-            slots.iter().map(|s| (s.lock.clone(), s.li)).collect();
-        std::thread::spawn(move || {
-            let _ = std::io::stdin().read_to_end(&mut Vec::new());
-            for (lock, li) in &locks {
-                record(
-                    &h,
-                    "final",
-                    *li,
-                    json!({"state": lock.state().as_str().to_lowercase(),
-                           "token": lock.token().map(|t| t.get())}),
-                );
-            }
-            std::process::exit(0);
-        });
-    }
+    *finals.lock().unwrap_or_else(|e| e.into_inner()) =
+        slots.iter().map(|s| (s.lock.clone(), s.li)).collect();
     if f.num("sample-keepalives", 0)? == 1 {
         // The deadline is the send time of the last confirmed keepalive +
         // TTL - margin: each new deadline dates one keepalive send, on the
@@ -336,7 +389,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 let value = format!("{id}:{seq}:{token}");
                 let sent = now();
                 let (res, out, code, msg) = if let Some(w) = pg_writer.as_mut() {
-                    let o = w.write(&name, token, &slot.key, &id, seq, Duration::from_secs(10));
+                    let o = w.write(
+                        &slot.name,
+                        token,
+                        &slot.key,
+                        &id,
+                        seq,
+                        Duration::from_secs(10),
+                    );
                     ("pg", o.out, o.code, o.msg)
                 } else {
                     let r = lock.guarded_put(permit.token(), slot.key.as_bytes(), value.as_bytes());
@@ -389,9 +449,14 @@ impl std::ops::Deref for Handle {
     }
 }
 
+/// A lock held (or wanted), and its `li` tag.
+type Held = (Arc<Handle>, Option<usize>);
+
 /// One lock of the holder and its bookkeeping.
 struct Slot {
     lock: Arc<Handle>,
+    /// The lock's name (a semaphore's: its slot's), for `dlock.guard`.
+    name: String,
     key: String,
     li: Option<usize>,
     seq: u64,

@@ -4,7 +4,7 @@
 //! ```text
 //! nemesis run --dir DIR [--seconds 180] [--holders 4] [--seed N]
 //!             [--faults a,b,..] [--flap-ms 10000] [--holder-cmds "rust;prog args"]
-//!             [--locks 100] [--election 1]
+//!             [--locks 100] [--election 1] [--semaphore N]
 //!             [--backend etcd|postgres] [--pg-url URL]
 //! nemesis check DIR
 //! nemesis dump --dir DIR      (the etcd key's history, after a run cut short)
@@ -79,6 +79,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         flap: f.ms("flap-ms", Duration::from_secs(10))?,
         locks: f.num("locks", 1)?.max(1) as usize,
         election: f.num("election", 0)? == 1,
+        semaphore: f
+            .num("semaphore", 0)?
+            .min(u64::from(dlock::MAX_SEMAPHORE_LIMIT)) as u32,
         holder: driver::holder_cmds(&f.get("holder-cmds", ""), &exe)?,
         backend,
     };

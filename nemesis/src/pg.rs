@@ -116,6 +116,11 @@ pub fn setup(url: &str) -> Result<(), String> {
 /// earlier write, and a lower token after a higher one is a stale write
 /// the database accepted (G2).
 pub fn dump_rows(url: &str, run: &str, path: &Path) -> Result<u64, String> {
+    dump_rows_of(url, run, path, None)
+}
+
+/// [`dump_rows`], every record tagged `"li": li` (a semaphore's slot).
+pub fn dump_rows_of(url: &str, run: &str, path: &Path, li: Option<usize>) -> Result<u64, String> {
     let log = Writer::open(path, "postgres").map_err(|e| e.to_string())?;
     let mut last = Err(String::new());
     for _ in 0..5 {
@@ -134,11 +139,11 @@ pub fn dump_rows(url: &str, run: &str, path: &Path) -> Result<u64, String> {
     let rows = last.map_err(|e| format!("reading app.writes back: {e}"))?;
     for r in &rows {
         let (id, h, seq, token): (i64, String, i64, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
-        log.record_at(
-            0,
-            "pg_row",
-            json!({"rev": id, "h": h, "seq": seq, "token": token}),
-        );
+        let mut rec = json!({"rev": id, "h": h, "seq": seq, "token": token});
+        if let Some(li) = li {
+            rec["li"] = li.into();
+        }
+        log.record_at(0, "pg_row", rec);
     }
     Ok(rows.len() as u64)
 }

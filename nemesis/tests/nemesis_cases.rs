@@ -16,7 +16,9 @@
 //! the mix of the second mode (`DLOCK_NEMESIS_LOCKS`, 100, locks per holder), `DLOCK_NEMESIS_RUNS` (10) runs of
 //! each case, `DLOCK_NEMESIS_FLAP_SECONDS` (60) the flapping case,
 //! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
-//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes;
+//! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes,
+//! `DLOCK_NEMESIS_SEMAPHORE_SECONDS` (25) the semaphore mode
+//! (`DLOCK_NEMESIS_SEMAPHORE`, 3 slots, 5 holders);
 //! `DLOCK_NEMESIS_HOLDER_CMDS` (the holder commands of the mix, one holder
 //! of each at least: scripts/test-nemesis.sh names the five faces), else
 //! `DLOCK_NEMESIS_C_HOLDER` (the C holder's path) makes every other holder
@@ -246,6 +248,7 @@ fn nemesis_mix() {
         1,
         mix_holders(),
         false,
+        0,
     );
 }
 
@@ -265,6 +268,7 @@ fn nemesis_election() {
         1,
         mix_holders(),
         true,
+        0,
     );
 }
 
@@ -281,17 +285,49 @@ fn nemesis_many_locks() {
         locks,
         holder,
         false,
+        0,
     );
 }
 
-fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>, election: bool) {
+/// The semaphore mode (issue 29): K = N + 2 holders on one semaphore of
+/// N = 3 slots (`DLOCK_NEMESIS_SEMAPHORE`), the holders of the mix's
+/// commands in turn (scripts/test-nemesis.sh: the five faces, Rust, C,
+/// Python, Node and `dlock run -n`, one each), the random mix of every
+/// fault for `DLOCK_NEMESIS_SEMAPHORE_SECONDS` (25). Each slot is checked
+/// as a lock of its own (tokens rise per slot, a slot's resource never
+/// accepts a lower token, no permit after a deadline), and S1: at no
+/// instant more than N holders with valid permits.
+#[test]
+fn nemesis_semaphore() {
+    mix(
+        "semaphore",
+        env_num("DLOCK_NEMESIS_SEMAPHORE_SECONDS", 25),
+        1,
+        mix_holders(),
+        false,
+        env_num("DLOCK_NEMESIS_SEMAPHORE", 3) as u32,
+    );
+}
+
+fn mix(
+    case: &str,
+    secs: u64,
+    locks: usize,
+    holder: Vec<(PathBuf, Vec<String>)>,
+    election: bool,
+    semaphore: u32,
+) {
     let _x = exclusive();
     let d = dir(case);
     let n_faces = holder.len();
     let cfg = driver::Config {
         dir: d.clone(),
         duration: Duration::from_secs(secs),
-        holders: (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces),
+        holders: if semaphore > 0 {
+            semaphore as usize + 2
+        } else {
+            (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces)
+        },
         seed: env_num("DLOCK_NEMESIS_SEED", now()),
         faults: driver::FAULTS.iter().map(|s| s.to_string()).collect(),
         settings: Settings::default(),
@@ -299,6 +335,7 @@ fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>,
         holder,
         locks,
         election,
+        semaphore,
         backend: driver::Backend::Etcd,
     };
     println!(
@@ -338,6 +375,15 @@ fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>,
     if election && report.observed.1 == 0 {
         broken.push("the observer reported no leader".into());
     }
+    if semaphore > 0 && report.semaphore != Some(u64::from(semaphore)) {
+        broken.push(format!("the checker saw no semaphore of {semaphore} slots"));
+    }
+    if semaphore > 0 && report.max_valid_holders < 2 {
+        broken.push(format!(
+            "at most {} holder(s) with valid permits at once: the slots were never shared",
+            report.max_valid_holders
+        ));
+    }
     let elected = if election {
         format!(
             ", smallest handover (last permit deadline -> next election) {:.1} ms, observer {} events ({} leaders), {} proclaims",
@@ -345,6 +391,12 @@ fn mix(case: &str, secs: u64, locks: usize, holder: Vec<(PathBuf, Vec<String>)>,
             report.observed.0,
             report.observed.1,
             report.proclaims.0
+        )
+    } else if semaphore > 0 {
+        format!(
+            ", semaphore of {semaphore} slots, {} holders: at most {} with valid permits at once",
+            semaphore + 2,
+            report.max_valid_holders
         )
     } else {
         String::new()

@@ -117,17 +117,44 @@ fn mix_holders() -> Vec<(PathBuf, Vec<String>)> {
 /// (120); the checker on the history with the table's rows read back.
 #[test]
 fn nemesis_postgres() {
+    pg_mix(
+        "postgres",
+        env_num("DLOCK_NEMESIS_PG_SECONDS", 120),
+        mix_holders(),
+        0,
+    );
+}
+
+/// The semaphore mode on PostgreSQL (issue 29): K = N + 2 holders of the
+/// mix's commands in turn (Rust and C) on one semaphore of N = 2 slots,
+/// every PostgreSQL fault for
+/// `DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS` (25); each slot's rows of
+/// `app.writes` read back on their own; the checker adds S1 (at no
+/// instant more than N holders with valid permits).
+#[test]
+fn nemesis_postgres_semaphore() {
+    pg_mix(
+        "postgres_semaphore",
+        env_num("DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS", 25),
+        mix_holders(),
+        2,
+    );
+}
+
+fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore: u32) {
     let _x = exclusive();
     let backend = backend();
-    let d = dir("postgres");
-    let holder = mix_holders();
+    let d = dir(case);
     let n_faces = holder.len();
-    let secs = env_num("DLOCK_NEMESIS_PG_SECONDS", 120);
     let faults = backend.default_faults();
     let cfg = driver::Config {
         dir: d.clone(),
         duration: Duration::from_secs(secs),
-        holders: (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces),
+        holders: if semaphore > 0 {
+            semaphore as usize + 2
+        } else {
+            (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces)
+        },
         seed: env_num("DLOCK_NEMESIS_SEED", now()),
         faults: faults.clone(),
         settings: Settings::default(),
@@ -135,19 +162,16 @@ fn nemesis_postgres() {
         holder,
         locks: 1,
         election: false,
+        semaphore,
         backend,
     };
-    println!(
-        "nemesis postgres: seed {}, history {}",
-        cfg.seed,
-        d.display()
-    );
+    println!("nemesis {case}: seed {}, history {}", cfg.seed, d.display());
     driver::run(cfg).expect("nemesis run");
     let recs = records(&d);
     let report = check(&recs);
     let by_face = faces::faces(&recs);
     println!(
-        "nemesis postgres, {secs} s: the checker's table\n{}\nby face\n{}",
+        "nemesis {case}, {secs} s: the checker's table\n{}\nby face\n{}",
         report.table(),
         faces::table(&by_face)
     );
@@ -185,6 +209,23 @@ fn nemesis_postgres() {
             report.accepted.0
         ));
     }
+    if semaphore > 0
+        && (report.semaphore != Some(u64::from(semaphore)) || report.max_valid_holders < 2)
+    {
+        broken.push(format!(
+            "semaphore of {semaphore} slots: the checker saw {:?}, at most {} holders with valid permits at once",
+            report.semaphore, report.max_valid_holders
+        ));
+    }
+    let sem = if semaphore > 0 {
+        format!(
+            ", semaphore of {semaphore} slots, {} holders: at most {} with valid permits at once",
+            semaphore + 2,
+            report.max_valid_holders
+        )
+    } else {
+        String::new()
+    };
     let leads: Vec<String> = by_face
         .iter()
         .map(|(f, v)| match v.min_lead_ms {
@@ -193,7 +234,7 @@ fn nemesis_postgres() {
         })
         .collect();
     println!(
-        "NEMESIS|postgres|1|{secs} s: {total} faults of {kinds} kinds, {} fences, {} rows, writes accepted {} / {} (app.writes / gate), stale refused {} / {}, unknown {} (committed {}), min G1 lead {:.1} ms (by face: {})",
+        "NEMESIS|{case}|1|{secs} s: {total} faults of {kinds} kinds, {} fences, {} rows, writes accepted {} / {} (app.writes / gate), stale refused {} / {}, unknown {} (committed {}), min G1 lead {:.1} ms (by face: {}){sem}",
         report.fences,
         rows,
         report.accepted.0,
@@ -205,8 +246,8 @@ fn nemesis_postgres() {
         report.min_lead_ms.unwrap_or(f64::NAN),
         leads.join(", ")
     );
-    assert_eq!(report.violation_count(), 0, "postgres: checker violations");
-    assert!(broken.is_empty(), "postgres: {broken:#?}");
+    assert_eq!(report.violation_count(), 0, "{case}: checker violations");
+    assert!(broken.is_empty(), "{case}: {broken:#?}");
 }
 
 /// One run of the paused case: a holder `a` that stops itself after its

@@ -1,7 +1,8 @@
 // The Node player of scenarios/vectors/bad_input.json: every case gets the
 // vector's code (the error's `.code`), decided by the core; the face only
 // converts. Cases Node cannot express are skipped by the file itself
-// ("skip": {"node": why}). Also: the constants Node exports are the
+// ("skip": {"node": why}); every word of a case's `message_has` is in the
+// error's message. Also: the constants Node exports are the
 // vector's (read from the native module, the core's).
 'use strict';
 
@@ -49,6 +50,12 @@ async function play(c) {
       case 'lock_name':
         client({ service: new dlock.Service() }).lock(c.name ?? 'a'.repeat(c.name_len));
         break;
+      case 'semaphore_limit': {
+        const one = client({ service: new dlock.Service() });
+        if (c.first_limit !== undefined) one.semaphore(c.name, c.first_limit);
+        one.semaphore(c.name, c.limit);
+        break;
+      }
       default:
         throw new Error(`Node cannot play input ${c.input}, yet the vector does not skip it`);
     }
@@ -66,6 +73,7 @@ for (const c of vector.cases) {
   test(`bad input ${c.id}: ${c.code}`, { skip: why }, async () => {
     const got = await play(c);
     assert.equal(got.code, c.code, `${c.id}: ${got.message ?? 'accepted'}`);
+    for (const word of c.message_has ?? []) assert.ok(got.message.includes(word), `${c.id}: ${word} not in ${got.message}`);
   });
 }
 
@@ -75,6 +83,7 @@ test('the constants are the core\'s, as the vector says', () => {
   assert.equal(dlock.MAX_KEY_LEN, k.MAX_KEY_LEN);
   assert.equal(dlock.DEFAULT_MAX_OVERDUE_MS, k.DEFAULT_MAX_OVERDUE_MS);
   assert.equal(dlock.RESIGN_GRACE_MS, k.RESIGN_GRACE_MS);
+  assert.equal(dlock.MAX_SEMAPHORE_LIMIT, k.MAX_SEMAPHORE_LIMIT);
   assert.equal(dlockProm.DEFAULT_LOCK_SERIES, k.DEFAULT_LOCK_SERIES);
 });
 

@@ -1,14 +1,15 @@
 """The Python player of scenarios/vectors/bad_input.json: every case gets
 the vector's code (the exception's ``.code``), decided by the core; the face
 only converts. Cases Python cannot express are skipped by the file itself
-(``"skip": {"python": why}``). Also: the constants the module exports are
+(``"skip": {"python": why}``); every word of a case's ``message_has`` is in
+the error's message. Also: the constants the module exports are
 the vector's (read from the native module, the core's)."""
 
 from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -20,8 +21,9 @@ DATA: Dict[str, Any] = json.loads(VECTOR.read_text())
 CASES: List[Dict[str, Any]] = DATA["cases"]
 
 
-def play(case: Dict[str, Any]) -> str:
-    """The code word the face answers ``case`` with (``"ok"``: accepted)."""
+def play(case: Dict[str, Any]) -> Tuple[str, str]:
+    """The code word the face answers ``case`` with (``"ok"``: accepted)
+    and the error's message."""
     clients: List[dlock.Client] = []
 
     def client(**kw: Any) -> dlock.Client:
@@ -42,11 +44,16 @@ def play(case: Dict[str, Any]) -> str:
         elif kind == "lock_name":
             name = case["name"] if "name" in case else "a" * case["name_len"]
             client(memory=dlock.MemoryService()).lock(name)
+        elif kind == "semaphore_limit":
+            one = client(memory=dlock.MemoryService())
+            if "first_limit" in case:
+                one.semaphore(case["name"], case["first_limit"])
+            one.semaphore(case["name"], case["limit"])
         else:
             pytest.fail(f"Python cannot play input {kind!r}, yet the vector does not skip it")
-        return "ok"
+        return "ok", ""
     except dlock.Error as e:
-        return e.code
+        return e.code, str(e)
     finally:
         for c in clients:
             c.shutdown()
@@ -57,7 +64,10 @@ def test_bad_input(case: Dict[str, Any]) -> None:
     why = case.get("skip", {}).get("python")
     if why:
         pytest.skip(why)
-    assert play(case) == case["code"], case["id"]
+    code, message = play(case)
+    assert code == case["code"], (case["id"], message)
+    for word in case.get("message_has", []):
+        assert word in message, (case["id"], word, message)
 
 
 def test_an_unknown_keyword_of_a_session_is_invalid_option_too() -> None:
@@ -74,4 +84,5 @@ def test_the_constants_are_the_cores() -> None:
     assert dlock.MAX_KEY_LEN == k["MAX_KEY_LEN"]
     assert dlock.DEFAULT_MAX_OVERDUE * 1000 == k["DEFAULT_MAX_OVERDUE_MS"]
     assert dlock.RESIGN_GRACE * 1000 == k["RESIGN_GRACE_MS"]
+    assert dlock.MAX_SEMAPHORE_LIMIT == k["MAX_SEMAPHORE_LIMIT"]
     assert dlock.prometheus.DEFAULT_LOCK_SERIES == k["DEFAULT_LOCK_SERIES"]

@@ -1,6 +1,7 @@
 /* The C player of scenarios/vectors/bad_input.json: every case the C face
  * can express gets the vector's code (lk_status_name), decided by the core;
  * the cases C cannot express are skipped by the file itself ("skip": "c").
+ * Every word of a case's "message_has" is in lk_last_error().
  * Also: the constants the header exports are the vector's (the core's).
  * Usage: bad_input PATH/TO/bad_input.json */
 #define _POSIX_C_SOURCE 200809L
@@ -61,6 +62,21 @@ static int play(const struct json *c) {
     }
     free(n);
     return (int)s;
+  } else if (!strcmp(input, "semaphore_limit")) {
+    const char *name = json_str(c, "name");
+    const struct json *first = json_get(c, "first_limit");
+    struct lk_semaphore *sem = NULL;
+    s = lk_client_new(NULL, &client);
+    if (s == LK_OK && first) {
+      s = lk_semaphore_new(client, name, (uint32_t)first->number, &sem);
+      CHECK(s == LK_OK); /* the first handle records its limit */
+      lk_semaphore_free(sem);
+      sem = NULL;
+    }
+    if (s == LK_OK) s = lk_semaphore_new(client, name, (uint32_t)json_get(c, "limit")->number, &sem);
+    lk_semaphore_free(sem);
+    lk_client_free(client);
+    return (int)s;
   } else {
     return -1;
   }
@@ -104,8 +120,15 @@ int main(int argc, char **argv) {
       continue;
     }
     played++;
+    const struct json *words = json_get(c, "message_has");
+    const char *missing = NULL;
+    for (size_t w = 0; words && w < words->len; w++)
+      if (!strstr(lk_last_error(), words->items[w].text)) missing = words->items[w].text;
     if (strcmp(lk_status_name(got), want) != 0) {
       fprintf(stderr, "%s: got %s (%s), expected %s\n", id, lk_status_name(got), lk_last_error(), want);
+      failures++;
+    } else if (missing) {
+      fprintf(stderr, "%s: \"%s\" not in \"%s\"\n", id, missing, lk_last_error());
       failures++;
     } else {
       printf("ok %s: %s (%s)\n", id, want, lk_last_error());
@@ -117,6 +140,7 @@ int main(int argc, char **argv) {
   constant(k, "DEFAULT_LOCK_SERIES", LK_DEFAULT_LOCK_SERIES);
   constant(k, "DEFAULT_MAX_OVERDUE_MS", LK_DEFAULT_MAX_OVERDUE_MS);
   constant(k, "RESIGN_GRACE_MS", LK_RESIGN_GRACE_MS);
+  constant(k, "MAX_SEMAPHORE_LIMIT", LK_MAX_SEMAPHORE_LIMIT);
   json_free(&v);
   printf("bad_input: %d played, %d skipped\n", played, skipped);
   lk_shutdown();

@@ -1,7 +1,8 @@
 // The C++ player of scenarios/vectors/bad_input.json: every case dlock.hpp
 // can express throws dlock::error with the vector's code (decided by the
 // core; dlock.hpp only converts), the others are skipped by the file
-// itself ("skip": "cpp"). Also: the constants are the vector's.
+// itself ("skip": "cpp"); every word of a case's "message_has" is in the
+// error's what(). Also: the constants are the vector's.
 // Built by scripts/test-cpp.sh (c++17 and c++20, strict, ASan/UBSan).
 // Usage: bad_input PATH/TO/bad_input.json
 #include <dlock.hpp>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -66,8 +68,21 @@ static std::optional<std::string> play(const struct json *c) {
       dlock::lock lock = client.lock(n);
       return "ok";
     }
+    if (input == "semaphore_limit") {
+      const std::string name = json_str(c, "name");
+      dlock::client client = dlock::client::memory();
+      if (const struct json *first = json_get(c, "first_limit")) {
+        dlock::semaphore recorded = client.semaphore(name, static_cast<std::uint32_t>(first->number));
+      }
+      dlock::semaphore sem = client.semaphore(name, static_cast<std::uint32_t>(json_get(c, "limit")->number));
+      return "ok";
+    }
   } catch (const dlock::error &e) {
     std::printf("  %s\n", e.what());
+    const struct json *words = json_get(c, "message_has");
+    for (std::size_t w = 0; words && w < words->len; w++)
+      if (!std::strstr(e.what(), words->items[w].text))
+        return std::string("a message without \"") + words->items[w].text + "\"";
     return std::string(lk_status_name(e.code().value()));
   }
   return std::nullopt;
@@ -122,6 +137,7 @@ int main(int argc, char **argv) {
   constant(k, "DEFAULT_LOCK_SERIES", LK_DEFAULT_LOCK_SERIES);
   constant(k, "DEFAULT_MAX_OVERDUE_MS", LK_DEFAULT_MAX_OVERDUE_MS);
   constant(k, "RESIGN_GRACE_MS", LK_RESIGN_GRACE_MS);
+  constant(k, "MAX_SEMAPHORE_LIMIT", LK_MAX_SEMAPHORE_LIMIT);
   json_free(&v);
   lk_shutdown();
   std::printf("cpp bad_input: %d played, %d skipped, %d failed\n", played, skipped, failed);
