@@ -289,6 +289,11 @@ pub unsafe extern "C" fn lk_client_new(
             options: timing(&o).resolve()?,
             backend,
             clock: None,
+            identity: dlock_core::IdentityOptions {
+                description: None,
+                face: "c".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
         };
         boxed(
             dest,

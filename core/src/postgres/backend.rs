@@ -16,6 +16,7 @@ use super::watch::Listener;
 use super::{election, guarded, lease, mutex, schema};
 use crate::Error;
 use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
+use crate::identity::Identity;
 use crate::machine::{LeaseId, Token};
 
 /// A PostgreSQL server as a lock service.
@@ -68,7 +69,12 @@ impl Backend for PostgresBackend {
     /// connection, which the session's shorter bound must not do to every
     /// statement queued on it. The machine counts the grant failed after
     /// `bounds.timeout` all the same.
-    fn grant(&self, ttl: Duration, _bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        _bounds: Bounds,
+        _identity: &'a Identity,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
     }
 

@@ -11,6 +11,7 @@ use super::PostgresConfig;
 use super::conn::{Conn, Connector, describe};
 use super::schema;
 use crate::Error;
+use crate::identity::Identity;
 use crate::machine::LeaseId;
 use crate::reader::{LeaseTtl, LockKey, Read};
 
@@ -158,5 +159,9 @@ impl Read for PostgresReader {
             key.to_owned(),
         )?;
         Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    fn identity(&self, _lease: LeaseId) -> Result<Option<Identity>, Error> {
+        Ok(None)
     }
 }
