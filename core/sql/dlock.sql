@@ -1,5 +1,6 @@
--- dlock's schema on PostgreSQL, version 2 (docs/postgres.md): version 1
--- (locks, leases, tokens, the guard), then version 2 (elections).
+-- dlock's schema on PostgreSQL, version 3 (docs/postgres.md): version 1
+-- (locks, leases, tokens, the guard), then version 2 (elections), then
+-- version 3 (holder identity).
 --
 -- The library runs this file itself when the `dlock` schema is missing or
 -- older and its role may create it (CREATE on the database); otherwise a
@@ -32,6 +33,10 @@ CREATE TABLE IF NOT EXISTS dlock.leases (
     ttl interval NOT NULL,
     expires_at timestamptz NOT NULL
 );
+-- Who holds the lease (version 3): a small JSON object written once with
+-- the lease ({host, pid, started, face, version, description}: never an
+-- environment or a command line); NULL from a library older than that.
+ALTER TABLE dlock.leases ADD COLUMN IF NOT EXISTS holder jsonb;
 
 -- One row per lock name ever locked: the row an acquisition locks FOR
 -- UPDATE before drawing a token, and dlock.guard locks FOR SHARE, so a
@@ -232,5 +237,9 @@ END $$;
 -- Version 2 only adds (a nullable column, a function, a notification that
 -- names tokens no version-1 client holds): version-1 libraries keep working.
 INSERT INTO dlock.schema_version (version, oldest_library) VALUES (2, 1)
+    ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
+-- Version 3 only adds a nullable column: older libraries keep working (their
+-- leases have no holder).
+INSERT INTO dlock.schema_version (version, oldest_library) VALUES (3, 1)
     ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
 COMMIT;

@@ -16,7 +16,7 @@ use super::watch::Listener;
 use super::{election, guarded, lease, mutex, schema};
 use crate::Error;
 use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
-use crate::identity::Identity;
+use crate::identity::{Identity, LockHolder};
 use crate::machine::{LeaseId, Token};
 
 /// A PostgreSQL server as a lock service.
@@ -73,9 +73,16 @@ impl Backend for PostgresBackend {
         &'a self,
         ttl: Duration,
         _bounds: Bounds,
-        _identity: &'a Identity,
+        identity: &'a Identity,
     ) -> BoxFuture<'a, Result<Grant, BackendError>> {
-        Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
+        Box::pin(lease::grant(&self.0.ops, ttl, identity, self.0.timeout))
+    }
+
+    fn holder<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, BackendError>> {
+        Box::pin(lease::holder(&self.0.ops, name, self.0.timeout))
     }
 
     /// Bounded by the session's keepalive timeout (a new connection

@@ -161,7 +161,16 @@ impl Read for PostgresReader {
         Ok(rows.first().map(|r| r.get(0)))
     }
 
-    fn identity(&self, _lease: LeaseId) -> Result<Option<Identity>, Error> {
-        Ok(None)
+    fn identity(&self, lease: LeaseId) -> Result<Option<Identity>, Error> {
+        // Through to_jsonb, so a version-2 table (no column) reads as none.
+        let rows = self.read(
+            "reading dlock.leases",
+            "SELECT to_jsonb(l) ->> 'holder' FROM dlock.leases l WHERE id = $1::text::bigint",
+            lease.to_string(),
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .and_then(|j| Identity::from_json(j.as_bytes())))
     }
 }

@@ -8,7 +8,7 @@ use super::conn::{Conn, describe};
 use crate::Error;
 
 /// The schema version this library speaks.
-pub(crate) const VERSION: i32 = 2;
+pub(crate) const VERSION: i32 = 3;
 
 /// Makes sure the schema is at [`VERSION`], running the schema file when it
 /// is missing or older.
