@@ -103,7 +103,7 @@ pub struct Leader {
 /// embedded backend's fault switches, `Client::link`) downcasts to it.
 pub trait Backend: std::any::Any + Send + Sync + 'static {
     /// Grants a lease of (about) `ttl`, giving up after `bounds.timeout`,
-    /// and records `identity` beside it, once per lease (never per
+    /// and records `identity` (if any) beside it, once per lease (never per
     /// acquire), so that [`Backend::holder`] can name the lease's session.
     /// A failed record leaves the lease without an identity (logged), not
     /// the grant failed: identity is for people, locks do not need it.
@@ -111,7 +111,7 @@ pub trait Backend: std::any::Any + Send + Sync + 'static {
         &'a self,
         ttl: Duration,
         bounds: Bounds,
-        identity: &'a Identity,
+        identity: Option<&'a Identity>,
     ) -> BoxFuture<'a, Result<Grant, BackendError>>;
 
     /// The holder of `name` now: the key with the lowest token under

@@ -51,7 +51,7 @@ pub struct Client {
     /// The default session; its options are the client's.
     session: Session,
     /// Recorded beside the lease of each of its sessions.
-    identity: Arc<Identity>,
+    identity: Option<Arc<Identity>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -86,7 +86,7 @@ impl Client {
             Arc::new(backend),
             options,
             clock,
-            Arc::new(identity),
+            Some(Arc::new(identity)),
         ))
     }
 
@@ -96,7 +96,7 @@ impl Client {
         backend: Arc<dyn Backend>,
         options: Options,
         clock: Clock,
-        identity: Arc<Identity>,
+        identity: Option<Arc<Identity>>,
     ) -> Client {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -117,9 +117,10 @@ impl Client {
     }
 
     /// Who this client is, as recorded beside each of its sessions' leases
-    /// (see [`Lock::holder`]).
-    pub fn identity(&self) -> &Identity {
-        &self.identity
+    /// (see [`Lock::holder`]); `None` when it records none
+    /// ([`IdentityOptions::record`]).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_deref()
     }
 
     /// The options of the default session.

@@ -83,7 +83,9 @@ impl Client {
         identity.validate()?;
         let clock = clock.unwrap_or_else(Clock::system);
         let backend = open(backend).await?;
-        let identity = Arc::new(Identity::of_process(&identity));
+        let identity = identity
+            .record
+            .then(|| Arc::new(Identity::of_process(&identity)));
         Ok(Client::assemble(backend, options, clock, identity))
     }
 

@@ -52,7 +52,7 @@ pub(crate) fn spawn_session(
     clock: Clock,
     shared: Arc<Shared>,
     drained: Arc<Notify>,
-    identity: Arc<Identity>,
+    identity: Option<Arc<Identity>>,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (replies_tx, replies) = mpsc::unbounded_channel();
@@ -95,8 +95,9 @@ struct SessionTask {
     shared: Arc<Shared>,
     drained: Arc<Notify>,
     backend: Arc<dyn Backend>,
-    /// Written beside each lease this session is granted.
-    identity: Arc<Identity>,
+    /// Written beside each lease this session is granted (none: not
+    /// recorded).
+    identity: Option<Arc<Identity>>,
     /// Replies of backend calls, and the callback thread's reports.
     replies_tx: mpsc::UnboundedSender<(Option<Call>, Event)>,
     gone_tx: mpsc::UnboundedSender<KeyGone>,

@@ -46,6 +46,10 @@ pub struct IdentityOptions {
     pub face: String,
     /// The face's version.
     pub version: String,
+    /// Records the identity (the default). False: nothing is recorded
+    /// beside the leases (holders read the lease only), and a session's
+    /// grant costs no write for it (the benchmark's baseline).
+    pub record: bool,
 }
 
 impl Default for IdentityOptions {
@@ -54,6 +58,7 @@ impl Default for IdentityOptions {
             description: None,
             face: "rust".into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            record: true,
         }
     }
 }
@@ -119,7 +124,8 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// This process's identity with `options` (validated by the caller).
+    /// This process's identity with `options` (validated by the caller),
+    /// `record` aside.
     /// Read when a client is made, not once per process: a forked child's
     /// client has its own pid.
     pub fn of_process(options: &IdentityOptions) -> Identity {

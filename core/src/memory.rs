@@ -197,8 +197,8 @@ impl MemoryService {
         crate::sync::lock(&self.0.state)
     }
 
-    fn grant(&self, ttl: Duration, identity: &Identity) -> Grant {
-        let identity = Arc::new(identity.clone());
+    fn grant(&self, ttl: Duration, identity: Option<&Identity>) -> Grant {
+        let identity = identity.map(|i| Arc::new(i.clone()));
         self.lock().grant(self.0.clock.now(), ttl, identity)
     }
 
@@ -499,7 +499,7 @@ impl Backend for MemoryBackend {
         &'a self,
         ttl: Duration,
         bounds: Bounds,
-        identity: &'a Identity,
+        identity: Option<&'a Identity>,
     ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         self.saw("grant", bounds);
         Box::pin(async move {
@@ -728,7 +728,7 @@ mod tests {
 
     async fn grant(b: &MemoryBackend) -> LeaseId {
         let anon = crate::Identity::of_process(&Default::default());
-        b.grant(TTL, BOUNDS, &anon).await.unwrap().lease
+        b.grant(TTL, BOUNDS, Some(&anon)).await.unwrap().lease
     }
 
     async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
@@ -1038,11 +1038,7 @@ mod tests {
             let s = MemoryService::with_clock(clock.clock());
             let b = s.link();
             let l = b
-                .grant(
-                    Duration::from_secs(10),
-                    BOUNDS,
-                    &crate::Identity::of_process(&Default::default()),
-                )
+                .grant(Duration::from_secs(10), BOUNDS, None)
                 .await
                 .unwrap()
                 .lease;

@@ -87,7 +87,7 @@ impl Session {
         backend: Arc<dyn Backend>,
         options: Options,
         clock: Clock,
-        identity: Arc<Identity>,
+        identity: Option<Arc<Identity>>,
         default_of: Option<u64>,
     ) -> Session {
         // A stop signal releases what the process holds (issue 32, 8).

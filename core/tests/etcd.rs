@@ -755,7 +755,7 @@ fn holder_names_another_clients_identity() {
     assert_eq!((h.token, h.lease), (token, lease));
     assert_eq!(h.key, dlock::lock_key(&name, lease));
     let id = h.identity.expect("dlock records its identity");
-    assert_eq!(*id, *a.identity());
+    assert_eq!(Some(&*id), a.identity());
     assert_eq!(id.description.as_deref(), Some("batch 7"));
     assert_eq!((id.pid, id.face.as_str()), (std::process::id(), "rust"));
 

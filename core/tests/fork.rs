@@ -170,7 +170,7 @@ impl Backend for Reporting {
         &'a self,
         ttl: Duration,
         bounds: Bounds,
-        identity: &'a dlock::Identity,
+        identity: Option<&'a dlock::Identity>,
     ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         self.inner.grant(ttl, bounds, identity)
     }

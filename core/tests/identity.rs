@@ -31,13 +31,13 @@ fn another_clients_lock_names_its_holder() {
     assert_eq!(Some(h.lease), held.session().lease());
     assert_eq!(h.key, dlock::lock_key("jobs", h.lease));
     let id = h.identity.expect("dlock records its identity");
-    assert_eq!(*id, *a.identity());
+    assert_eq!(Some(&*id), a.identity());
     assert_eq!(id.description.as_deref(), Some("nightly backup #7"));
     assert_eq!(id.pid, std::process::id());
     assert_eq!((id.face.as_str(), id.version.as_str()), ("rust", "0.1.0"));
     assert!(!id.host.is_empty() && id.started.is_some(), "{id:?}");
     // b's own identity has no description.
-    assert_eq!(b.identity().description, None);
+    assert_eq!(b.identity().unwrap().description, None);
 
     held.release().unwrap();
     assert_eq!(seen.holder().unwrap(), None);
@@ -80,4 +80,18 @@ fn a_bad_description_is_an_invalid_option() {
             other => panic!("{bad:?}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_client_that_records_none_shows_its_lease_only() {
+    let service = MemoryService::new();
+    let mut config = ClientConfig::embedded_in(service.clone());
+    config.identity.record = false;
+    let quiet = Client::connect(config).unwrap();
+    assert_eq!(quiet.identity(), None);
+    let held = quiet.lock("q").unwrap();
+    held.acquire(Duration::from_secs(5)).unwrap();
+    let h = client(&service, None).lock("q").unwrap().holder().unwrap();
+    let h = h.expect("held");
+    assert_eq!((Some(h.lease), h.identity), (held.session().lease(), None));
 }

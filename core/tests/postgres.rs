@@ -542,7 +542,7 @@ fn holder_names_another_clients_identity() {
     assert_eq!((h.token, h.lease), (token, lease));
     assert_eq!(h.key, dlock::lock_key(&name, lease));
     let id = h.identity.expect("recorded with the lease");
-    assert_eq!(*id, *a.identity());
+    assert_eq!(Some(&*id), a.identity());
     assert_eq!(id.description.as_deref(), Some("pg batch 3"));
     assert_eq!(id.pid, std::process::id());
 

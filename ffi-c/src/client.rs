@@ -249,6 +249,7 @@ fn identity(o: &lk_client_options) -> Result<dlock_core::IdentityOptions, Fail> 
         description: unsafe { opt_text(o.description, "description") }?.map(str::to_string),
         face: unsafe { opt_text(o.face, "face") }?.unwrap_or("c").into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        record: true,
     })
 }
 

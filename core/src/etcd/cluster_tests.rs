@@ -78,7 +78,7 @@ static ANON: std::sync::LazyLock<crate::Identity> =
 impl Fixture {
     async fn lease(&self) -> LeaseId {
         self.backend
-            .grant(Duration::from_secs(120), BOUNDS, &ANON)
+            .grant(Duration::from_secs(120), BOUNDS, Some(&ANON))
             .await
             .unwrap()
             .lease
@@ -647,7 +647,7 @@ async fn etcd_key_watch_adds_keys_after_its_auth_token_expired() {
         .with_auto_token_refresh(true);
     let mut raw = Etcd::connect([endpoint], Some(options)).await.unwrap();
     let lease = b
-        .grant(Duration::from_secs(120), BOUNDS, &ANON)
+        .grant(Duration::from_secs(120), BOUNDS, Some(&ANON))
         .await
         .unwrap()
         .lease;

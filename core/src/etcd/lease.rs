@@ -24,7 +24,7 @@ impl EtcdBackend {
         &self,
         ttl: Duration,
         bounds: Bounds,
-        identity: &Identity,
+        identity: Option<&Identity>,
     ) -> Result<Grant, BackendError> {
         let deadline = TokioInstant::now() + bounds.timeout;
         // Whole seconds, rounded up; a TTL past i64 (no upper bound in
@@ -52,9 +52,11 @@ impl EtcdBackend {
             }),
         );
         let lease = r.id();
-        let left = deadline.saturating_duration_since(TokioInstant::now());
-        if let Err(e) = self.put_identity(lease, identity, left).await {
-            tracing::warn!(error = %e, "the lease's holder identity was not recorded");
+        if let Some(identity) = identity {
+            let left = deadline.saturating_duration_since(TokioInstant::now());
+            if let Err(e) = self.put_identity(lease, identity, left).await {
+                tracing::warn!(error = %e, "the lease's holder identity was not recorded");
+            }
         }
         Ok(Grant { lease, ttl })
     }

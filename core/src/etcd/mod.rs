@@ -247,7 +247,7 @@ impl Backend for EtcdBackend {
         &'a self,
         ttl: Duration,
         bounds: Bounds,
-        identity: &'a Identity,
+        identity: Option<&'a Identity>,
     ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         Box::pin(self.grant_lease(ttl, bounds, identity))
     }

@@ -173,11 +173,15 @@ impl ServiceState {
     }
 
     /// A new lease of `ttl` from `now`.
-    pub(super) fn grant(&mut self, now: Instant, ttl: Duration, identity: Arc<Identity>) -> Grant {
+    pub(super) fn grant(
+        &mut self,
+        now: Instant,
+        ttl: Duration,
+        identity: Option<Arc<Identity>>,
+    ) -> Grant {
         self.next_lease += 1;
         let lease = self.next_lease;
         let expires_at = now + ttl;
-        let identity = Some(identity);
         self.leases.insert(
             lease,
             LeaseRec {

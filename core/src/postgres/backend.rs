@@ -73,7 +73,7 @@ impl Backend for PostgresBackend {
         &'a self,
         ttl: Duration,
         _bounds: Bounds,
-        identity: &'a Identity,
+        identity: Option<&'a Identity>,
     ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         Box::pin(lease::grant(&self.0.ops, ttl, identity, self.0.timeout))
     }

@@ -16,11 +16,11 @@ use crate::machine::{LeaseId, Token};
 pub(crate) async fn grant(
     slot: &Slot,
     ttl: Duration,
-    identity: &Identity,
+    identity: Option<&Identity>,
     timeout: Duration,
 ) -> Result<Grant, BackendError> {
     let secs = ttl.as_secs_f64();
-    let holder = identity.to_json();
+    let holder = identity.map(Identity::to_json);
     let holder = &holder;
     let lease: i64 = slot
         .run(timeout, |c| async move {
