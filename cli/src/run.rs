@@ -314,6 +314,13 @@ pub fn main_with(
     let options = args.timing.options(args.restart)?;
     // The name by the core's rule before anything connects.
     dlock::options::check_name("lock", args.name.as_bytes())?;
+    // The core's rule for the description, before anything connects (as
+    // the name's).
+    dlock::IdentityOptions {
+        description: args.timing.description.clone(),
+        ..Default::default()
+    }
+    .validate()?;
     if args.grace + KILL_ROOM > options.margin {
         return Err(Fail::new(
             exit::INVALID,
