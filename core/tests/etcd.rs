@@ -771,6 +771,16 @@ fn holder_names_another_clients_identity() {
     // The lock key is the one etcdctl lock writes: nothing else under the name.
     let keys = lock_keys(&env, &name);
     assert_eq!(keys, [(h.key.clone(), token.get(), lease)]);
+    // `dlock list` over every key: identities are not lock keys; the
+    // reader reads this one as `dlock show` prints it.
+    let reader = dlock::Reader::connect(dlock::Endpoints::new(env.members.clone())).unwrap();
+    let all = reader.lock_keys("").unwrap();
+    assert!(all.iter().any(|k| k.key == h.key));
+    assert!(
+        !all.iter().any(|k| k.key.contains("dlock/holder/")),
+        "{all:?}"
+    );
+    assert_eq!(reader.identity(lease).unwrap().as_ref(), a.identity());
 
     held.release().unwrap();
     assert_eq!(other.holder().unwrap(), None);
