@@ -14,7 +14,8 @@
 //! medians and the ratio. Engines: etcd when `DLOCK_TEST_MEMBERS` is set,
 //! PostgreSQL when `DLOCK_TEST_PG_URL` is, the embedded one always.
 //!
-//! Run: `cargo bench -p dlock --bench identity` (`DLOCK_BENCH_ROUNDS`: 7).
+//! Run: `cargo bench -p dlock --bench identity` (`DLOCK_BENCH_ROUNDS`: 7;
+//! `DLOCK_BENCH_VERBOSE`: every round's figure on stderr).
 
 use std::time::{Duration, Instant};
 
@@ -117,6 +118,9 @@ fn main() {
                     b.push(run(&without, &n2));
                     a.push(run(with, &n1));
                 }
+            }
+            if std::env::var_os("DLOCK_BENCH_VERBOSE").is_some() {
+                eprintln!("{engine} {case}: with {a:.3?} without {b:.3?}");
             }
             let (ma, mb) = (median(&a), median(&b));
             println!(
