@@ -56,11 +56,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-/* Defaults of the version-1 options, field by field (timing: left to the core). */
+/* Defaults of the options, field by field (timing: left to the core). */
 #define LK_CLIENT_OPTIONS_INIT { LK_CLIENT_OPTIONS_VERSION, LK_UNSET_MS, \
     LK_UNSET_MS, LK_UNSET_MS, LK_UNSET_MS, LK_UNSET_MS, true, NULL, NULL, NULL, \
     NULL, NULL, NULL, false, LK_DEFAULT_CONNECT_TIMEOUT_MS, \
-    LK_DEFAULT_REQUEST_TIMEOUT_MS, NULL }
+    LK_DEFAULT_REQUEST_TIMEOUT_MS, NULL, NULL, NULL }
+
+/* An empty holder of this header's version, for lk_lock_holder
+ * (lk_holder_clear it after it fills it). */
+#define LK_HOLDER_INIT { LK_HOLDER_VERSION, false, NULL, 0, 0, false, NULL, 0, 0, NULL, NULL, NULL }
 
 /* Asks lk_lock_stats for the fields of this header's version. */
 #define LK_LOCK_STATS_INIT { LK_LOCK_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
@@ -80,7 +84,7 @@
 // library accepts every version from 1 up to its own (fields are only
 // ever added at the end), so a program built against this header keeps
 // working with later libraries.
-#define LK_CLIENT_OPTIONS_VERSION 1
+#define LK_CLIENT_OPTIONS_VERSION 2
 
 // A timing field (`*_ms`) left out: the core derives it from the ones
 // given (docs/design.md §14). `LK_CLIENT_OPTIONS_INIT` and
@@ -139,6 +143,9 @@
 // The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
 // larger limits are `LK_INVALID_ARGUMENT`.
 #define LK_MAX_SEMAPHORE_LIMIT 64
+
+// The version of `struct lk_holder` this header describes.
+#define LK_HOLDER_VERSION 1
 
 // The outcome of every fallible `lk_` function. `LK_OK` is 0; the names
 // (`lk_status_name`) are the error codes every dlock binding shares.
@@ -333,6 +340,14 @@ struct lk_client_options {
   // Embedded backend only: the service to link to; NULL: the
   // process-wide one (`lk_memory_named("")`).
   const struct lk_memory *memory;
+  // Version 2. Who this client is, recorded beside each of its
+  // sessions' leases with the host, pid and process start, for
+  // `lk_lock_holder` and `dlock show` in other processes (UTF-8, at most
+  // 256 bytes, no control characters: else `LK_INVALID_OPTION`), or NULL.
+  const char *description;
+  // Version 2. The face recorded with it: NULL is "c"; `dlock.hpp`
+  // sets "cpp".
+  const char *face;
 };
 
 // What `lk_lock_stats` reports. Set `version` (`LK_LOCK_STATS_INIT`)
@@ -436,6 +451,38 @@ struct lk_leader {
 typedef void (*lk_observed_fn)(void *user_data,
                                enum lk_observed what,
                                const struct lk_leader *leader);
+
+// A lock's holder as the service sees it, filled by `lk_lock_holder`. Set
+// `version` (`LK_HOLDER_INIT`) before the call; the strings are the
+// library's until `lk_holder_clear`, which every filled struct needs
+// (filling one again clears it first).
+struct lk_holder {
+  // `LK_HOLDER_VERSION`.
+  unsigned int version;
+  // False: nothing holds the lock (every other field zero).
+  bool held;
+  // The holder's key, `<name>/<lease hex>` (NUL-terminated).
+  const char *key;
+  // Its fencing token.
+  uint64_t token;
+  // The lease it is held under.
+  int64_t lease;
+  // False for a holder that records no identity (`etcdctl lock`): the
+  // fields below are then zero.
+  bool has_identity;
+  // The holder's host name.
+  const char *host;
+  // Its process id.
+  uint32_t pid;
+  // When its process started, Unix seconds (0: unknown).
+  uint64_t started;
+  // The face that made its client ("c", "cpp", "python", …) and its
+  // version.
+  const char *face;
+  const char *face_version;
+  // Its application's description, or NULL.
+  const char *description;
+};
 
 #ifdef __cplusplus
 extern "C" {
@@ -1017,6 +1064,16 @@ enum lk_status lk_lock_slot(const struct lk_lock *lock, uint32_t *slot_out);
 // Frees a semaphore handle (NULL: nothing). The locks acquired from it
 // stay held and valid: free each on its own.
 void lk_semaphore_free(struct lk_semaphore *semaphore);
+
+// Reads who holds the lock now (any process; one read of the service,
+// blocking for it) into `*holder_out`, whose `version` the caller set:
+// `held` false when nothing holds it. `LK_BACKEND` when the service
+// cannot be read.
+enum lk_status lk_lock_holder(const struct lk_lock *lock, struct lk_holder *holder_out);
+
+// Frees what `lk_lock_holder` put in `*holder` and zeroes it (its
+// `version` kept). NULL, or an empty one: nothing.
+void lk_holder_clear(struct lk_holder *holder);
 
 #ifdef __cplusplus
 }  // extern "C"

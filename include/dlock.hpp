@@ -166,6 +166,10 @@ struct options {
   bool allow_plaintext_password = false;
   std::optional<std::chrono::milliseconds> connect_timeout;
   std::optional<std::chrono::milliseconds> request_timeout;
+  /// Who this client is, recorded beside each of its sessions' leases with
+  /// the host, pid and process start (lock::holder() and `dlock show` in
+  /// other processes read it); empty: none.
+  std::string description;
 
   /// The C struct; its strings point into this object, so keep it alive
   /// for the call that reads them. Throws dlock::error (invalid_option)
@@ -188,6 +192,8 @@ struct options {
     o.allow_plaintext_password = allow_plaintext_password;
     detail::set_ms(o.connect_timeout_ms, connect_timeout, "connect_timeout");
     detail::set_ms(o.request_timeout_ms, request_timeout, "request_timeout");
+    o.description = str(description);
+    o.face = "cpp";
     return o;
   }
 };
@@ -283,6 +289,23 @@ class acquisition {
 };
 
 /// One named lock; the destructor releases it (lk_lock_free).
+/// Who holds a lease, as its session recorded it (lock::holder()).
+struct identity {
+  std::string host;
+  std::uint32_t pid = 0;
+  std::uint64_t started = 0;  ///< process start, Unix seconds (0: unknown)
+  std::string face, version;  ///< "c", "cpp", "python", … and its version
+  std::string description;    ///< empty: none given
+};
+
+/// A lock's holder as the service sees it (lock::holder()).
+struct holder {
+  std::string key;            ///< `<name>/<lease hex>`
+  std::uint64_t token = 0;    ///< its fencing token
+  std::int64_t lease = 0;     ///< the lease it is held under
+  std::optional<dlock::identity> who;  ///< none for `etcdctl lock`
+};
+
 class lock {
  public:
   using fence_fn = std::function<void(std::uint64_t token, std::uint64_t in_flight)>;
@@ -406,6 +429,22 @@ class lock {
     if (s == LK_FENCED) return false;
     detail::check(s, "lk_lock_guarded_delete");
     return true;
+  }
+  /// Who holds the lock now (any process; one read of the service),
+  /// std::nullopt when nothing holds it.
+  std::optional<dlock::holder> holder() const {
+    struct guard {
+      struct lk_holder h = LK_HOLDER_INIT;
+      ~guard() { lk_holder_clear(&h); }
+    } g;
+    detail::check(lk_lock_holder(raw_, &g.h), "lk_lock_holder");
+    if (!g.h.held) return std::nullopt;
+    auto str = [](const char *p) { return p ? std::string(p) : std::string(); };
+    dlock::holder out{str(g.h.key), g.h.token, g.h.lease, std::nullopt};
+    if (g.h.has_identity)
+      out.who = dlock::identity{str(g.h.host), g.h.pid,          g.h.started,
+                                str(g.h.face), str(g.h.face_version), str(g.h.description)};
+    return out;
   }
 
   /// Callbacks (an empty function removes one). Each function is kept

@@ -245,6 +245,8 @@ export interface ClientOptions extends TimingOptions {
   connectTimeout?: number;
   /** Milliseconds. */
   requestTimeout?: number;
+  /** Who this client is, recorded beside each of its sessions' leases with the host, pid and process start (at most 256 bytes, one line): `lock.holder()` and `dlock show` in other processes read it. */
+  description?: string;
 }
 
 const TIMING_KEYS = [
@@ -267,6 +269,7 @@ const CLIENT_KEYS = [
   'allowPlaintextPassword',
   'connectTimeout',
   'requestTimeout',
+  'description',
 ] as const;
 
 function timing(name: string, o: Record<string, unknown>): N.NativeOptions {
@@ -414,7 +417,8 @@ export class Client {
       if (!(o.service instanceof Service)) throw new TypeError('options.service must be a dlock Service');
       service = o.service._n;
     }
-    this._n = call(() => native.NativeClient.connect(t, etcd, service));
+    const description = optionalString('options.description', o.description);
+    this._n = call(() => native.NativeClient.connect(t, etcd, service, description));
     const link = this._n.link();
     this.link = link ? new Link(link) : null;
   }
@@ -785,6 +789,30 @@ export class Lock extends EventEmitter<LockEvents> {
   get session(): Session {
     return new Session(this._n.session());
   }
+
+  /** Who holds the lock now, read from the service (any process); `undefined` when nothing holds it. */
+  async holder(): Promise<Holder | undefined> {
+    const o = await this._n.holder();
+    if (o.code !== 'ok') throw errorOf(o.code, o.message);
+    if (!o.holder) return undefined;
+    const h = o.holder;
+    const i = h.identity;
+    return {
+      key: h.key,
+      token: h.token,
+      lease: h.lease,
+      identity: i
+        ? {
+            host: i.host,
+            pid: i.pid,
+            started: i.started ?? null,
+            face: i.face,
+            version: i.version,
+            description: i.description ?? null,
+          }
+        : null,
+    };
+  }
   get state(): State {
     return this._n.state as State;
   }
@@ -1060,6 +1088,30 @@ export interface Leader {
   token: bigint;
   /** The lease the key is held under. */
   lease: bigint;
+}
+
+/** Who holds a lease, as its session recorded it (never an environment or a command line). */
+export interface Identity {
+  host: string;
+  pid: number;
+  /** When the process started, Unix seconds (null where unknown). */
+  started: number | null;
+  /** The face that made the client: `'node'`, `'python'`, `'rust'`, `'c'`, `'cpp'`, `'cli'`. */
+  face: string;
+  version: string;
+  description: string | null;
+}
+
+/** A lock's holder as the service sees it (`lock.holder()`). */
+export interface Holder {
+  /** The holder's key, `<name>/<lease hex>`. */
+  key: string;
+  /** Its fencing token. */
+  token: bigint;
+  /** The lease it is held under. */
+  lease: bigint;
+  /** Who holds that lease; null for a holder that records none (`etcdctl lock`). */
+  identity: Identity | null;
 }
 
 export interface ResignOptions {

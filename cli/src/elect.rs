@@ -142,7 +142,7 @@ fn line(e: &Observed, json: bool) -> String {
 }
 
 fn observe(args: &ElectArgs) -> Result<i32, Fail> {
-    let client = dlock::Client::connect(args.conn.client(dlock::Options::default())?)?;
+    let client = dlock::Client::connect(args.conn.client(dlock::Options::default(), None)?)?;
     let observer = client.observe(&args.name)?;
     let mut out = std::io::stdout();
     loop {

@@ -113,9 +113,19 @@ impl Conn {
     }
 
     /// The client configuration: etcd or PostgreSQL, as the endpoints
-    /// name (the core decides), with `options`.
-    pub fn client(&self, options: dlock::Options) -> Result<dlock::ClientConfig, Fail> {
-        let mut config = dlock::ClientConfig::from_env().with_options(options);
+    /// name (the core decides), with `options`; its identity says "cli"
+    /// and `--description` (the core checks it).
+    pub fn client(
+        &self,
+        options: dlock::Options,
+        description: Option<&str>,
+    ) -> Result<dlock::ClientConfig, Fail> {
+        let mut config = dlock::ClientConfig::from_env()
+            .with_options(options)
+            .with_face("cli", env!("CARGO_PKG_VERSION"));
+        if let Some(d) = description {
+            config = config.with_description(d);
+        }
         config.backend = self.endpoints()?.backend().map_err(Fail::from)?;
         Ok(config)
     }

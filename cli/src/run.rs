@@ -107,6 +107,11 @@ pub struct Timing {
     /// and the server's expiry [default: min(1s, (ttl - keepalive-interval) / 2)]
     #[arg(long, value_name = "DURATION", value_parser = setting("margin"))]
     margin: Option<Duration>,
+    /// Who this holder is, for `dlock show` and `Lock.holder()` in other
+    /// processes (at most 256 bytes, one line; beside the host, pid and
+    /// start time dlock records itself, never the command line)
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) description: Option<String>,
 }
 
 impl Timing {
@@ -325,6 +330,13 @@ pub fn main_with(
     let options = args.timing.options(args.restart)?;
     // The name by the core's rule before anything connects.
     dlock::options::check_name("lock", args.name.as_bytes())?;
+    // The core's rule for the description, before anything connects (as
+    // the name's).
+    dlock::IdentityOptions {
+        description: args.timing.description.clone(),
+        ..Default::default()
+    }
+    .validate()?;
     if args.grace + KILL_ROOM > options.margin {
         return Err(Fail::new(
             exit::INVALID,
@@ -336,7 +348,9 @@ pub fn main_with(
             ),
         ));
     }
-    let config = args.conn.client(options.clone())?;
+    let config = args
+        .conn
+        .client(options.clone(), args.timing.description.as_deref())?;
     let (tx, rx) = channel();
     listen_to_signals(tx.clone())?;
     // Orphaned grandchildren are re-parented to dlock, which reaps them:

@@ -12,7 +12,7 @@
 //! with its semaphore and slot.
 
 use clap::Args;
-use dlock::{LockKey, Reader};
+use dlock::{Identity, LockKey, Reader};
 use serde::Serialize;
 
 use crate::Conn;
@@ -62,6 +62,9 @@ struct Holder {
     ttl_left_s: i64,
     /// The lease's granted TTL in seconds.
     ttl_granted_s: i64,
+    /// Who holds the lease (host, pid, started, face, version,
+    /// description); null for a holder that records none (`etcdctl lock`).
+    identity: Option<Identity>,
 }
 
 #[derive(Serialize, Debug)]
@@ -103,6 +106,8 @@ struct SlotShown {
 struct Listed {
     name: String,
     holder: Key,
+    /// As [`Holder::identity`].
+    identity: Option<Identity>,
     waiters: usize,
     /// False on PostgreSQL, where waiters hold no rows.
     waiters_known: bool,
@@ -171,7 +176,26 @@ fn holder(reader: &Reader, k: &LockKey) -> Result<Holder, Fail> {
         key: key(k),
         ttl_left_s: ttl.left_s,
         ttl_granted_s: ttl.granted_s,
+        identity: reader.identity(k.lease).map_err(read_failed)?,
     })
+}
+
+/// One line for a holder's identity: `HOST pid PID started TIME, FACE
+/// VERSION, "DESCRIPTION"`.
+fn who(identity: &Option<Identity>) -> String {
+    let Some(id) = identity else {
+        return "none recorded (not a dlock holder, or an older one)".into();
+    };
+    let mut s = format!("{} pid {}", id.host, id.pid);
+    if let Some(t) = id.started {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
+        s += &format!(" started {}", humantime::format_rfc3339_seconds(t));
+    }
+    s += &format!(", {} {}", id.face, id.version);
+    if let Some(d) = &id.description {
+        s += &format!(", {d:?}");
+    }
+    s
 }
 
 /// The held slots of the semaphore `name` among `keys` (oldest first).
@@ -261,13 +285,14 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
                 false => "unknown".into(),
             };
             println!(
-                "slot {:<4} {}  token {}  lease {} (ttl left {}s of {}s)  waiters {waiters}",
+                "slot {:<4} {}  token {}  lease {} (ttl left {}s of {}s)  waiters {waiters}  by {}",
                 s.slot,
                 s.holder.key.key,
                 s.holder.key.token,
                 s.holder.key.lease,
                 s.holder.ttl_left_s,
-                s.holder.ttl_granted_s
+                s.holder.ttl_granted_s,
+                who(&s.holder.identity)
             );
         }
         return Ok(0);
@@ -292,6 +317,7 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
             "lease     {} (ttl left {}s of {}s)",
             h.key.lease, h.ttl_left_s, h.ttl_granted_s
         );
+        println!("by        {}", who(&h.identity));
         if shown.waiters_known {
             println!("waiters   {}", shown.waiters.len());
         } else {
@@ -313,12 +339,22 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
     let keys = reader.lock_keys(&args.prefix).map_err(read_failed)?;
     // Grouped by name, oldest first, so each name's first key is its holder.
     let mut listed: Vec<Listed> = Vec::new();
+    // One read per session, not per lock: a session's locks share a lease.
+    let mut identities = std::collections::HashMap::new();
     for k in &keys {
         match listed.iter_mut().find(|l| l.name == k.name) {
             Some(l) => l.waiters += 1,
             None => listed.push(Listed {
                 name: k.name.clone(),
                 holder: key(k),
+                identity: match identities.get(&k.lease) {
+                    Some(id) => Option::clone(id),
+                    None => {
+                        let id = reader.identity(k.lease).map_err(read_failed)?;
+                        identities.insert(k.lease, id.clone());
+                        id
+                    }
+                },
                 waiters: 0,
                 waiters_known,
                 semaphore: slot_of(&k.name).map(|(name, slot)| SlotOf {
@@ -342,8 +378,11 @@ pub fn list(args: ListArgs) -> Result<i32, Fail> {
                 None => String::new(),
             };
             println!(
-                "{}  token {}  lease {}  waiters {waiters}{of}",
-                l.name, l.holder.token, l.holder.lease
+                "{}  token {}  lease {}  waiters {waiters}{of}  by {}",
+                l.name,
+                l.holder.token,
+                l.holder.lease,
+                who(&l.identity)
             );
         }
     }

@@ -37,6 +37,14 @@ fn args_of(case: &Value) -> Option<Vec<String>> {
             args.push(flag(&s("setting")?));
             args.push("1".into());
         }
+        "description" => {
+            let d = match (s("value"), case["value_len"].as_u64()) {
+                (Some(v), _) if !v.contains('\0') => v,
+                (None, Some(len)) => "x".repeat(len as usize),
+                _ => return None,
+            };
+            args.push(format!("--description={d}"));
+        }
         "lock_name" => {
             name = match (s("name"), case["name_len"].as_u64()) {
                 (Some(n), _) if !n.contains('\0') => n,

@@ -1247,3 +1247,89 @@ fn the_metrics_textfile_follows_blips_cuts_and_deletes() {
     assert_eq!(sample(&path, &held), Some(0.0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Holder identity (issue 31): `dlock run --description` in one process,
+/// `dlock show` and `dlock list` in others name it (host, pid, face,
+/// description; text and JSON); an `etcdctl lock` holder has none; a bad
+/// description is the core's `invalid_option` (exit 123) before CMD runs.
+#[test]
+fn show_and_list_name_the_holder() {
+    let c = etcd_cluster::cluster();
+    let eps = c.members.join(",");
+    let prefix = unique("identity");
+    let a = format!("{prefix}/a");
+    let mut holder = Proc::dlock(
+        "identity",
+        &eps,
+        &[
+            "--description",
+            "nightly backup",
+            &a,
+            "--",
+            "sh",
+            "-c",
+            "echo pgid=$$; exec sleep 1000",
+        ],
+    );
+    pgid_of(&mut holder);
+    let (code, v) = show(&c, &a);
+    assert_eq!(code, 0, "{v}");
+    let id = &v["holder"]["identity"];
+    assert_eq!(id["description"], "nightly backup", "{v}");
+    assert_eq!(
+        id["pid"].as_u64(),
+        Some(u64::from(holder.child.id())),
+        "{v}"
+    );
+    assert_eq!(
+        (id["face"].as_str(), id["version"].as_str()),
+        (Some("cli"), Some(env!("CARGO_PKG_VERSION")))
+    );
+    assert!(
+        id["host"].as_str().is_some_and(|h| !h.is_empty()) && id["started"].is_u64(),
+        "{v}"
+    );
+    let text = dlock_cmd(&c, &["show", &a]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let by = text
+        .lines()
+        .find(|l| l.starts_with("by "))
+        .expect("a `by` line");
+    assert!(
+        by.contains(&format!("pid {}", holder.child.id()))
+            && by.contains("cli ")
+            && by.ends_with("\"nightly backup\""),
+        "{text}"
+    );
+    let out = dlock_cmd(&c, &["list", "--json", &prefix])
+        .output()
+        .unwrap();
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(l[0]["identity"]["description"], "nightly backup", "{l}");
+
+    // An etcdctl holder: a lease, no identity.
+    let b = format!("{prefix}/b");
+    let mut ctl = etcdctl_lock(&c, 1, &b, &[]);
+    ctl.out_line(Duration::from_secs(10), |l| l.starts_with(&format!("{b}/")));
+    let (_, v) = show(&c, &b);
+    assert!(v["holder"]["identity"].is_null(), "{v}");
+    let text = dlock_cmd(&c, &["list", &prefix]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("by none recorded"), "{text}");
+    ctl.signal(libc::SIGTERM);
+    holder.signal(libc::SIGTERM);
+    holder.exit(Duration::from_secs(10));
+
+    for bad in ["two\nlines", &"x".repeat(257)] {
+        let out = dlock_cmd(&c, &["run", "--description", bad, &a, "--", "echo", "ran"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(123), "{err}");
+        assert!(
+            err.contains("invalid_option") && err.contains("description"),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "CMD ran");
+    }
+}

@@ -87,7 +87,10 @@ fn run_show_list_and_migrate_on_postgres() {
     );
 
     let name = format!("pg/cli-{}", std::process::id());
-    let (mut holder, token) = holding(&["run", "--endpoints", url, &name], pw);
+    let (mut holder, token) = holding(
+        &["run", "--description", "pg job", "--endpoints", url, &name],
+        pw,
+    );
 
     let shown = output(&["show", "--json", "--endpoints", url, &name], pw);
     assert_eq!(shown.status.code(), Some(0), "{shown:?}");
@@ -95,6 +98,17 @@ fn run_show_list_and_migrate_on_postgres() {
     assert_eq!(shown["held"], true);
     assert_eq!(shown["holder"]["token"], token);
     assert_eq!(shown["waiters_known"], false);
+    // The lease row's identity (issue 31): this holder's process.
+    let id = &shown["holder"]["identity"];
+    assert_eq!(
+        (&id["description"], &id["face"]),
+        (&"pg job".into(), &"cli".into())
+    );
+    assert_eq!(
+        id["pid"].as_u64(),
+        Some(u64::from(holder.0.id())),
+        "{shown}"
+    );
     let left = shown["holder"]["ttl_left_s"].as_i64().unwrap();
     assert!((1..=15).contains(&left), "{shown}");
 
@@ -117,6 +131,7 @@ fn run_show_list_and_migrate_on_postgres() {
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["holder"]["token"], token);
+    assert_eq!(listed[0]["identity"]["description"], "pg job");
 
     let busy = output(
         &["run", "--try", "--endpoints", url, &name, "--", "true"],

@@ -1,6 +1,6 @@
 -- dlock's schema on PostgreSQL, version 3 (docs/postgres.md): version 1
 -- (locks, leases, tokens, the guard), then version 2 (elections), then
--- version 3 (read/write locks).
+-- version 3 (read/write locks, holder identity).
 --
 -- The library runs this file itself when the `dlock` schema is missing or
 -- older and its role may create it (CREATE on the database); otherwise a
@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS dlock.leases (
     ttl interval NOT NULL,
     expires_at timestamptz NOT NULL
 );
+-- Who holds the lease (version 3): a small JSON object written once with
+-- the lease ({host, pid, started, face, version, description}: never an
+-- environment or a command line); NULL from a library older than that.
+ALTER TABLE dlock.leases ADD COLUMN IF NOT EXISTS holder jsonb;
 
 -- One row per lock name ever locked: the row an acquisition locks FOR
 -- UPDATE before drawing a token, and dlock.guard locks FOR SHARE, so a
@@ -356,7 +360,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Version 3 only adds (functions; rows with a value version-2 clients
--- already treat as holders): older libraries keep working.
+-- already treat as holders; a nullable column, the leases' holder):
+-- older libraries keep working (their leases have no holder).
 INSERT INTO dlock.schema_version (version, oldest_library) VALUES (3, 1)
     ON CONFLICT (version) DO UPDATE SET oldest_library = excluded.oldest_library;
 COMMIT;

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use crate::identity::{Identity, LockHolder};
 pub use crate::machine::Bounds;
 use crate::machine::{LeaseId, Token};
 
@@ -101,8 +102,33 @@ pub struct Leader {
 /// `Any`, so the one place that needs a backend's own methods (the
 /// embedded backend's fault switches, `Client::link`) downcasts to it.
 pub trait Backend: std::any::Any + Send + Sync + 'static {
-    /// Grants a lease of (about) `ttl`, giving up after `bounds.timeout`.
-    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>>;
+    /// Grants a lease of (about) `ttl`, giving up after `bounds.timeout`,
+    /// and records `identity` (if any) beside it, once per lease (never per
+    /// acquire), so that [`Backend::holder`] can name the lease's session.
+    /// A failed record leaves the lease without an identity (logged), not
+    /// the grant failed: identity is for people, locks do not need it.
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        bounds: Bounds,
+        identity: Option<&'a Identity>,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>>;
+
+    /// The holder of `name` now: the key with the lowest token under
+    /// `<name>/` (the one every later key waits for), its lease, and the
+    /// identity recorded for that lease (`None` when there is none: an
+    /// `etcdctl lock` holder). `Ok(None)` when nothing holds it.
+    fn holder<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, BackendError>> {
+        let _ = name;
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend records no holders".into(),
+            ))
+        })
+    }
 
     /// Sends one keepalive; returns the granted TTL. A zero TTL or
     /// [`BackendError::LeaseNotFound`] means the lease is lost. Gives up

@@ -14,6 +14,7 @@ use crate::clock::{Clock, Instant};
 use crate::driver::{Command, Reply, Ticket, Write};
 use crate::events::{EventStream, LockEvent};
 use crate::gate::Gate;
+use crate::identity::{Identity, IdentityOptions, LockHolder};
 use crate::lifecycle::{Acquisition, CancelOnDrop};
 use crate::machine::{LockId, Refused, State, StateChange, Token};
 use crate::permit::{OwnedPermit, Permit};
@@ -49,6 +50,8 @@ pub struct Client {
     clock: Clock,
     /// The default session; its options are the client's.
     session: Session,
+    /// Recorded beside the lease of each of its sessions.
+    identity: Option<Arc<Identity>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -78,21 +81,46 @@ impl Client {
             return Err(Error::Forked);
         }
         options.validate()?;
-        Ok(Client::assemble(Arc::new(backend), options, clock))
+        let identity = Identity::of_process(&IdentityOptions::default());
+        Ok(Client::assemble(
+            Arc::new(backend),
+            options,
+            clock,
+            Some(Arc::new(identity)),
+        ))
     }
 
     /// A client of `backend` with its default session; `options` are
     /// valid.
-    pub(crate) fn assemble(backend: Arc<dyn Backend>, options: Options, clock: Clock) -> Client {
+    pub(crate) fn assemble(
+        backend: Arc<dyn Backend>,
+        options: Options,
+        clock: Clock,
+        identity: Option<Arc<Identity>>,
+    ) -> Client {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let session = Session::start(backend.clone(), options, clock.clone(), Some(id));
+        let session = Session::start(
+            backend.clone(),
+            options,
+            clock.clone(),
+            identity.clone(),
+            Some(id),
+        );
         Client {
             id,
             backend,
             clock,
             session,
+            identity,
         }
+    }
+
+    /// Who this client is, as recorded beside each of its sessions' leases
+    /// (see [`Lock::holder`]); `None` when it records none
+    /// ([`IdentityOptions::record`]).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_deref()
     }
 
     /// The options of the default session.
@@ -136,7 +164,14 @@ impl Client {
             return Err(Error::Forked);
         }
         options.validate()?;
-        Ok(Session::start(self.backend.clone(), options, self.clock.clone(), None).of(self.id))
+        Ok(Session::start(
+            self.backend.clone(),
+            options,
+            self.clock.clone(),
+            self.identity.clone(),
+            None,
+        )
+        .of(self.id))
     }
 
     /// Every session and lock of this client with its counters, gauges and
@@ -277,6 +312,29 @@ impl Lock {
 
     fn send(&self, c: Command) -> Result<(), Error> {
         self.session.send(c)
+    }
+
+    /// Who holds this lock now, as the service sees it: the key every
+    /// later one waits for, its token and lease, and the identity
+    /// recorded beside that lease (host, pid, process start, face and
+    /// version, the application's description), also when another
+    /// process holds it. `None` when nothing holds it; `identity` is
+    /// `None` for a holder that records none (`etcdctl lock`). One read
+    /// of the service (etcd: two), blocking at most its request timeout.
+    pub fn holder(&self) -> Result<Option<LockHolder>, Error> {
+        let backend = self.session.backend().clone();
+        let name = self.name.clone();
+        crate::driver::block_on(async move { backend.holder(&name).await })?
+            .map_err(|e| Error::Backend(e.to_string()))
+    }
+
+    /// [`Lock::holder`] for async code.
+    pub async fn holder_async(&self) -> Result<Option<LockHolder>, Error> {
+        let backend = self.session.backend().clone();
+        backend
+            .holder(&self.name)
+            .await
+            .map_err(|e| Error::Backend(e.to_string()))
     }
 
     /// The session the lock is held under.

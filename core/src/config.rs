@@ -6,6 +6,7 @@
 
 use crate::clock::Clock;
 use crate::etcd::EtcdConfig;
+use crate::identity::IdentityOptions;
 use crate::memory::MemoryService;
 use crate::options::Options;
 use crate::postgres::PostgresConfig;
@@ -40,6 +41,9 @@ pub struct ClientConfig {
     /// The clock deadlines are read from (default: the system's
     /// [`Clock::system`]; tests give a [`crate::ManualClock`]'s).
     pub clock: Option<Clock>,
+    /// The description and face recorded beside every lease of the client
+    /// (docs/design.md, holder identity); validated by `connect`.
+    pub identity: IdentityOptions,
 }
 
 impl ClientConfig {
@@ -73,12 +77,32 @@ impl ClientConfig {
             options: Options::default(),
             backend,
             clock: None,
+            identity: IdentityOptions::default(),
         }
     }
 
     /// The same, with `options`.
     pub fn with_options(mut self, options: Options) -> ClientConfig {
         self.options = options;
+        self
+    }
+
+    /// The same, with the application's `description` recorded beside
+    /// each lease of the client ([`crate::Lock::holder`], `dlock show`).
+    pub fn with_description(mut self, description: impl Into<String>) -> ClientConfig {
+        self.identity.description = Some(description.into());
+        self
+    }
+
+    /// The same, naming the face that builds the client and its version
+    /// (each face passes its own; the default is "rust" and this crate's).
+    pub fn with_face(
+        mut self,
+        face: impl Into<String>,
+        version: impl Into<String>,
+    ) -> ClientConfig {
+        self.identity.face = face.into();
+        self.identity.version = version.into();
         self
     }
 }

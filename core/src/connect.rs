@@ -14,6 +14,7 @@ use crate::config::{BackendConfig, ClientConfig};
 use crate::endpoints::Endpoints;
 use crate::error::Error;
 use crate::etcd::EtcdConfig;
+use crate::identity::Identity;
 use crate::memory::{MemoryBackend, MemoryService};
 use crate::options::Options;
 use crate::postgres::{PostgresConfig, PostgresReader};
@@ -76,11 +77,16 @@ impl Client {
             options,
             backend,
             clock,
+            identity,
         } = config;
         options.validate()?;
+        identity.validate()?;
         let clock = clock.unwrap_or_else(Clock::system);
         let backend = open(backend).await?;
-        Ok(Client::assemble(backend, options, clock))
+        let identity = identity
+            .record
+            .then(|| Arc::new(Identity::of_process(&identity)));
+        Ok(Client::assemble(backend, options, clock, identity))
     }
 
     /// A client of the process-wide embedded service with default options.

@@ -39,6 +39,7 @@ use waiters::{Acquirer, Entry};
 
 use crate::backend::{Backend, KeyGone, KeyWatch, LockGone};
 use crate::clock::{Clock, Instant};
+use crate::identity::Identity;
 use crate::machine::{Event, Holder, LeaseId, LockId};
 use crate::metrics::Shared;
 use crate::{Error, Options};
@@ -51,6 +52,7 @@ pub(crate) fn spawn_session(
     clock: Clock,
     shared: Arc<Shared>,
     drained: Arc<Notify>,
+    identity: Option<Arc<Identity>>,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
     let (replies_tx, replies) = mpsc::unbounded_channel();
@@ -63,6 +65,7 @@ pub(crate) fn spawn_session(
         shared,
         drained,
         backend,
+        identity,
         replies_tx,
         gone_tx,
         locks: BTreeMap::new(),
@@ -92,6 +95,9 @@ struct SessionTask {
     shared: Arc<Shared>,
     drained: Arc<Notify>,
     backend: Arc<dyn Backend>,
+    /// Written beside each lease this session is granted (none: not
+    /// recorded).
+    identity: Option<Arc<Identity>>,
     /// Replies of backend calls, and the callback thread's reports.
     replies_tx: mpsc::UnboundedSender<(Option<Call>, Event)>,
     gone_tx: mpsc::UnboundedSender<KeyGone>,

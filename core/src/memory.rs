@@ -24,6 +24,7 @@ use crate::backend::{
     Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader, lock_key,
 };
 use crate::clock::Clock;
+use crate::identity::{Identity, LockHolder};
 use crate::machine::{LeaseId, Token};
 
 mod link;
@@ -196,8 +197,19 @@ impl MemoryService {
         crate::sync::lock(&self.0.state)
     }
 
-    fn grant(&self, ttl: Duration) -> Grant {
-        self.lock().grant(self.0.clock.now(), ttl)
+    fn grant(&self, ttl: Duration, identity: Option<&Identity>) -> Grant {
+        let identity = identity.map(|i| Arc::new(i.clone()));
+        self.lock().grant(self.0.clock.now(), ttl, identity)
+    }
+
+    /// The holder of `name` now, expired leases dropped first.
+    fn holder_of(&self, name: &str) -> Option<LockHolder> {
+        let now = self.0.clock.now();
+        let mut st = self.lock();
+        if st.expire(now) {
+            self.0.changed.notify_waiters();
+        }
+        st.holder(name)
     }
 
     fn keepalive(&self, lease: LeaseId) -> Result<Duration, BackendError> {
@@ -489,12 +501,17 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        bounds: Bounds,
+        identity: Option<&'a Identity>,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>> {
         self.saw("grant", bounds);
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
-            let g = self.service.grant(ttl);
+            let g = self.service.grant(ttl, identity);
             // Link before service: the only place both are held.
             let mut leases = self.link.leases.lock().unwrap();
             let service = self.service.lock();
@@ -583,6 +600,17 @@ impl Backend for MemoryBackend {
             self.cross().await;
             self.service.check_up()?;
             self.service.proclaim(name, lease, token, value)
+        })
+    }
+
+    fn holder<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            Ok(self.service.holder_of(name))
         })
     }
 
@@ -723,7 +751,8 @@ mod tests {
     }
 
     async fn grant(b: &MemoryBackend) -> LeaseId {
-        b.grant(TTL, BOUNDS).await.unwrap().lease
+        let anon = crate::Identity::of_process(&Default::default());
+        b.grant(TTL, BOUNDS, Some(&anon)).await.unwrap().lease
     }
 
     async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
@@ -1033,7 +1062,7 @@ mod tests {
             let s = MemoryService::with_clock(clock.clock());
             let b = s.link();
             let l = b
-                .grant(Duration::from_secs(10), BOUNDS)
+                .grant(Duration::from_secs(10), BOUNDS, None)
                 .await
                 .unwrap()
                 .lease;

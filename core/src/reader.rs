@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::Error;
+use crate::identity::Identity;
 use crate::machine::LeaseId;
 
 /// One lock key: `{name}/{lease:x}` under its lease (see
@@ -45,6 +46,8 @@ pub(crate) trait Read: Send + Sync {
     /// The value stored under `key` outside every lock (a semaphore's
     /// limit), if any.
     fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Error>;
+    /// See [`Reader::identity`].
+    fn identity(&self, lease: LeaseId) -> Result<Option<Identity>, Error>;
 }
 
 /// A read-only connection to a lock service: holds no lease and writes
@@ -70,6 +73,13 @@ impl Reader {
     /// do; on PostgreSQL they wait on a notification and a timer, unseen.
     pub fn lists_waiters(&self) -> bool {
         self.0.lists_waiters()
+    }
+
+    /// The identity recorded beside `lease` (who holds its keys: host,
+    /// pid, process start, face, description); `None` when none is (a
+    /// holder that is not dlock, or the lease is gone).
+    pub fn identity(&self, lease: LeaseId) -> Result<Option<Identity>, Error> {
+        self.0.identity(lease)
     }
 
     /// The limit recorded for the semaphore `name` (under

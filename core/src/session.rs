@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::driver::{Command, Reply, spawn_session};
+use crate::identity::Identity;
 use crate::machine::LeaseId;
 use crate::metrics::Shared;
 use crate::{Error, Options};
@@ -86,6 +87,7 @@ impl Session {
         backend: Arc<dyn Backend>,
         options: Options,
         clock: Clock,
+        identity: Option<Arc<Identity>>,
         default_of: Option<u64>,
     ) -> Session {
         // A stop signal releases what the process holds (issue 32, 8).
@@ -99,6 +101,7 @@ impl Session {
             clock.clone(),
             shared.clone(),
             drained.clone(),
+            identity,
         );
         let session = Session {
             inner: Arc::new(SessionInner {

@@ -715,3 +715,107 @@ fn request_too_large_on_a_small_cluster_is_final() {
     e.resign(Duration::ZERO).unwrap();
     lock.release().unwrap();
 }
+
+/// The identity key of `lease` as `etcdctl get` sees it: (value, lease),
+/// `None` when there is none.
+fn identity_record(env: &Cluster, lease: i64) -> Option<(Vec<u8>, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let key = dlock::identity::identity_key(lease);
+    let out = etcdctl_cmd(env)
+        .args(["get", "-w", "json"])
+        .arg(std::ffi::OsStr::from_bytes(&key))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kv = v["kvs"].as_array()?.first()?.clone();
+    Some((
+        base64_decode(kv["value"].as_str().unwrap()),
+        kv["lease"].as_i64().unwrap_or(0),
+    ))
+}
+
+/// Holder identity (issue 31): another client's lock names its holder,
+/// from one key beside the lease (outside every lock name, gone with the
+/// lease), with no more than the six fields; the lock key is etcd's own.
+#[test]
+fn holder_names_another_clients_identity() {
+    let env = cluster();
+    let name = name("identity");
+    let config = dlock::ClientConfig::etcd(EtcdConfig::new(env.members.clone()))
+        .with_options(short())
+        .with_description("batch 7");
+    let a = Client::connect(config).unwrap();
+    let held = a.lock(&name).unwrap();
+    let other = client(&env).lock(&name).unwrap();
+    assert_eq!(other.holder().unwrap(), None);
+    let token = held.acquire(Duration::from_secs(5)).unwrap();
+    let h = other.holder().unwrap().expect("held");
+    let lease = held.session().lease().unwrap();
+    assert_eq!((h.token, h.lease), (token, lease));
+    assert_eq!(h.key, dlock::lock_key(&name, lease));
+    let id = h.identity.expect("dlock records its identity");
+    assert_eq!(Some(&*id), a.identity());
+    assert_eq!(id.description.as_deref(), Some("batch 7"));
+    assert_eq!((id.pid, id.face.as_str()), (std::process::id(), "rust"));
+
+    let (value, under) = identity_record(&env, lease).expect("the identity key");
+    assert_eq!(under, lease, "the identity key lives under the lease");
+    let v: serde_json::Value = serde_json::from_slice(&value).unwrap();
+    let mut fields: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        ["description", "face", "host", "pid", "started", "version"]
+    );
+    // The lock key is the one etcdctl lock writes: nothing else under the name.
+    let keys = lock_keys(&env, &name);
+    assert_eq!(keys, [(h.key.clone(), token.get(), lease)]);
+    // `dlock list` over every key: identities are not lock keys; the
+    // reader reads this one as `dlock show` prints it.
+    let reader = dlock::Reader::connect(dlock::Endpoints::new(env.members.clone())).unwrap();
+    let all = reader.lock_keys("").unwrap();
+    assert!(all.iter().any(|k| k.key == h.key));
+    assert!(
+        !all.iter().any(|k| k.key.contains("dlock/holder/")),
+        "{all:?}"
+    );
+    assert_eq!(reader.identity(lease).unwrap().as_ref(), a.identity());
+
+    held.release().unwrap();
+    assert_eq!(other.holder().unwrap(), None);
+    // The session lives on (its identity with it) until its lease goes.
+    assert!(identity_record(&env, lease).is_some());
+    a.shutdown();
+    assert_eq!(identity_record(&env, lease), None, "gone with the lease");
+}
+
+/// An `etcdctl lock` holder records no identity: `holder()` gives its key
+/// and lease, `identity` none.
+#[test]
+fn an_etcdctl_holder_has_a_lease_and_no_identity() {
+    let env = cluster();
+    let name = name("identity-ctl");
+    let mut ctl = {
+        let mut c = etcdctl_cmd(&env);
+        c.args(["lock", &name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    let mut first = String::new();
+    {
+        use std::io::BufRead;
+        let out = ctl.stdout.as_mut().unwrap();
+        std::io::BufReader::new(out).read_line(&mut first).unwrap();
+    }
+    let lock = client(&env).lock(&name).unwrap();
+    let h = lock.holder().unwrap().expect("etcdctl holds it");
+    assert_eq!(h.key, first.trim());
+    assert_eq!(h.key, dlock::lock_key(&name, h.lease));
+    assert_eq!(h.identity, None);
+    let _ = Command::new("kill")
+        .args(["-INT", &ctl.id().to_string()])
+        .status();
+    let _ = ctl.wait();
+}

@@ -238,7 +238,8 @@ impl Etcd {
         }
     }
 
-    /// The keys attached to `lease` (none when it is gone).
+    /// The lock keys attached to `lease` (none when it is gone): its
+    /// holder identity's key left out.
     fn lease_keys(&self, lease: i64) -> Vec<String> {
         let opts = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
         let r = self.read("lease time to live", |mut c| {
@@ -247,6 +248,7 @@ impl Etcd {
         });
         r.keys()
             .iter()
+            .filter(|k| !k.starts_with(dlock::identity::IDENTITY_PREFIX))
             .map(|k| String::from_utf8_lossy(k).into_owned())
             .collect()
     }

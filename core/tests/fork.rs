@@ -166,8 +166,13 @@ impl Reporting {
 }
 
 impl Backend for Reporting {
-    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
-        self.inner.grant(ttl, bounds)
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        bounds: Bounds,
+        identity: Option<&'a dlock::Identity>,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>> {
+        self.inner.grant(ttl, bounds, identity)
     }
     fn keepalive(
         &self,

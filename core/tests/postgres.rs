@@ -515,3 +515,59 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
     lock.guarded_delete(token, &key).unwrap();
     lock.release().unwrap();
 }
+
+/// Holder identity (issue 31) on the primary: the lease row records it in
+/// the same INSERT as the lease (column `holder`, schema version 3), and
+/// another client's `holder()` reads it; a lease of an older library (no
+/// holder) is reported with its key and lease only.
+#[test]
+#[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
+fn holder_names_another_clients_identity() {
+    let s = pg::servers();
+    let config = dlock::PostgresConfig::parse(&s.url).unwrap();
+    let a = Client::connect(
+        ClientConfig::postgres(config)
+            .with_options(options())
+            .with_description("pg batch 3"),
+    )
+    .unwrap();
+    let b = client(&s.url);
+    let name = fresh("pg/identity");
+    let held = a.lock(&name).unwrap();
+    let seen = b.lock(&name).unwrap();
+    assert_eq!(seen.holder().unwrap(), None);
+    let token = held.acquire(EVENT).unwrap();
+    let h = seen.holder().unwrap().expect("held");
+    let lease = held.session().lease().unwrap();
+    assert_eq!((h.token, h.lease), (token, lease));
+    assert_eq!(h.key, dlock::lock_key(&name, lease));
+    let id = h.identity.expect("recorded with the lease");
+    assert_eq!(Some(&*id), a.identity());
+    assert_eq!(id.description.as_deref(), Some("pg batch 3"));
+    assert_eq!(id.pid, std::process::id());
+
+    // The row as a DBA sees it: the six fields, nothing else.
+    let sql = Sql::connect(&s.url);
+    let rows = sql
+        .query(
+            "SELECT (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(holder) k) \
+             FROM dlock.leases WHERE id = $1",
+            &[&lease],
+        )
+        .unwrap();
+    let fields: Vec<String> = rows[0].get(0);
+    assert_eq!(
+        fields,
+        ["description", "face", "host", "pid", "started", "version"]
+    );
+    // A lease without a holder (an older library's): key and lease only.
+    sql.query(
+        "UPDATE dlock.leases SET holder = NULL WHERE id = $1",
+        &[&lease],
+    )
+    .unwrap();
+    let h = seen.holder().unwrap().expect("held");
+    assert_eq!((h.lease, h.identity), (lease, None));
+    held.release().unwrap();
+    assert_eq!(seen.holder().unwrap(), None);
+}

@@ -15,7 +15,7 @@ use crate::{Fail, arg, boxed, ffi, key_bytes, opt_text, out, text};
 /// library accepts every version from 1 up to its own (fields are only
 /// ever added at the end), so a program built against this header keeps
 /// working with later libraries.
-pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 1;
+pub const LK_CLIENT_OPTIONS_VERSION: c_uint = 2;
 /// A timing field (`*_ms`) left out: the core derives it from the ones
 /// given (docs/design.md §14). `LK_CLIENT_OPTIONS_INIT` and
 /// `lk_client_options_init()` start every timing field so.
@@ -102,6 +102,14 @@ pub struct lk_client_options {
     /// Embedded backend only: the service to link to; NULL: the
     /// process-wide one (`lk_memory_named("")`).
     pub memory: *const lk_memory,
+    /// Version 2. Who this client is, recorded beside each of its
+    /// sessions' leases with the host, pid and process start, for
+    /// `lk_lock_holder` and `dlock show` in other processes (UTF-8, at most
+    /// 256 bytes, no control characters: else `LK_INVALID_OPTION`), or NULL.
+    pub description: *const c_char,
+    /// Version 2. The face recorded with it: NULL is "c"; `dlock.hpp`
+    /// sets "cpp".
+    pub face: *const c_char,
 }
 
 fn ms(v: u64) -> Duration {
@@ -135,12 +143,18 @@ fn defaults() -> lk_client_options {
         connect_timeout_ms: as_ms(etcd.connect_timeout),
         request_timeout_ms: as_ms(etcd.request_timeout),
         memory: std::ptr::null(),
+        description: std::ptr::null(),
+        face: std::ptr::null(),
     }
 }
 
 /// The size of the options struct of each version (index = version): a
 /// struct of an earlier version is a prefix of the current one.
-const VERSION_SIZES: [usize; 2] = [0, size_of::<lk_client_options>()];
+const VERSION_SIZES: [usize; 3] = [
+    0,
+    std::mem::offset_of!(lk_client_options, description),
+    size_of::<lk_client_options>(),
+];
 const _: () = assert!(VERSION_SIZES.len() == LK_CLIENT_OPTIONS_VERSION as usize + 1);
 
 fn version_size(version: c_uint, what: &str) -> Result<usize, Fail> {
@@ -228,6 +242,17 @@ pub(crate) unsafe fn timing_of(
     Ok(timing(&unsafe { read_options(o) }?).resolve_over(base)?)
 }
 
+/// The description and face of the caller's options (a version-1
+/// struct's are NULL: none, and "c"); the core checks them.
+fn identity(o: &lk_client_options) -> Result<dlock_core::IdentityOptions, Fail> {
+    Ok(dlock_core::IdentityOptions {
+        description: unsafe { opt_text(o.description, "description") }?.map(str::to_string),
+        face: unsafe { opt_text(o.face, "face") }?.unwrap_or("c").into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        record: true,
+    })
+}
+
 fn path(p: Option<&str>) -> Option<PathBuf> {
     p.map(PathBuf::from)
 }
@@ -289,6 +314,7 @@ pub unsafe extern "C" fn lk_client_new(
             options: timing(&o).resolve()?,
             backend,
             clock: None,
+            identity: identity(&o)?,
         };
         boxed(
             dest,
@@ -317,7 +343,9 @@ pub unsafe extern "C" fn lk_client_from_env(
             true => defaults(),
             false => unsafe { read_options(opts) }?,
         };
-        let client = Client::connect(ClientConfig::from_env().with_options(timing(&o).resolve()?))?;
+        let mut config = ClientConfig::from_env().with_options(timing(&o).resolve()?);
+        config.identity = identity(&o)?;
+        let client = Client::connect(config)?;
         boxed(dest, lk_client { client });
         crate::at_exit::shutdown_at_exit();
         Ok(())

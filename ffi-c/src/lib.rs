@@ -35,6 +35,8 @@ pub mod election;
 pub mod observer;
 // After `observer`.
 pub mod semaphore;
+// After `lock`: a lock's holder (issue 31).
+pub mod holder;
 // No exports: the shutdown the first client registers at exit.
 mod at_exit;
 

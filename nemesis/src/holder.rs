@@ -160,6 +160,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         options: settings.options(),
         backend,
         clock: None,
+        identity: Default::default(),
     };
     // A service starting while the server restarts or stalls (a
     // replacement holder during primary_restarted, primary_paused) tries

@@ -289,6 +289,7 @@ impl NativeClient {
         options: NativeOptions,
         etcd: Option<NativeEtcd>,
         service: Option<&NativeService>,
+        description: Option<String>,
     ) -> Result<NativeClient> {
         let options = options.to_core()?;
         let etcd = etcd.map(|e| Ok::<_, napi::Error>((e.endpoints.is_some(), e.endpoints()?)));
@@ -309,8 +310,13 @@ impl NativeClient {
                 }
             }
         };
-        let mut config = dlock::ClientConfig::from_env().with_options(options);
+        let mut config = dlock::ClientConfig::from_env()
+            .with_options(options)
+            .with_face("node", env!("CARGO_PKG_VERSION"));
         config.backend = backend;
+        if let Some(d) = description {
+            config = config.with_description(d);
+        }
         let inner = dlock::Client::connect(config).map_err(thrown)?;
         Ok(NativeClient { inner })
     }
@@ -477,6 +483,65 @@ fn complete<'e>(
     Ok(promise)
 }
 
+/// Who holds a lease (`dlock::Identity`).
+#[napi(object)]
+pub struct NativeIdentity {
+    pub host: String,
+    pub pid: u32,
+    /// Unix seconds.
+    pub started: Option<i64>,
+    pub face: String,
+    pub version: String,
+    pub description: Option<String>,
+}
+
+/// A lock's holder (`dlock::LockHolder`).
+#[napi(object)]
+pub struct NativeHolder {
+    pub key: String,
+    pub token: BigInt,
+    pub lease: BigInt,
+    pub identity: Option<NativeIdentity>,
+}
+
+/// The result of `holder()`: `code` is `"ok"` (then `holder` is the
+/// holder, or absent when nothing holds the lock) or the core's code word.
+#[napi(object)]
+pub struct HolderOutcome {
+    pub code: String,
+    pub message: String,
+    pub holder: Option<NativeHolder>,
+}
+
+impl HolderOutcome {
+    fn of(r: std::result::Result<Option<dlock::LockHolder>, CoreError>) -> HolderOutcome {
+        match r {
+            Ok(h) => HolderOutcome {
+                code: dlock::Code::Ok.as_str().into(),
+                message: String::new(),
+                holder: h.map(|h| NativeHolder {
+                    key: h.key,
+                    token: BigInt::from(h.token.get()),
+                    lease: BigInt::from(h.lease),
+                    identity: h.identity.map(|i| NativeIdentity {
+                        host: i.host.clone(),
+                        pid: i.pid,
+                        started: i.started.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+                        face: i.face.clone(),
+                        version: i.version.clone(),
+                        description: i.description.clone(),
+                    }),
+                }),
+            },
+            Err(e) => HolderOutcome {
+                code: e.code().into(),
+                message: e.to_string(),
+                holder: None,
+            },
+        }
+    }
+}
+
 static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
 /// A lock handle. Permits live in `permits` (a slot per permit in flight)
@@ -555,6 +620,17 @@ impl NativeLock {
     #[napi(getter)]
     pub fn slot(&self) -> Option<u32> {
         self.lock.slot()
+    }
+
+    /// Who holds the lock now, read from the service (any process).
+    #[napi(ts_return_type = "Promise<HolderOutcome>")]
+    pub fn holder<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let lock = self.lock.clone();
+        let (deferred, promise) = env.create_deferred()?;
+        dlock::spawn_then(async move { lock.holder_async().await }, move |r| {
+            deferred.resolve(move |_| Ok(HolderOutcome::of(r)))
+        });
+        Ok(promise)
     }
 
     #[napi]

@@ -464,3 +464,27 @@ test("withLock: the caller's signal aborts the task's signal too, and the lock i
   await assert.rejects(client.withLock(name, { signal: AbortSignal.abort(reason) }, () => 1), (e) => e === reason);
   assert.equal(service.holder(name), null);
 });
+
+test('holder() names another client\'s identity (issue 31)', async () => {
+  const service = new dlock.Service();
+  const a = new dlock.Client({ service, description: 'nightly backup' });
+  const b = new dlock.Client({ service });
+  const name = unique('holder');
+  const seen = b.lock(name);
+  assert.equal(await seen.holder(), undefined);
+  const held = a.lock(name);
+  const token = await held.acquire();
+  const h = await seen.holder();
+  assert.equal(h.token, token);
+  assert.ok(h.key.startsWith(`${name}/`));
+  assert.equal(h.identity.description, 'nightly backup');
+  assert.equal(h.identity.pid, process.pid);
+  assert.equal(h.identity.face, 'node');
+  assert.ok(h.identity.host && h.identity.started > 0);
+  assert.deepEqual(Object.keys(h.identity).sort(), ['description', 'face', 'host', 'pid', 'started', 'version']);
+  await held.release();
+  assert.equal(await seen.holder(), undefined);
+  assert.throws(() => new dlock.Client({ service, description: 'a\0b' }), (e) => e.code === 'invalid_option');
+  a.shutdown();
+  b.shutdown();
+});

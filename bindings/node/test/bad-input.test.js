@@ -47,6 +47,9 @@ async function play(c) {
       case 'unknown_option':
         client({ service: new dlock.Service(), [c.setting]: 1 });
         break;
+      case 'description':
+        client({ service: new dlock.Service(), description: c.value ?? 'x'.repeat(c.value_len) });
+        break;
       case 'lock_name':
         client({ service: new dlock.Service() }).lock(c.name ?? 'a'.repeat(c.name_len));
         break;

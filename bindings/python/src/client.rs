@@ -31,6 +31,7 @@ const KEYWORDS: &[&str] = &[
     "allow_plaintext_password",
     "connect_timeout",
     "request_timeout",
+    "description",
 ];
 
 /// A keyword no face knows is the core's `invalid_option`, as in every
@@ -62,7 +63,7 @@ impl Client {
         keepalive_timeout=None, retry_interval=None, margin=None, reacquire=None,
         memory=None, ca_file=None, cert_file=None, key_file=None, user=None,
         password=None, allow_plaintext_password=None, connect_timeout=None,
-        request_timeout=None, **unknown))]
+        request_timeout=None, description=None, **unknown))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -82,6 +83,7 @@ impl Client {
         allow_plaintext_password: Option<bool>,
         connect_timeout: Option<f64>,
         request_timeout: Option<f64>,
+        description: Option<String>,
         unknown: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Client> {
         not_forked(py)?;
@@ -150,7 +152,12 @@ impl Client {
                 config
             }
         };
-        let config = config.with_options(options);
+        let mut config = config
+            .with_options(options)
+            .with_face("python", env!("CARGO_PKG_VERSION"));
+        if let Some(d) = description {
+            config = config.with_description(d);
+        }
         let inner = py.detach(|| dlock::Client::connect(config)).or_raise(py)?;
         Ok(Client { inner })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::acquisition::Acquisition;
 use crate::callback::{Handlers, add_handler, call_each};
@@ -127,6 +127,37 @@ impl Lock {
     #[getter]
     fn name(&self) -> &str {
         self.inner.name()
+    }
+
+    /// Who holds the lock now (any process): a dict with `key`, `token`,
+    /// `lease` and `identity` (a dict of `host`, `pid`, `started`, `face`,
+    /// `version`, `description`; None for a holder that records none, such
+    /// as `etcdctl lock`), or None when nothing holds it.
+    fn holder<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        not_forked(py)?;
+        let l = Arc::clone(&self.inner);
+        let Some(h) = py.detach(move || l.holder()).or_raise(py)? else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("key", h.key)?;
+        d.set_item("token", h.token.get())?;
+        d.set_item("lease", h.lease)?;
+        let identity = match h.identity {
+            None => None,
+            Some(id) => {
+                let i = PyDict::new(py);
+                i.set_item("host", &id.host)?;
+                i.set_item("pid", id.pid)?;
+                i.set_item("started", id.started)?;
+                i.set_item("face", &id.face)?;
+                i.set_item("version", &id.version)?;
+                i.set_item("description", &id.description)?;
+                Some(i)
+            }
+        };
+        d.set_item("identity", identity)?;
+        Ok(Some(d))
     }
 
     /// The semaphore slot this lock is (None for a plain lock).

@@ -807,3 +807,26 @@ def test_memory_stays_flat_over_many_permits_and_locks() -> None:
     # 50,000 permits and 5,000 locks: a leak of even 100 bytes each would show
     assert grown < 2048, f"RSS grew {grown} KiB"
     assert sys.getrefcount(lock) <= 3
+
+
+# ----------------------------------------------------------------- holder identity
+
+
+def test_holder_names_another_clients_identity() -> None:
+    svc = dlock.MemoryService()
+    a = dlock.Client(memory=svc, description="nightly backup")
+    b = dlock.Client(memory=svc)
+    seen = b.lock("jobs")
+    assert seen.holder() is None
+    held = a.lock("jobs")
+    token = held.acquire(5)
+    h = seen.holder()
+    assert h is not None and h["token"] == token and h["key"].startswith("jobs/")
+    ident = h["identity"]
+    assert ident["description"] == "nightly backup" and ident["pid"] == os.getpid()
+    assert ident["face"] == "python" and ident["host"] and ident["started"] > 0
+    assert set(ident) == {"host", "pid", "started", "face", "version", "description"}
+    held.release()
+    assert seen.holder() is None
+    with pytest.raises(dlock.InvalidOption, match="description"):
+        dlock.Client(memory=svc, description="two\nlines")

@@ -41,6 +41,9 @@ def play(case: Dict[str, Any]) -> Tuple[str, str]:
             client(**{case["setting"]: case["value"]})
         elif kind == "unknown_option":
             client(memory=dlock.MemoryService(), **{case["setting"]: 1})
+        elif kind == "description":
+            value = case["value"] if "value" in case else "x" * case["value_len"]
+            client(memory=dlock.MemoryService(), description=value)
         elif kind == "lock_name":
             name = case["name"] if "name" in case else "a" * case["name_len"]
             client(memory=dlock.MemoryService()).lock(name)

@@ -64,9 +64,9 @@ impl SessionTask {
     }
 
     pub(super) fn grant(&mut self, req: ReqId, ttl: Duration, bounds: Bounds) {
-        let b = self.backend.clone();
+        let (b, identity) = (self.backend.clone(), self.identity.clone());
         self.spawn_call(Call::Req(req), async move {
-            match b.grant(ttl, bounds).await {
+            match b.grant(ttl, bounds, identity.as_deref()).await {
                 Ok(g) => Event::LeaseGranted {
                     req,
                     lease: g.lease,

@@ -71,10 +71,14 @@ async fn fixture(test: &str) -> Fixture {
     }
 }
 
+/// The identity the raw grants of these tests record.
+static ANON: std::sync::LazyLock<crate::Identity> =
+    std::sync::LazyLock::new(|| crate::Identity::of_process(&Default::default()));
+
 impl Fixture {
     async fn lease(&self) -> LeaseId {
         self.backend
-            .grant(Duration::from_secs(120), BOUNDS)
+            .grant(Duration::from_secs(120), BOUNDS, Some(&ANON))
             .await
             .unwrap()
             .lease
@@ -643,7 +647,7 @@ async fn etcd_key_watch_adds_keys_after_its_auth_token_expired() {
         .with_auto_token_refresh(true);
     let mut raw = Etcd::connect([endpoint], Some(options)).await.unwrap();
     let lease = b
-        .grant(Duration::from_secs(120), BOUNDS)
+        .grant(Duration::from_secs(120), BOUNDS, Some(&ANON))
         .await
         .unwrap()
         .lease;

@@ -11,17 +11,22 @@ use tokio::time::{Instant as TokioInstant, timeout_at};
 
 use super::conn::{EtcdBackend, KeepaliveStream, LeaseRec, classify};
 use crate::backend::{BackendError, Bounds, Grant, LockGone};
-use crate::machine::LeaseId;
+use etcd_client::{GetOptions, PutOptions, SortOrder, SortTarget};
+
+use crate::identity::{Identity, LockHolder, identity_key};
+use crate::machine::{LeaseId, Token};
 use crate::sync::lock;
 
 impl EtcdBackend {
-    /// Grants a lease of `ttl` within `bounds.timeout` and records it for
-    /// its keepalives.
+    /// Grants a lease of `ttl` within `bounds.timeout`, records it for its
+    /// keepalives, and puts `identity` under it (the rest of the bound).
     pub(super) async fn grant_lease(
         &self,
         ttl: Duration,
         bounds: Bounds,
+        identity: Option<&Identity>,
     ) -> Result<Grant, BackendError> {
+        let deadline = TokioInstant::now() + bounds.timeout;
         // Whole seconds, rounded up; a TTL past i64 (no upper bound in
         // the options) asks for the most and lets etcd say no.
         let secs = ttl
@@ -46,7 +51,81 @@ impl EtcdBackend {
                 stream: tokio::sync::Mutex::new(None),
             }),
         );
-        Ok(Grant { lease: r.id(), ttl })
+        let lease = r.id();
+        if let Some(identity) = identity {
+            let left = deadline.saturating_duration_since(TokioInstant::now());
+            if let Err(e) = self.put_identity(lease, identity, left).await {
+                tracing::warn!(error = %e, "the lease's holder identity was not recorded");
+            }
+        }
+        Ok(Grant { lease, ttl })
+    }
+
+    /// The key of `lease`'s identity (`identity::identity_key`), under that
+    /// lease: it goes with it.
+    async fn put_identity(
+        &self,
+        lease: LeaseId,
+        identity: &Identity,
+        limit: Duration,
+    ) -> Result<(), BackendError> {
+        let value = identity.to_json();
+        self.unary(limit, |mut c| {
+            let value = value.clone();
+            async move {
+                let opts = PutOptions::new().with_lease(lease);
+                c.put(identity_key(lease), value, Some(opts)).await
+            }
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The identity recorded for `lease`, `None` when there is none (a
+    /// holder that is not dlock, or an unreadable value).
+    pub(super) async fn identity_of(
+        &self,
+        lease: LeaseId,
+    ) -> Result<Option<Identity>, BackendError> {
+        let got = self
+            .unary(self.0.request_timeout, |mut c| async move {
+                c.get(identity_key(lease), None).await
+            })
+            .await?;
+        Ok(got
+            .kvs()
+            .first()
+            .and_then(|kv| Identity::from_json(kv.value())))
+    }
+
+    /// See [`crate::Backend::holder`]: the oldest key with a lease under
+    /// `<name>/` (etcd's `GetOwner`; a semaphore's limit has no lease).
+    pub(super) async fn holder_of(&self, name: &str) -> Result<Option<LockHolder>, BackendError> {
+        let prefix = format!("{name}/");
+        let got = self
+            .unary(self.0.request_timeout, |mut c| {
+                let p = prefix.clone();
+                async move {
+                    let opts = GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend);
+                    c.get(p, Some(opts)).await
+                }
+            })
+            .await?;
+        let Some(kv) = got.kvs().iter().find(|kv| kv.lease() != 0) else {
+            return Ok(None);
+        };
+        let (key, lease) = (String::from_utf8_lossy(kv.key()).into_owned(), kv.lease());
+        let token = Token(u64::try_from(kv.create_revision()).unwrap_or(0));
+        let identity = self.identity_of(lease).await?.map(Arc::new);
+        Ok(Some(LockHolder {
+            key,
+            token,
+            lease,
+            identity,
+        }))
     }
 
     /// One keepalive within `bounds.timeout`; a lease found lost is

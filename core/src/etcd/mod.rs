@@ -24,6 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Error;
 use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
+use crate::identity::{Identity, LockHolder};
 use crate::machine::{LeaseId, Token};
 
 #[cfg(test)]
@@ -243,8 +244,20 @@ pub(crate) async fn connect(config: EtcdConfig) -> Result<EtcdBackend, Error> {
 }
 
 impl Backend for EtcdBackend {
-    fn grant(&self, ttl: Duration, bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
-        Box::pin(self.grant_lease(ttl, bounds))
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        bounds: Bounds,
+        identity: Option<&'a Identity>,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>> {
+        Box::pin(self.grant_lease(ttl, bounds, identity))
+    }
+
+    fn holder<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, BackendError>> {
+        Box::pin(self.holder_of(name))
     }
 
     fn keepalive(

@@ -6,6 +6,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use super::{EtcdBackend, EtcdConfig};
 use crate::backend::BackendError;
+use crate::identity::{IDENTITY_PREFIX, Identity};
 use crate::machine::LeaseId;
 use crate::reader::{LeaseTtl, LockKey, Read};
 use crate::{Error, lock_key};
@@ -58,6 +59,8 @@ impl EtcdReader {
         Ok(got
             .kvs()
             .iter()
+            // Identities (`identity::IDENTITY_PREFIX`) are not lock keys.
+            .filter(|kv| !kv.key().starts_with(IDENTITY_PREFIX))
             .filter_map(|kv| {
                 let key = String::from_utf8_lossy(kv.key()).into_owned();
                 let (name, _) = key.rsplit_once('/')?;
@@ -120,5 +123,11 @@ impl Read for EtcdReader {
         })?
         .map_err(|e| failed("get", e))?;
         Ok(got.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
+    fn identity(&self, lease: LeaseId) -> Result<Option<Identity>, Error> {
+        let b = self.backend.clone();
+        crate::driver::block_on(async move { b.identity_of(lease).await })?
+            .map_err(|e| failed("get identity", e))
     }
 }

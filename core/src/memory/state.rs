@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::link::Link;
 use crate::backend::{BackendError, Grant, KeyGone, LockGone, lock_key};
 use crate::clock::Instant;
+use crate::identity::{Identity, LockHolder};
 use crate::machine::{LeaseId, Token};
 
 #[derive(Default)]
@@ -86,6 +87,8 @@ impl WatchReg {
 pub(super) struct LeaseRec {
     pub(super) ttl: Duration,
     pub(super) expires_at: Instant,
+    /// Who holds it ([`crate::Backend::holder`]).
+    pub(super) identity: Option<Arc<Identity>>,
 }
 
 impl ServiceState {
@@ -187,12 +190,36 @@ impl ServiceState {
     }
 
     /// A new lease of `ttl` from `now`.
-    pub(super) fn grant(&mut self, now: Instant, ttl: Duration) -> Grant {
+    pub(super) fn grant(
+        &mut self,
+        now: Instant,
+        ttl: Duration,
+        identity: Option<Arc<Identity>>,
+    ) -> Grant {
         self.next_lease += 1;
         let lease = self.next_lease;
         let expires_at = now + ttl;
-        self.leases.insert(lease, LeaseRec { ttl, expires_at });
+        self.leases.insert(
+            lease,
+            LeaseRec {
+                ttl,
+                expires_at,
+                identity,
+            },
+        );
         Grant { lease, ttl }
+    }
+
+    /// See [`crate::Backend::holder`]: the owner key under `<name>/`.
+    pub(super) fn holder(&self, name: &str) -> Option<LockHolder> {
+        let (key, rev) = self.owner(name)?;
+        let lease = self.keys.get(key).map_or(0, |(l, _)| *l);
+        Some(LockHolder {
+            key: key.to_string(),
+            token: Token(rev),
+            lease,
+            identity: self.leases.get(&lease).and_then(|l| l.identity.clone()),
+        })
     }
 
     /// A keepalive of `lease` at `now` (expired leases already dropped):

@@ -16,6 +16,7 @@ use super::watch::Listener;
 use super::{election, guarded, lease, mutex, schema};
 use crate::Error;
 use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
+use crate::identity::{Identity, LockHolder};
 use crate::machine::{LeaseId, Token};
 
 /// A PostgreSQL server as a lock service.
@@ -68,8 +69,20 @@ impl Backend for PostgresBackend {
     /// connection, which the session's shorter bound must not do to every
     /// statement queued on it. The machine counts the grant failed after
     /// `bounds.timeout` all the same.
-    fn grant(&self, ttl: Duration, _bounds: Bounds) -> BoxFuture<'_, Result<Grant, BackendError>> {
-        Box::pin(lease::grant(&self.0.ops, ttl, self.0.timeout))
+    fn grant<'a>(
+        &'a self,
+        ttl: Duration,
+        _bounds: Bounds,
+        identity: Option<&'a Identity>,
+    ) -> BoxFuture<'a, Result<Grant, BackendError>> {
+        Box::pin(lease::grant(&self.0.ops, ttl, identity, self.0.timeout))
+    }
+
+    fn holder<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<LockHolder>, BackendError>> {
+        Box::pin(lease::holder(&self.0.ops, name, self.0.timeout))
     }
 
     /// Bounded by the session's keepalive timeout (a new connection

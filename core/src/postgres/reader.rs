@@ -11,6 +11,7 @@ use super::PostgresConfig;
 use super::conn::{Conn, Connector, describe};
 use super::schema;
 use crate::Error;
+use crate::identity::Identity;
 use crate::machine::LeaseId;
 use crate::reader::{LeaseTtl, LockKey, Read};
 
@@ -158,5 +159,18 @@ impl Read for PostgresReader {
             key.to_owned(),
         )?;
         Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    fn identity(&self, lease: LeaseId) -> Result<Option<Identity>, Error> {
+        // Through to_jsonb, so a version-2 table (no column) reads as none.
+        let rows = self.read(
+            "reading dlock.leases",
+            "SELECT to_jsonb(l) ->> 'holder' FROM dlock.leases l WHERE id = $1::text::bigint",
+            lease.to_string(),
+        )?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .and_then(|j| Identity::from_json(j.as_bytes())))
     }
 }

@@ -60,7 +60,7 @@ static void options(void) {
   CHECK(fn.margin_ms == macro.margin_ms);
   CHECK(fn.reacquire == macro.reacquire && fn.reacquire);
   CHECK(!fn.endpoints && !fn.ca_file && !fn.cert_file && !fn.key_file && !fn.user &&
-        !fn.password && !fn.memory);
+        !fn.password && !fn.memory && !fn.description && !fn.face);
   CHECK(fn.allow_plaintext_password == macro.allow_plaintext_password);
   CHECK(fn.connect_timeout_ms == macro.connect_timeout_ms);
   CHECK(fn.request_timeout_ms == macro.request_timeout_ms);
@@ -70,7 +70,7 @@ static void options(void) {
   memset(&untouched, 0x5a, sizeof untouched);
   struct lk_client_options copy = untouched;
   EXPECT(lk_client_options_init(&untouched, 0), LK_INVALID_ARGUMENT);
-  EXPECT(lk_client_options_init(&untouched, 2), LK_INVALID_ARGUMENT);
+  EXPECT(lk_client_options_init(&untouched, LK_CLIENT_OPTIONS_VERSION + 1), LK_INVALID_ARGUMENT);
   MESSAGE_HAS("version");
   CHECK(!memcmp(&untouched, &copy, sizeof copy));
   EXPECT(lk_client_options_init(NULL, LK_CLIENT_OPTIONS_VERSION), LK_NULL_PARAMETER);
@@ -669,6 +669,51 @@ static void shared_service(void) {
   lk_client_free(c);
 }
 
+/* Holder identity (issue 31): another client's lock names its holder
+ * (pid, face "c", description); a version-1 struct (no description) still
+ * works; a bad description is LK_INVALID_OPTION. */
+static void holder_identity(void) {
+  struct lk_memory *m;
+  OK(lk_memory_new(&m));
+  struct lk_client_options o = LK_CLIENT_OPTIONS_INIT;
+  o.memory = m;
+  o.description = "nightly backup";
+  struct lk_client *a, *b;
+  OK(lk_client_new(&o, &a));
+  o.description = NULL;
+  o.version = 1;
+  OK(lk_client_new(&o, &b));
+  struct lk_lock *held, *seen;
+  OK(lk_lock_new(a, "api/holder", &held));
+  OK(lk_lock_new(b, "api/holder", &seen));
+  struct lk_holder h = LK_HOLDER_INIT;
+  OK(lk_lock_holder(seen, &h));
+  CHECK(!h.held && !h.key);
+  uint64_t token;
+  OK(lk_lock_acquire(held, 5000, &token));
+  OK(lk_lock_holder(seen, &h));
+  CHECK(h.held && h.token == token && h.key && !strncmp(h.key, "api/holder/", 11));
+  CHECK(h.has_identity && h.pid == (uint32_t)getpid() && h.started > 0 && h.host && *h.host);
+  CHECK(!strcmp(h.face, "c") && h.face_version && !strcmp(h.description, "nightly backup"));
+  OK(lk_lock_release(held));
+  OK(lk_lock_holder(seen, &h));
+  CHECK(!h.held && !h.description && h.version == LK_HOLDER_VERSION);
+  lk_holder_clear(&h);
+  lk_holder_clear(NULL);
+
+  struct lk_client *bad = SENTINEL;
+  o.version = LK_CLIENT_OPTIONS_VERSION;
+  o.description = "two\nlines";
+  EXPECT(lk_client_new(&o, &bad), LK_INVALID_OPTION);
+  MESSAGE_HAS("description");
+  CHECK(bad == SENTINEL);
+  lk_lock_free(held);
+  lk_lock_free(seen);
+  lk_client_free(a);
+  lk_client_free(b);
+  lk_memory_free(m);
+}
+
 static void fence_gate(void) {
   struct lk_fence_gate *g;
   OK(lk_fence_gate_new(&g));
@@ -947,6 +992,7 @@ int main(void) {
   lock_lost();
   driver_blocks_sigpipe();
   shared_service();
+  holder_identity();
   fence_gate();
   faults();
   exit_and_cancel();

@@ -37,6 +37,27 @@ static int play(const struct json *c) {
     else if (!strcmp(setting, "user")) o.user = value;
     else if (!strcmp(setting, "password")) o.password = value;
     else return -1;
+  } else if (!strcmp(input, "description")) {
+    const struct json *value = json_get(c, "value");
+    const struct json *len = json_get(c, "value_len");
+    char *d;
+    if (value && value->kind == JSON_STRING) {
+      if (strlen(value->text) != value->len) return -1; /* a NUL inside */
+      d = (char *)malloc(value->len + 1);
+      memcpy(d, value->text, value->len + 1);
+    } else if (len && len->kind == JSON_NUMBER) {
+      size_t k = (size_t)len->number;
+      d = (char *)malloc(k + 1);
+      memset(d, 'x', k);
+      d[k] = 0;
+    } else {
+      return -1;
+    }
+    o.description = d;
+    s = lk_client_new(&o, &client);
+    lk_client_free(client);
+    free(d);
+    return (int)s;
   } else if (!strcmp(input, "lock_name")) {
     const struct json *name = json_get(c, "name");
     const struct json *len = json_get(c, "name_len");

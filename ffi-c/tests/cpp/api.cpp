@@ -545,6 +545,32 @@ static void metrics_health_shutdown() {
   CHECK(a.acquire(5s) >= 1);
 }
 
+// Holder identity (issue 31): another client's lock names its holder,
+// face "cpp", with the description given.
+static void holder_identity() {
+  dlock::options o;
+  o.description = "cpp batch";
+  dlock::client a = dlock::client::memory(o);
+  dlock::client b = dlock::client::memory();
+  dlock::lock held = a.lock("cpp/holder");
+  dlock::lock seen = b.lock("cpp/holder");
+  CHECK(!seen.holder());
+  const std::uint64_t token = held.acquire(5s);
+  std::optional<dlock::holder> h = seen.holder();
+  CHECK(h && h->token == token && h->key.rfind("cpp/holder/", 0) == 0);
+  CHECK(h && h->who && h->who->face == "cpp" && h->who->description == "cpp batch");
+  CHECK(h && h->who && h->who->pid == static_cast<std::uint32_t>(getpid()) && h->who->started > 0);
+  held.release();
+  CHECK(!seen.holder());
+  o.description = std::string(257, 'x');
+  try {
+    dlock::client::memory(o);
+    CHECK(!"a 257-byte description was accepted");
+  } catch (const dlock::error &e) {
+    CHECK(e.code() == dlock::errc::invalid_option);
+  }
+}
+
 int main() {
   alarm(120);  // a wait without limit that never ends fails the run (SIGALRM)
   codes();
@@ -555,6 +581,7 @@ int main() {
   fence_gate();
   acquire_start_and_cancel();
   elections();
+  holder_identity();
   metrics_health_shutdown();  // last: it shuts down every client
   std::printf("cpp api (C++%ld): %d passed, %d failed\n", __cplusplus / 100 % 100, passed, failed);
   return failed ? 1 : 0;

@@ -57,6 +57,17 @@ static std::optional<std::string> play(const struct json *c) {
       dlock::client client(o);
       return "ok";
     }
+    if (input == "description") {
+      const struct json *value = json_get(c, "value");
+      const struct json *len = json_get(c, "value_len");
+      dlock::options o;
+      if (value && value->kind == JSON_STRING) o.description.assign(value->text, value->len);
+      else if (len && len->kind == JSON_NUMBER) o.description.assign(static_cast<std::size_t>(len->number), 'x');
+      else return std::nullopt;
+      if (o.description.find('\0') != std::string::npos) return std::nullopt;
+      dlock::client client(o);
+      return "ok";
+    }
     if (input == "lock_name") {
       const struct json *name = json_get(c, "name");
       const struct json *len = json_get(c, "name_len");

@@ -163,7 +163,10 @@ class Client(_dlock.Client):
     ``margin``: seconds; ``reacquire``) default to the core's; the
     connection keywords are ``ca_file``, ``cert_file``, ``key_file``, ``user``,
     ``password``, ``allow_plaintext_password``, ``connect_timeout``,
-    ``request_timeout``. Connecting to etcd blocks.
+    ``request_timeout``. ``description`` (at most 256 bytes, one line) is
+    recorded beside each of its sessions' leases with the host, pid and
+    process start: ``lock.holder()`` and ``dlock show`` in other processes
+    read it. Connecting to etcd blocks.
     """
 
     def lock(self, name: str) -> "Lock":
