@@ -35,6 +35,8 @@ pub mod election;
 pub mod observer;
 // After `observer`.
 pub mod semaphore;
+// After `semaphore`.
+pub mod rwlock;
 // No exports: the shutdown the first client registers at exit.
 mod at_exit;
 
