@@ -2,14 +2,19 @@
 face converts, the core decides. On the embedded engine: readers on two
 clients hold together, a writer excludes both ways, a downgrade keeps the
 token and lets a queued reader in, an upgrade and a plain lock's downgrade
-are `InvalidArgument`, and the gate's two watermarks. Readers that share
+are `InvalidArgument`, and the gate's two watermarks; README.md's Python
+block as written; on the etcd test cluster (DLOCK_TEST_ETCD) the keys'
+values a writer, a downgrade and readers leave. Readers that share
 run on clients of their own: two holders on one session exclude each
 other whatever their modes."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import threading
+import uuid
 from pathlib import Path
 from typing import List, Optional
 
@@ -199,3 +204,39 @@ def test_the_readme_block_runs_as_written() -> None:
     assert seen[0][1] == seen[1][1] < seen[2][1], seen
     assert gate.watermarks("config") == (seen[0][1], seen[2][1])
     assert svc.holder("config") is None, "the block left a holder"
+
+
+@pytest.mark.skipif(not os.environ.get("DLOCK_TEST_ETCD"), reason="no etcd test cluster (DLOCK_TEST_ETCD unset)")
+def test_on_etcd_readers_share_and_a_downgrade_marks_the_key() -> None:
+    members = os.environ["DLOCK_TEST_MEMBERS"]
+    fast = dict(ttl=4.0, keepalive_interval=1.0, keepalive_timeout=0.5, retry_interval=0.5, margin=1.0)
+    c = dlock.Client(members, **fast)  # type: ignore[arg-type]
+    name = f"py-test/rw-{uuid.uuid4().hex[:12]}"
+
+    def values() -> List[str]:
+        """The values of `name`'s lock keys, oldest first."""
+        out = subprocess.run(
+            ["etcdctl", f"--endpoints={members}", "get", "--prefix", "--print-value-only", f"{name}/"],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "ETCDCTL_API": "3"},
+            timeout=WITHIN,
+        ).stdout
+        return out.splitlines()
+
+    w = c.session().rwlock(name).writer()
+    token = w.acquire(timeout=WITHIN)
+    r = c.session().rwlock(name).reader()
+    with pytest.raises(dlock.WouldBlock):
+        r.try_acquire()
+    assert values() == [""]  # a writer's key is empty, as etcdctl lock puts
+    w.downgrade()
+    assert values() == ["dlock:read"] and (w.mode, w.token) == ("read", token)
+    other = c.session().rwlock(name).reader()
+    assert other.acquire(timeout=WITHIN) > token  # readers share
+    assert values() == ["dlock:read", "dlock:read"]
+    with pytest.raises(dlock.WouldBlock):
+        c.session().rwlock(name).writer().try_acquire()
+    other.release()
+    w.release()
