@@ -3,13 +3,16 @@
 // clients hold together, a writer excludes both ways, a downgrade keeps
 // the token and lets a queued reader in, an upgrade and a plain lock's
 // downgrade are InvalidArgumentError, the gate's two watermarks, and
-// README.md's Node block under `## Read/write locks` as written. Readers
-// that share run on clients of their own: two holders on one session
-// exclude each other whatever their modes.
+// README.md's Node block under `## Read/write locks` as written. On the
+// etcd test cluster (DLOCK_TEST_ETCD): the keys' values a writer, a
+// downgrade and readers leave. Readers that share run on clients (or
+// sessions) of their own: two holders on one session exclude each other
+// whatever their modes.
 'use strict';
 
 const { test, after } = require('node:test');
 const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 const dlock = require('..');
@@ -155,4 +158,36 @@ test("README.md's Node block under `## Read/write locks` runs as written", async
   assert.ok(seen[0][1] === seen[1][1] && seen[1][1] < seen[2][1], String(seen));
   assert.deepEqual(gate.watermarks('config'), [seen[0][1], seen[2][1]]);
   assert.equal(service.holder('config'), null, 'the block left a holder');
+});
+
+// -------------------------------------------------------------------- etcd
+
+const members = process.env.DLOCK_TEST_MEMBERS;
+const skip = process.env.DLOCK_TEST_ETCD ? false : 'no etcd test cluster (DLOCK_TEST_ETCD unset)';
+
+test('etcd: a downgrade puts the read marker in the writer key; readers share', { skip }, async () => {
+  const client = new dlock.Client({ endpoints: members, ttl: 3000, keepaliveInterval: 1000, keepaliveTimeout: 500, retryInterval: 250, margin: 1000 });
+  const name = `node-test/rw/${process.pid}/${Date.now()}`;
+  /** The values of `name`'s lock keys, oldest first. */
+  const values = () =>
+    execFileSync('etcdctl', [`--endpoints=${members}`, 'get', '--prefix', '--print-value-only', `${name}/`], {
+      encoding: 'utf8',
+      env: { ...process.env, ETCDCTL_API: '3' },
+      timeout: 10_000,
+    })
+      .split('\n')
+      .filter((line, i, all) => i < all.length - 1 || line !== '');
+  const w = client.session().rwlock(name).writer();
+  const token = await w.acquire({ timeout: 10_000 });
+  await assert.rejects(client.session().rwlock(name).reader().tryAcquire(), dlock.WouldBlockError);
+  assert.deepEqual(values(), ['']); // a writer's key is empty, as etcdctl lock puts
+  await w.downgrade();
+  assert.deepEqual(values(), ['dlock:read']);
+  assert.deepEqual([w.mode, w.token], ['read', token]);
+  const other = client.session().rwlock(name).reader();
+  assert.ok((await other.acquire({ timeout: 10_000 })) > token);
+  assert.deepEqual(values(), ['dlock:read', 'dlock:read']);
+  await assert.rejects(client.session().rwlock(name).writer().tryAcquire(), dlock.WouldBlockError);
+  await other.release();
+  await w.release();
 });
