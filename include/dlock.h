@@ -12,7 +12,7 @@
  * - Pointers are NULL (LK_NULL_PARAMETER unless documented as optional) or
  *   valid; strings are NUL-terminated UTF-8. Handles (lk_client, lk_session,
  *   lk_lock, lk_memory, lk_fence_gate, lk_acquisition, lk_election,
- *   lk_observer, lk_semaphore) are thread-safe:
+ *   lk_observer, lk_semaphore, lk_rwlock) are thread-safe:
  *   share them between threads; free each once, when no other thread uses
  *   it. *_free(NULL) does nothing.
  * - A permit (struct lk_permit) lives in the caller's storage: declare it
@@ -252,6 +252,17 @@ enum lk_observed {
   LK_OBSERVED_RECONNECTING = 3,
 };
 
+// A lock's mode (`lk_lock_mode`).
+enum lk_mode {
+  // A plain lock (`lk_lock_new`, a semaphore's, an election's): it
+  // queues as a writer.
+  LK_MODE_NONE = 0,
+  // A read/write lock's reader: holds together with other readers.
+  LK_MODE_READ = 1,
+  // A read/write lock's writer: holds alone.
+  LK_MODE_WRITE = 2,
+};
+
 // A pending acquisition (`lk_lock_acquire_start`): cancel it with
 // `lk_acquisition_cancel`, free it with `lk_acquisition_free`. It keeps
 // nothing alive: the lock may be freed first.
@@ -280,6 +291,11 @@ struct lk_memory;
 // An observer of one election. Pull its events with `lk_observer_next`
 // (`lk_observer_new`), or get them in a callback (`lk_observer_start`).
 struct lk_observer;
+
+// A read/write lock: makes readers and writers (`lk_rwlock_reader`,
+// `lk_rwlock_writer`). Holds nothing itself: freeing it leaves the locks
+// made from it as they are (free those on their own).
+struct lk_rwlock;
 
 // A counting semaphore: at most its limit of holders at once, each
 // holding one slot's ordinary `lk_lock`. Holds nothing itself: freeing
@@ -820,6 +836,27 @@ enum lk_status lk_fence_gate_admit(const struct lk_fence_gate *gate,
                                    const char *name,
                                    uint64_t token);
 
+// Admits a read carrying `token` for the read/write lock `name` (and
+// remembers it) iff it is at least the highest write token admitted,
+// else `LK_STALE`. Readers never refuse each other.
+enum lk_status lk_fence_gate_admit_read(const struct lk_fence_gate *gate,
+                                        const char *name,
+                                        uint64_t token);
+
+// Admits a write carrying `token` for the read/write lock `name` iff it
+// is at least the highest write and the highest read token admitted,
+// else `LK_STALE` (`lk_fence_gate_admit` is this).
+enum lk_status lk_fence_gate_admit_write(const struct lk_fence_gate *gate,
+                                         const char *name,
+                                         uint64_t token);
+
+// The two watermarks of `name`: the highest write and the highest read
+// token admitted; 0 for a mode with none yet (tokens start at 1).
+enum lk_status lk_fence_gate_watermarks(const struct lk_fence_gate *gate,
+                                        const char *name,
+                                        uint64_t *write_out,
+                                        uint64_t *read_out);
+
 // The highest token seen for `name`; 0 if none (tokens start at 1).
 enum lk_status lk_fence_gate_highest(const struct lk_fence_gate *gate,
                                      const char *name,
@@ -1074,6 +1111,50 @@ enum lk_status lk_lock_holder(const struct lk_lock *lock, struct lk_holder *hold
 // Frees what `lk_lock_holder` put in `*holder` and zeroes it (its
 // `version` kept). NULL, or an empty one: nothing.
 void lk_holder_clear(struct lk_holder *holder);
+
+// A read/write lock called `name` on `client`'s default session
+// (`lk_session_rwlock_new` for another session). Sends nothing. Readers
+// that share a name need sessions (or clients) of their own: two holders
+// of one name on one session exclude each other whatever their modes.
+enum lk_status lk_rwlock_new(const struct lk_client *client,
+                             const char *name,
+                             struct lk_rwlock **rwlock_out);
+
+// As `lk_rwlock_new`, on `session`: its readers and writers are held
+// under that session's lease.
+enum lk_status lk_session_rwlock_new(const struct lk_session *session,
+                                     const char *name,
+                                     struct lk_rwlock **rwlock_out);
+
+// A new reader: `*lock_out` is an ordinary `lk_lock` in `LK_MODE_READ`,
+// not acquired yet (`lk_lock_acquire`, ..., `lk_lock_free`). It holds
+// together with other readers and waits for every earlier writer.
+enum lk_status lk_rwlock_reader(const struct lk_rwlock *rwlock, struct lk_lock **lock_out);
+
+// A new writer: as `lk_rwlock_reader`, in `LK_MODE_WRITE`. It holds
+// alone: after every earlier holder, and ahead of every later reader.
+enum lk_status lk_rwlock_writer(const struct lk_rwlock *rwlock, struct lk_lock **lock_out);
+
+// The read/write lock's name, as given; NULL for a NULL handle. Valid
+// until the handle is freed.
+const char *lk_rwlock_name(const struct lk_rwlock *rwlock);
+
+// Frees a read/write lock handle (NULL: nothing). Its readers and writers
+// stay as they are: free each on its own.
+void lk_rwlock_free(struct lk_rwlock *rwlock);
+
+// `lock`'s current mode: `LK_MODE_READ` / `LK_MODE_WRITE` for a read/write
+// lock's holder (a writer is `LK_MODE_READ` once downgraded),
+// `LK_MODE_NONE` for a plain lock.
+enum lk_status lk_lock_mode(const struct lk_lock *lock, enum lk_mode *mode_out);
+
+// A held writer becomes a reader: its key and token stay, and readers
+// queued behind it hold. A reader's downgrade does nothing. Blocks for
+// one request (at most about a TTL). `LK_INVALID_ARGUMENT`: a plain lock;
+// `LK_NOT_HELD` / `LK_FENCED`: not holding. There is no upgrade (two
+// upgrading readers would wait for each other): release the reader and
+// acquire a writer.
+enum lk_status lk_lock_downgrade(const struct lk_lock *lock);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,7 +5,7 @@
 // It converts types and decides nothing: the Rust core behind libdlock
 // keeps the leases, deadlines and tokens (docs/design.md §19).
 //
-// - Handles (client, session, lock, semaphore, fence_gate) are move-only
+// - Handles (client, session, lock, semaphore, rwlock, fence_gate) are move-only
 //   and free their C handle in the destructor; a moved-from handle is
 //   empty.
 // - Setup and acquire failures throw dlock::error, a std::system_error
@@ -27,6 +27,8 @@
 //   (client::observe) wrap lk_election_* and lk_observer_*.
 // - Semaphores (client::semaphore, session::semaphore) wrap
 //   lk_semaphore_*: acquire() gives a held dlock::lock with slot().
+// - Read/write locks (client::rwlock, session::rwlock) wrap lk_rwlock_*:
+//   reader() and writer() give a dlock::lock with mode() and downgrade().
 //
 // Guide: docs/cpp.md; example: examples/cpp/worker.cpp.
 
@@ -414,6 +416,17 @@ class lock {
     if (lk_lock_slot(raw_, &s) != LK_OK) return std::nullopt;
     return s;
   }
+  /// LK_MODE_READ / LK_MODE_WRITE for a read/write lock's holder (a
+  /// downgraded writer reads), LK_MODE_NONE for a plain lock.
+  lk_mode mode() const {
+    lk_mode m = LK_MODE_NONE;
+    detail::check(lk_lock_mode(raw_, &m), "lk_lock_mode");
+    return m;
+  }
+  /// A held writer becomes a reader, keeping its key and token (a
+  /// reader's does nothing). Throws dlock::error: invalid_argument (a
+  /// plain lock), not_held, fenced, backend.
+  void downgrade() { detail::check(lk_lock_downgrade(raw_), "lk_lock_downgrade"); }
 
   /// Writes `key` = `value` only while `token` holds the lock; false when
   /// it no longer does (fenced). Throws for other failures.
@@ -774,6 +787,51 @@ class semaphore {
   struct lk_semaphore *raw_ = nullptr;
 };
 
+/// A read/write lock (docs/design.md §27), made by client::rwlock or
+/// session::rwlock: reader() and writer() give ordinary locks, not
+/// acquired yet, with mode(). Holds nothing itself; the locks outlive it.
+/// Readers that share a name need sessions of their own: two holders on
+/// one session exclude each other. Move-only.
+class rwlock {
+ public:
+  rwlock() noexcept = default;
+  /// Takes ownership of a C handle.
+  explicit rwlock(struct lk_rwlock *raw) noexcept : raw_(raw) {}
+  rwlock(const rwlock &) = delete;
+  rwlock &operator=(const rwlock &) = delete;
+  rwlock(rwlock &&o) noexcept : raw_(std::exchange(o.raw_, nullptr)) {}
+  rwlock &operator=(rwlock &&o) noexcept {
+    if (this != &o) {
+      lk_rwlock_free(raw_);
+      raw_ = std::exchange(o.raw_, nullptr);
+    }
+    return *this;
+  }
+  ~rwlock() { lk_rwlock_free(raw_); }
+
+  /// A new reader: holds together with other readers, never a writer.
+  class lock reader() const {
+    struct lk_lock *l = nullptr;
+    detail::check(lk_rwlock_reader(raw_, &l), "lk_rwlock_reader");
+    return dlock::lock(l);
+  }
+  /// A new writer: holds alone.
+  class lock writer() const {
+    struct lk_lock *l = nullptr;
+    detail::check(lk_rwlock_writer(raw_, &l), "lk_rwlock_writer");
+    return dlock::lock(l);
+  }
+  std::string_view name() const noexcept {
+    const char *n = lk_rwlock_name(raw_);
+    return n ? std::string_view(n) : std::string_view();
+  }
+  struct lk_rwlock *native() const noexcept { return raw_; }
+  explicit operator bool() const noexcept { return raw_ != nullptr; }
+
+ private:
+  struct lk_rwlock *raw_ = nullptr;
+};
+
 /// One lease shared by many locks.
 class session {
  public:
@@ -811,6 +869,13 @@ class session {
     struct lk_semaphore *s = nullptr;
     detail::check(lk_session_semaphore_new(raw_, detail::name(name), limit, &s), "lk_session_semaphore_new");
     return dlock::semaphore(s);
+  }
+  /// The read/write lock `name` on this session (its holders held under
+  /// this lease); sends nothing.
+  class rwlock rwlock(const std::string &name) const {
+    struct lk_rwlock *r = nullptr;
+    detail::check(lk_session_rwlock_new(raw_, detail::name(name), &r), "lk_session_rwlock_new");
+    return dlock::rwlock(r);
   }
   /// Releases every lock of the session and revokes its lease.
   void close() { detail::check(lk_session_close(raw_), "lk_session_close"); }
@@ -908,6 +973,13 @@ class client {
     detail::check(lk_semaphore_new(raw_, detail::name(name), limit, &s), "lk_semaphore_new");
     return dlock::semaphore(s);
   }
+  /// The read/write lock `name` on the default session (see
+  /// session::rwlock).
+  class rwlock rwlock(const std::string &name) const {
+    struct lk_rwlock *r = nullptr;
+    detail::check(lk_rwlock_new(raw_, detail::name(name), &r), "lk_rwlock_new");
+    return dlock::rwlock(r);
+  }
   /// Observes the election `name`: pull the events with observer::next.
   class observer observe(const std::string &name) const {
     struct lk_observer *o = nullptr;
@@ -981,6 +1053,29 @@ class fence_gate {
     if (s == LK_STALE) return false;
     detail::check(s, "lk_fence_gate_admit");
     return true;
+  }
+  /// A read: true iff `token` is at least the highest write admitted
+  /// for `name` (then remembered); false: stale.
+  bool admit_read(const std::string &name, std::uint64_t token) {
+    enum lk_status s = lk_fence_gate_admit_read(raw_, name.c_str(), token);
+    if (s == LK_STALE) return false;
+    detail::check(s, "lk_fence_gate_admit_read");
+    return true;
+  }
+  /// A write (as admit): true iff `token` is at least the highest write
+  /// and the highest read admitted for `name`; false: stale.
+  bool admit_write(const std::string &name, std::uint64_t token) {
+    enum lk_status s = lk_fence_gate_admit_write(raw_, name.c_str(), token);
+    if (s == LK_STALE) return false;
+    detail::check(s, "lk_fence_gate_admit_write");
+    return true;
+  }
+  /// {W, R}: the highest write and read tokens admitted for `name`; 0 for
+  /// none yet.
+  std::pair<std::uint64_t, std::uint64_t> watermarks(const std::string &name) const {
+    std::uint64_t w = 0, r = 0;
+    detail::check(lk_fence_gate_watermarks(raw_, name.c_str(), &w, &r), "lk_fence_gate_watermarks");
+    return {w, r};
   }
   /// The highest token seen for `name`; 0 if none.
   std::uint64_t highest(const std::string &name) const {

@@ -50,7 +50,7 @@ step "include/dlock.h matches a fresh cbindgen $CBINDGEN_VERSION generation" bas
     cmp "$1/dlock.h" include/dlock.h ||
     { echo "include/dlock.h is stale: run cbindgen --config ffi-c/cbindgen.toml --crate dlock-ffi --output include/dlock.h ffi-c"; exit 1; }' _ "$work"
 
-tests=(api callbacks threads fork sessions scenarios metrics election readme bad_input semaphore)
+tests=(api callbacks threads fork sessions scenarios metrics election readme bad_input semaphore rwlock)
 mkdir -p "$work/asan" "$work/plain"
 
 compile_all() {

@@ -5,7 +5,8 @@
 # -Wodr); examples/cpp/worker.cpp built strictly and its story checked by
 # core/tests/c_worker.rs (the C worker's story, told the same way); one
 # election on the real etcd (ffi-c/tests/cpp/election_etcd.cpp); semaphores
-# (ffi-c/tests/cpp/semaphore.cpp) on the embedded service. Links
+# (ffi-c/tests/cpp/semaphore.cpp) and read/write locks
+# (ffi-c/tests/cpp/rwlock.cpp) on the embedded service. Links
 # the release libdlock.so as scripts/test-c.sh does (flags: c-flags.sh).
 #
 # etcd: the cluster whose env is exported (DLOCK_TEST_ETCD, from
@@ -59,6 +60,13 @@ for std in c++17 c++20; do
     g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/semaphore.cpp -o "$work/semaphore-$std" "${LINK[@]}"
   san_env_on
   [[ -x $work/semaphore-$std ]] && step "semaphore.cpp ($std): N of N + 1 hold, one slot each, a release wakes one waiter" "$work/semaphore-$std"
+  san_env_off
+  # Read/write locks: readers share, a writer excludes, downgrade keeps
+  # the token, the gate's two watermarks.
+  step "rwlock.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
+    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/rwlock.cpp -o "$work/rwlock-$std" "${LINK[@]}"
+  san_env_on
+  [[ -x $work/rwlock-$std ]] && step "rwlock.cpp ($std): readers share, a writer excludes, downgrade keeps the token" "$work/rwlock-$std"
   san_env_off
   # The README's C++ blocks as written: the loop (its text checked against
   # this file by core/tests/readme.rs) stops at a fence; the election (its

@@ -448,6 +448,16 @@ export class Client {
   }
 
   /**
+   * The read/write lock `name` on the default session (see `RwLock`).
+   * Readers that share a name need sessions (or clients) of their own:
+   * two holders on one session exclude each other.
+   */
+  rwlock(name: string): RwLock {
+    const n = checkString('name', name);
+    return new RwLock(call(() => native.NativeRwLock.ofClient(this._n, n)));
+  }
+
+  /**
    * Observes the election `name` (no lease, no key of its own): an async
    * iterator of `Leader | undefined` and an EventEmitter (`'change'`).
    * Its first event is the current state. `close()` ends it.
@@ -549,6 +559,11 @@ export class Session {
     const n = checkString('name', name);
     const l = checkLimit(limit);
     return new Semaphore(call(() => native.NativeSemaphore.ofSession(this._n, n, l)));
+  }
+  /** The read/write lock `name`, its holders held on this session (see `Client.rwlock`). */
+  rwlock(name: string): RwLock {
+    const n = checkString('name', name);
+    return new RwLock(call(() => native.NativeRwLock.ofSession(this._n, n)));
   }
   get lease(): bigint | null {
     return this._n.lease ?? null;
@@ -786,6 +801,10 @@ export class Lock extends EventEmitter<LockEvents> {
   get slot(): number | null {
     return this._n.slot ?? null;
   }
+  /** `'read'` or `'write'` for a read/write lock's holder, else null (a plain lock). */
+  get mode(): 'read' | 'write' | null {
+    return this._n.mode ?? null;
+  }
   get session(): Session {
     return new Session(this._n.session());
   }
@@ -876,6 +895,23 @@ export class Lock extends EventEmitter<LockEvents> {
   /** Releases (deletes the lock key); every permit is invalid from now on. */
   async release(): Promise<void> {
     settle(await this._n.release());
+  }
+
+  /**
+   * A held writer becomes a reader, keeping its key and token; queued
+   * readers hold. A reader's does nothing; a plain lock's rejects with
+   * `InvalidArgumentError`, a writer not held with `NotHeldError`.
+   */
+  async downgrade(): Promise<void> {
+    settle(await this._n.downgrade());
+  }
+
+  /**
+   * Always throws `InvalidArgumentError` (two upgrading readers would wait
+   * for each other): release the reader and acquire a writer instead.
+   */
+  upgrade(): void {
+    call(() => this._n.upgrade());
   }
 
   /** Releases and ends the lock's events; closing twice is harmless. */
@@ -974,6 +1010,36 @@ export class Semaphore {
     const handle = new native.NativeSemaphoreAcquisition();
     settle(await call(() => this._n.tryAcquire(handle)));
     return new Lock(handle.take()!);
+  }
+}
+
+// ---------------------------------------------------------- read/write
+
+/**
+ * Many readers or one writer on a name (docs/design.md §27); made by
+ * `client.rwlock(name)` or `session.rwlock(name)`, holds nothing itself.
+ * `reader()` and `writer()` are ordinary `Lock`s, not acquired yet, with
+ * `mode` `'read'` or `'write'`: acquire, permits, fencing and events are
+ * a lock's. A resource fences them with `FenceGate.admitRead` /
+ * `admitWrite`.
+ */
+export class RwLock {
+  /** @internal */
+  readonly _n: N.NativeRwLock;
+  /** @internal */
+  constructor(n: N.NativeRwLock) {
+    this._n = n;
+  }
+  get name(): string {
+    return this._n.name;
+  }
+  /** A reader: holds together with other readers, never with a writer. */
+  reader(): Lock {
+    return new Lock(call(() => this._n.reader()));
+  }
+  /** A writer: holds alone. */
+  writer(): Lock {
+    return new Lock(call(() => this._n.writer()));
   }
 }
 
@@ -1350,8 +1416,31 @@ export class FenceGate {
       throw new StaleError('stale', stale.message, t, stale.highest);
     }
   }
+  /** A read: throws `StaleError` if a higher write token was admitted for `name`. */
+  admitRead(name: string, token: bigint | number): void {
+    const n = checkString('name', name);
+    const t = checkToken('token', token);
+    const stale = call(() => this._n.admitRead(n, t));
+    if (stale !== null && stale !== undefined) {
+      throw new StaleError('stale', stale.message, t, stale.highest);
+    }
+  }
+  /** A write (as `admit`): throws `StaleError` if a higher write or read token was admitted. */
+  admitWrite(name: string, token: bigint | number): void {
+    const n = checkString('name', name);
+    const t = checkToken('token', token);
+    const stale = call(() => this._n.admitWrite(n, t));
+    if (stale !== null && stale !== undefined) {
+      throw new StaleError('stale', stale.message, t, stale.highest);
+    }
+  }
   highest(name: string): bigint | null {
     return this._n.highest(checkString('name', name)) ?? null;
+  }
+  /** `[W, R]`: the highest write and read tokens admitted for `name` (null: none yet). */
+  watermarks(name: string): [bigint | null, bigint | null] {
+    const [w, r] = this._n.watermarks(checkString('name', name));
+    return [w ?? null, r ?? null];
   }
 }
 

@@ -57,6 +57,63 @@ pub unsafe extern "C" fn lk_fence_gate_admit(
     })
 }
 
+/// Admits a read carrying `token` for the read/write lock `name` (and
+/// remembers it) iff it is at least the highest write token admitted,
+/// else `LK_STALE`. Readers never refuse each other.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_admit_read(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    token: u64,
+) -> lk_status {
+    ffi!({
+        let gate = unsafe { arg(gate, "gate") }?;
+        let name = unsafe { text(name, "name") }?;
+        gate.gate
+            .admit_read(name, Token(token))
+            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
+    })
+}
+
+/// Admits a write carrying `token` for the read/write lock `name` iff it
+/// is at least the highest write and the highest read token admitted,
+/// else `LK_STALE` (`lk_fence_gate_admit` is this).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_admit_write(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    token: u64,
+) -> lk_status {
+    ffi!({
+        let gate = unsafe { arg(gate, "gate") }?;
+        let name = unsafe { text(name, "name") }?;
+        gate.gate
+            .admit_write(name, Token(token))
+            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
+    })
+}
+
+/// The two watermarks of `name`: the highest write and the highest read
+/// token admitted; 0 for a mode with none yet (tokens start at 1).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lk_fence_gate_watermarks(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    write_out: *mut u64,
+    read_out: *mut u64,
+) -> lk_status {
+    ffi!({
+        let gate = unsafe { arg(gate, "gate") }?;
+        let name = unsafe { text(name, "name") }?;
+        let write = unsafe { out(write_out, "write_out") }?;
+        let read = unsafe { out(read_out, "read_out") }?;
+        let (w, r) = gate.gate.watermarks(name);
+        *write = w.map_or(0, Token::get);
+        *read = r.map_or(0, Token::get);
+        Ok(())
+    })
+}
+
 /// The highest token seen for `name`; 0 if none (tokens start at 1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_fence_gate_highest(

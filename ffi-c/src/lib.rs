@@ -37,6 +37,8 @@ pub mod observer;
 pub mod semaphore;
 // After `lock`: a lock's holder (issue 31).
 pub mod holder;
+// After `semaphore`.
+pub mod rwlock;
 // No exports: the shutdown the first client registers at exit.
 mod at_exit;
 

@@ -24,6 +24,7 @@ mod election;
 pub mod log;
 pub mod metrics;
 mod observer;
+mod rwlock;
 #[cfg(feature = "scenarios")]
 mod scenarios;
 mod semaphore;
@@ -633,6 +634,30 @@ impl NativeLock {
         Ok(promise)
     }
 
+    /// `'read'` or `'write'` for a read/write lock's holder (`null` for a
+    /// plain lock).
+    #[napi(getter, ts_return_type = "'read' | 'write' | null")]
+    pub fn mode(&self) -> Option<&'static str> {
+        self.lock.mode().map(dlock::Mode::as_str)
+    }
+
+    /// A held writer becomes a reader, keeping its key and token (the
+    /// core's `downgrade`).
+    #[napi(ts_return_type = "Promise<Outcome>")]
+    pub fn downgrade<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let lock = self.lock.clone();
+        complete(
+            env,
+            async move { lock.downgrade_async().await.map(|()| None) },
+        )
+    }
+
+    /// Always `invalid_argument` (the core's `upgrade`).
+    #[napi]
+    pub fn upgrade(&self) -> Result<()> {
+        self.lock.upgrade().map_err(thrown)
+    }
+
     #[napi]
     pub fn session(&self) -> NativeSession {
         NativeSession {
@@ -943,6 +968,15 @@ pub struct NativeStale {
     pub message: String,
 }
 
+impl NativeStale {
+    fn of(s: dlock::Stale) -> NativeStale {
+        NativeStale {
+            highest: BigInt::from(s.highest.get()),
+            message: s.to_string(),
+        }
+    }
+}
+
 /// `FenceGate`: refuses a token lower than the highest seen for a name.
 #[napi]
 pub struct NativeFenceGate {
@@ -968,9 +1002,43 @@ impl NativeFenceGate {
         }))
     }
 
+    /// `admit` for a read: admitted iff at least the highest write.
+    #[napi]
+    pub fn admit_read(&self, name: String, token: BigInt) -> Result<Option<NativeStale>> {
+        let token = token_of(token)?;
+        Ok(self
+            .inner
+            .admit_read(&name, token)
+            .err()
+            .map(NativeStale::of))
+    }
+
+    /// `admit` for a write: admitted iff at least the highest write and
+    /// the highest read.
+    #[napi]
+    pub fn admit_write(&self, name: String, token: BigInt) -> Result<Option<NativeStale>> {
+        let token = token_of(token)?;
+        Ok(self
+            .inner
+            .admit_write(&name, token)
+            .err()
+            .map(NativeStale::of))
+    }
+
     #[napi]
     pub fn highest(&self, name: String) -> Option<BigInt> {
         self.inner.highest(&name).map(|t| BigInt::from(t.get()))
+    }
+
+    /// The highest write and the highest read token admitted for `name`
+    /// (`null`: none of that mode yet).
+    #[napi(ts_return_type = "[bigint | null, bigint | null]")]
+    pub fn watermarks(&self, name: String) -> Vec<Option<BigInt>> {
+        let (w, r) = self.inner.watermarks(&name);
+        [w, r]
+            .into_iter()
+            .map(|t| t.map(|t| BigInt::from(t.get())))
+            .collect()
     }
 }
 

@@ -21,7 +21,7 @@ function run(args, opts = {}) {
   return r.stdout;
 }
 
-test('tsc --noEmit --strict: examples/node/typed.ts, test/ts/using.ts and test/ts/election.ts', () => {
+test('tsc --noEmit --strict: examples/node/typed.ts, test/ts/using.ts, election.ts and rwlock.ts', () => {
   run([tsc, '--noEmit', '--strict', '-p', path.join(root, 'examples', 'node')]);
   run([tsc, '--noEmit', '--strict', '-p', path.join(__dirname, 'ts')]);
 });

@@ -27,6 +27,31 @@ impl FenceGate {
             .map_err(|s| stale(py, s))
     }
 
+    /// Admits a read with `token` for `name` (iff it is at least the
+    /// highest write admitted) or raises `Stale`.
+    fn admit_read(&self, py: Python<'_>, name: String, token: &Bound<'_, PyAny>) -> PyResult<()> {
+        let token = crate::convert::u64_arg(py, "token", token)?;
+        self.inner
+            .admit_read(&name, dlock::Token(token))
+            .map_err(|s| stale(py, s))
+    }
+
+    /// Admits a write with `token` for `name` (iff it is at least the
+    /// highest write and the highest read admitted) or raises `Stale`.
+    fn admit_write(&self, py: Python<'_>, name: String, token: &Bound<'_, PyAny>) -> PyResult<()> {
+        let token = crate::convert::u64_arg(py, "token", token)?;
+        self.inner
+            .admit_write(&name, dlock::Token(token))
+            .map_err(|s| stale(py, s))
+    }
+
+    /// The two watermarks of `name`: (highest write, highest read)
+    /// admitted, each None before the first of its mode.
+    fn watermarks(&self, name: String) -> (Option<u64>, Option<u64>) {
+        let (w, r) = self.inner.watermarks(&name);
+        (w.map(|t| t.get()), r.map(|t| t.get()))
+    }
+
     /// The highest token seen for `name`, or None.
     fn highest(&self, name: String) -> Option<u64> {
         self.inner.highest(&name).map(|t| t.get())

@@ -23,6 +23,7 @@ mod observer;
 mod options;
 mod permit;
 mod process;
+mod rwlock;
 mod semaphore;
 mod session;
 mod vocab;
@@ -51,6 +52,8 @@ fn _dlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<semaphore::Semaphore>()?;
     m.add_class::<semaphore::HeldSlot>()?;
     m.add_class::<semaphore::SemaphoreAcquisition>()?;
+    m.add_class::<rwlock::RwLock>()?;
+    m.add_class::<rwlock::RwHolder>()?;
     m.add("MAX_SEMAPHORE_LIMIT", dlock::MAX_SEMAPHORE_LIMIT)?;
     m.add_class::<election::Election>()?;
     m.add_class::<election::Leader>()?;

@@ -96,7 +96,8 @@ impl Drop for Lock {
 impl Lock {
     /// A lock called `name` on `owner`, a Client (its default session) or a
     /// Session; not acquired yet. Or the held lock of a slot a semaphore
-    /// won: `owner` its `HeldSlot`, `name` that slot's name.
+    /// won: `owner` its `HeldSlot`, `name` that slot's name. Or a
+    /// read/write lock's reader or writer: `owner` its `RwHolder`.
     #[new]
     fn new(py: Python<'_>, owner: &Bound<'_, PyAny>, name: &Bound<'_, PyAny>) -> PyResult<Lock> {
         let name = name.cast::<PyString>().map_err(|_| {
@@ -108,6 +109,8 @@ impl Lock {
         let name = name.to_cow()?;
         let lock = if let Some(held) = crate::semaphore::held_slot(owner) {
             Ok(crate::semaphore::take_slot(held, &name)?)
+        } else if let Some(holder) = crate::rwlock::rw_holder(owner) {
+            Ok(crate::rwlock::take_holder(holder, &name)?)
         } else if let Ok(c) = owner.cast::<Client>() {
             c.get().inner.lock(&name)
         } else if let Ok(s) = owner.cast::<Session>() {
@@ -166,6 +169,13 @@ impl Lock {
         self.inner.slot()
     }
 
+    /// `"read"` or `"write"` for a read/write lock's holder; None for a
+    /// plain lock.
+    #[getter]
+    fn mode(&self) -> Option<&'static str> {
+        self.inner.mode().map(dlock::Mode::as_str)
+    }
+
     /// The session the lock is held under.
     #[getter]
     fn _session(&self) -> Session {
@@ -197,6 +207,20 @@ impl Lock {
         not_forked(py)?;
         let lock = Arc::clone(&self.inner);
         py.detach(move || lock.release()).or_raise(py)
+    }
+
+    /// A held writer becomes a reader, keeping its key and token (the
+    /// core's `downgrade`; a reader's does nothing). Releases the GIL.
+    fn downgrade(&self, py: Python<'_>) -> PyResult<()> {
+        not_forked(py)?;
+        let lock = Arc::clone(&self.inner);
+        py.detach(move || lock.downgrade()).or_raise(py)
+    }
+
+    /// Always `InvalidArgument` (the core's `upgrade`): release the reader
+    /// and acquire a writer instead.
+    fn upgrade(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.upgrade().or_raise(py)
     }
 
     /// Releases and ends the lock's callbacks and event streams.
@@ -402,6 +426,15 @@ impl Lock {
         spawn(py, r#loop, fut, async move {
             Outcome::Unit(lock.release_async().await)
         })
+    }
+
+    /// Starts a downgrade that completes `fut` on `loop` (the core's
+    /// `downgrade_then`).
+    fn _downgrade_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
+        let pending = Pending::new(py, r#loop, fut)?;
+        self.inner
+            .downgrade_then(move |r| pending.complete(Outcome::Unit(r)));
+        Ok(())
     }
 
     /// Starts a close that completes `fut` on `loop`.

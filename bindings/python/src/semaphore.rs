@@ -79,14 +79,14 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The core's session of `owner`, a Client (its default session) or a
 /// Session.
-fn session_of(owner: &Bound<'_, PyAny>) -> PyResult<dlock::Session> {
+pub(crate) fn session_of(owner: &Bound<'_, PyAny>) -> PyResult<dlock::Session> {
     if let Ok(c) = owner.cast::<Client>() {
         Ok(c.get().inner.default_session().clone())
     } else if let Ok(s) = owner.cast::<Session>() {
         Ok(s.get().inner.clone())
     } else {
         Err(PyTypeError::new_err(
-            "a semaphore's owner must be a dlock.Client or a dlock.Session",
+            "an owner must be a dlock.Client or a dlock.Session",
         ))
     }
 }

@@ -152,6 +152,55 @@ static void tls(void) {
   lk_client_free(c);
 }
 
+/* Read/write locks on the 3-member cluster: a writer excludes a reader;
+ * its downgrade keeps the token and lets the reader share; a writer then
+ * waits for both. */
+static void rwlock(const char *members) {
+  char name[128];
+  snprintf(name, sizeof name, "%s-rw", lock_name);
+  struct lk_client_options o = etcd_options(members);
+  struct lk_client *a, *b;
+  OK(lk_client_new(&o, &a));
+  OK(lk_client_new(&o, &b));
+  struct lk_rwlock *ra, *rb;
+  OK(lk_rwlock_new(a, name, &ra));
+  OK(lk_rwlock_new(b, name, &rb));
+  struct lk_lock *w, *r, *w2;
+  OK(lk_rwlock_writer(ra, &w));
+  OK(lk_rwlock_reader(rb, &r));
+  uint64_t tw = 0, tr = 0, u = 0;
+  OK(lk_lock_acquire(w, 10000, &tw));
+  EXPECT(lk_lock_try_acquire(r, NULL), LK_WOULD_BLOCK);
+  OK(lk_lock_downgrade(w));
+  enum lk_mode m = LK_MODE_NONE;
+  OK(lk_lock_mode(w, &m));
+  CHECK(m == LK_MODE_READ);
+  OK(lk_lock_token(w, &u));
+  CHECK(u == tw);
+  OK(lk_lock_acquire(r, 10000, &tr));
+  CHECK(tr > tw);
+  struct lk_session *s;
+  struct lk_rwlock *rs;
+  OK(lk_session_new(a, &o, &s)); /* a session of its own: waits for the readers alone */
+  OK(lk_session_rwlock_new(s, name, &rs));
+  OK(lk_rwlock_writer(rs, &w2));
+  EXPECT(lk_lock_try_acquire(w2, NULL), LK_WOULD_BLOCK);
+  printf("etcd: rwlock %s: writer %" PRIu64 " downgraded, reader %" PRIu64 " shares\n", name, tw, tr);
+  OK(lk_lock_release(r));
+  OK(lk_lock_release(w));
+  OK(lk_lock_try_acquire(w2, NULL)); /* both readers gone */
+  OK(lk_lock_release(w2));
+  lk_lock_free(w2);
+  lk_lock_free(r);
+  lk_lock_free(w);
+  lk_rwlock_free(rs);
+  lk_session_free(s);
+  lk_rwlock_free(rb);
+  lk_rwlock_free(ra);
+  lk_client_free(a);
+  lk_client_free(b);
+}
+
 /* DLOCK_ENDPOINTS switches lk_client_from_env to etcd. */
 static void from_env(const char *members) {
   setenv("DLOCK_ENDPOINTS", members, 1);
@@ -182,6 +231,7 @@ int main(void) {
   snprintf(lock_name, sizeof lock_name, "dlock-c-test/%ld-%" PRIu64, (long)getpid(), boot_ns());
   snprintf(data_key, sizeof data_key, "%s-data", lock_name);
   plaintext(members);
+  rwlock(members);
   from_env(members);
   tls();
   return finish("etcd");

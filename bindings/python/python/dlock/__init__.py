@@ -15,6 +15,10 @@ everything about leases, deadlines and tokens::
     with gpus.acquire(timeout=30) as held:   # a held Lock: held.slot, held.name
         ...
 
+    rw = client.rwlock("config")             # many readers or one writer
+    with rw.reader() as r:                   # a Lock: r.mode == "read"
+        ...
+
     election = client.election("leaders")    # leader election (etcd's keys)
     with election.campaign(b"host-a", timeout=30) as lead:   # or raises
         with lead.permit() as p:
@@ -107,6 +111,7 @@ __all__ = [
     "PermitRefused",
     "RESIGN_GRACE",
     "Released",
+    "RwLock",
     "Semaphore",
     "Session",
     "SessionStats",
@@ -187,6 +192,12 @@ class Client(_dlock.Client):
         request (without the GIL)."""
         return Semaphore(self, name, limit)
 
+    def rwlock(self, name: str) -> "RwLock":
+        """The read/write lock ``name`` on the default session (see
+        ``RwLock``). Readers that share a name need sessions (or clients)
+        of their own: two holders on one session exclude each other."""
+        return RwLock(self, name)
+
     def observe(self, name: str) -> "Observer":
         """Observes the election ``name`` (no lease, no key of its own):
         ``for leader in client.observe(name):`` yields the current
@@ -253,6 +264,11 @@ class Session:
         """The semaphore ``name`` of ``limit`` slots whose slots are held on
         this session (see ``Client.semaphore``)."""
         return Semaphore(self._native, name, limit)
+
+    def rwlock(self, name: str) -> "RwLock":
+        """The read/write lock ``name`` whose holders are held on this
+        session (see ``Client.rwlock``)."""
+        return RwLock(self._native, name)
 
     @property
     def lease(self) -> Optional[int]:
@@ -414,6 +430,13 @@ class Lock(_dlock.Lock):
         self._release_start(loop, fut)
         await fut
 
+    async def downgrade_async(self) -> None:
+        """``downgrade`` without blocking the loop."""
+        loop = asyncio.get_running_loop()
+        fut: "asyncio.Future[None]" = loop.create_future()
+        self._downgrade_start(loop, fut)
+        await fut
+
     async def close_async(self) -> None:
         """Closes without blocking the loop."""
         self.__dict__.pop("_held", None)
@@ -545,6 +568,26 @@ class SlotAcquire:
     ) -> None:
         if self._held is not None:
             await self._held.release_async()
+
+
+class RwLock(_dlock.RwLock):
+    """Many readers or one writer on a name (docs/design.md §27); made by
+    ``client.rwlock(name)`` or ``session.rwlock(name)``, holds nothing
+    itself. ``reader()`` and ``writer()`` are ordinary ``Lock``\ s, not
+    acquired yet, with ``.mode`` ``"read"`` or ``"write"``: acquire,
+    permits, fencing and callbacks are a lock's. A held writer's
+    ``downgrade()`` makes it a reader with the same token. A resource
+    fences them with ``FenceGate.admit_read`` / ``admit_write``.
+    """
+
+    def reader(self) -> Lock:
+        """A reader: holds together with other readers, never with a
+        writer."""
+        return Lock(self._reader(), self.name)
+
+    def writer(self) -> Lock:
+        """A writer: holds alone."""
+        return Lock(self._writer(), self.name)
 
 
 def _slot_lock(held: _dlock.HeldSlot) -> Lock:
