@@ -83,7 +83,8 @@ impl Scenario {
     /// Whether a holder is an election candidate or an observer: a face
     /// without elections yet skips the file (see [`Face::elections`]).
     pub fn uses_elections(&self) -> bool {
-        (0..self.holders.len()).any(|i| self.placement_at(i).role != Role::Lock)
+        (0..self.holders.len())
+            .any(|i| matches!(self.placement_at(i).role, Role::Election | Role::Observer))
     }
 
     /// Whether a holder is a read/write lock's reader or writer: a face

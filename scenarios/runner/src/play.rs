@@ -80,7 +80,7 @@ impl Outcome {
 }
 
 /// Compares what the face observed with what the step expects.
-fn judge(step: &Step, got: Observed) -> Result<(), String> {
+pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
     let mismatch = |got: &Observed| Err(format!("the face answered {got:?}"));
     match (step, got) {
         (
