@@ -181,6 +181,15 @@ impl Face for RustFace {
                 Role::Election => Some(Handle::Election(
                     session.election(&place.lock).map_err(|e| e.to_string())?,
                 )),
+                Role::Reader | Role::Writer => {
+                    let rw = session.rwlock(&place.lock).map_err(|e| e.to_string())?;
+                    let lock = if place.role == Role::Reader {
+                        rw.read()
+                    } else {
+                        rw.write()
+                    };
+                    Some(Handle::Lock(lock.map_err(|e| e.to_string())?))
+                }
             };
             let held = handle.map(|handle| {
                 // The event's Display is the trace line.
@@ -209,6 +218,10 @@ impl Face for RustFace {
     }
 
     fn elections(&self) -> bool {
+        true
+    }
+
+    fn rwlocks(&self) -> bool {
         true
     }
 
@@ -398,6 +411,20 @@ impl Face for RustFace {
                 self.holder(holder)?.client.shutdown();
                 Observed::Done
             }
+            Step::Downgrade { holder, .. } => Observed::Word(
+                match self.lock(holder)?.downgrade() {
+                    Ok(()) => "ok",
+                    Err(e) => e.code(),
+                }
+                .into(),
+            ),
+            Step::Mode { holder, .. } => Observed::Word(
+                self.lock(holder)?
+                    .mode()
+                    .ok_or_else(|| format!("{holder} is not a read/write lock holder"))?
+                    .as_str()
+                    .into(),
+            ),
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         })
     }

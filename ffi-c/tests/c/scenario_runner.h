@@ -89,7 +89,10 @@ enum lks_do {
   LKS_DO_PROCLAIM = 16, /* -> LKS_SAW_WORD: "ok" or the status word, proclaiming `value` */
   LKS_DO_RESIGN = 17,   /* resign in the background, grace `ms` */
   LKS_DO_LEADER = 18,   /* -> LKS_SAW_LEADER: the current leader */
-  LKS_DO_OBSERVE = 19   /* start the observer holder's observer: its events to the trace */
+  LKS_DO_OBSERVE = 19,  /* start the observer holder's observer: its events to the trace */
+  /* Read/write locks (holder_role "read" or "write"). */
+  LKS_DO_DOWNGRADE = 20, /* -> LKS_SAW_WORD: "ok" or the status word of lk_lock_downgrade */
+  LKS_DO_MODE = 21       /* -> LKS_SAW_WORD: "read" or "write" (lk_lock_mode) */
 };
 
 enum lks_fault {
@@ -170,6 +173,7 @@ int lks_play_dir(const char *dir, const struct lks_face *face);
 
 /* The optional parts of the format a face plays (`plays` bits). */
 #define LKS_PLAYS_ELECTIONS 1u /* holder_role "election"/"observe", LKS_DO_CAMPAIGN.. */
+#define LKS_PLAYS_RWLOCKS 2u   /* holder_role "read"/"write", LKS_DO_DOWNGRADE, LKS_DO_MODE */
 
 /* lks_play_dir for a face that plays the parts in `plays`: a file needing a
  * part the face does not play is reported "SKIPPED, unsupported" (not a

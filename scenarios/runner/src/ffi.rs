@@ -62,9 +62,15 @@ pub const LKS_DO_PROCLAIM: c_int = 16;
 pub const LKS_DO_RESIGN: c_int = 17;
 pub const LKS_DO_LEADER: c_int = 18;
 pub const LKS_DO_OBSERVE: c_int = 19;
+// Added with read/write locks (a face that plays them: `LKS_PLAYS_RWLOCKS`).
+pub const LKS_DO_DOWNGRADE: c_int = 20;
+pub const LKS_DO_MODE: c_int = 21;
 
 /// `lks_play_dir_with`'s `plays`: the face plays elections.
 pub const LKS_PLAYS_ELECTIONS: u32 = 1;
+/// `lks_play_dir_with`'s `plays`: the face plays read/write locks
+/// (`holder_role` `"read"` / `"write"`, `LKS_DO_DOWNGRADE`, `LKS_DO_MODE`).
+pub const LKS_PLAYS_RWLOCKS: u32 = 2;
 
 /// `enum lks_fault`'s number of `f`.
 pub(crate) fn fault_code(f: Fault) -> c_int {
@@ -173,6 +179,10 @@ impl Face for CFace<'_> {
         self.plays & LKS_PLAYS_ELECTIONS != 0
     }
 
+    fn rwlocks(&self) -> bool {
+        self.plays & LKS_PLAYS_RWLOCKS != 0
+    }
+
     fn warm_up(&mut self) {
         if let Some(f) = self.face.warm_up {
             // SAFETY: the vtable's contract.
@@ -258,6 +268,8 @@ impl Face for CFace<'_> {
             Step::Resign { grace_ms, .. } => (LKS_DO_RESIGN, None, None, *grace_ms),
             Step::Leader { .. } => (LKS_DO_LEADER, None, None, 0),
             Step::Observe { .. } => (LKS_DO_OBSERVE, None, None, 0),
+            Step::Downgrade { .. } => (LKS_DO_DOWNGRADE, None, None, 0),
+            Step::Mode { .. } => (LKS_DO_MODE, None, None, 0),
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         };
         let do_name = cstring(step.name());

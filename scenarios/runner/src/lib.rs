@@ -83,7 +83,15 @@ impl Scenario {
     /// Whether a holder is an election candidate or an observer: a face
     /// without elections yet skips the file (see [`Face::elections`]).
     pub fn uses_elections(&self) -> bool {
-        (0..self.holders.len()).any(|i| self.placement_at(i).role != Role::Lock)
+        (0..self.holders.len())
+            .any(|i| matches!(self.placement_at(i).role, Role::Election | Role::Observer))
+    }
+
+    /// Whether a holder is a read/write lock's reader or writer: a face
+    /// without them yet skips the file (see [`Face::rwlocks`]).
+    pub fn uses_rwlocks(&self) -> bool {
+        (0..self.holders.len())
+            .any(|i| matches!(self.placement_at(i).role, Role::Reader | Role::Writer))
     }
 
     /// The holders that are observers: their trace lines are compared in
@@ -106,6 +114,11 @@ pub enum Role {
     Lock,
     Election,
     Observer,
+    /// A reader of a read/write lock (`"rwlock"` with `"mode": "read"`):
+    /// `rwlock(name).reader()`, every lock step works on it.
+    Reader,
+    /// A writer of a read/write lock (`"mode": "write"`).
+    Writer,
 }
 
 impl Role {
@@ -115,6 +128,8 @@ impl Role {
             Role::Lock => "lock",
             Role::Election => "election",
             Role::Observer => "observe",
+            Role::Reader => "read",
+            Role::Writer => "write",
         }
     }
 }
@@ -167,6 +182,10 @@ struct RawPlacement {
     election: Option<String>,
     #[serde(default)]
     observe: Option<String>,
+    #[serde(default)]
+    rwlock: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 /// The lock options of every holder (reacquire on), in milliseconds.
@@ -278,6 +297,12 @@ pub enum Step {
         #[serde(default)]
         token: Option<u64>,
     },
+    /// A read/write lock's writer downgrades to a reader, keeping its key
+    /// and token: observe [`Observed::Word`], `"ok"` or the error's code.
+    Downgrade { holder: String, expect: String },
+    /// A read/write lock holder's mode now: observe [`Observed::Word`],
+    /// `"read"` or `"write"`.
+    Mode { holder: String, expect: String },
     /// Starts the observer holder's `client.observe(name)`; each event it
     /// reports is a trace line (`observed leader value=v token=n`, ...).
     Observe { holder: String },
@@ -350,6 +375,8 @@ impl Step {
             Step::Resign { .. } => "resign",
             Step::Leader { .. } => "leader",
             Step::Observe { .. } => "observe",
+            Step::Downgrade { .. } => "downgrade",
+            Step::Mode { .. } => "mode",
         }
     }
 
@@ -372,20 +399,23 @@ impl Step {
             | Step::Proclaim { holder, .. }
             | Step::Resign { holder, .. }
             | Step::Leader { holder, .. }
-            | Step::Observe { holder } => Some(holder),
+            | Step::Observe { holder }
+            | Step::Downgrade { holder, .. }
+            | Step::Mode { holder, .. } => Some(holder),
             _ => None,
         }
     }
 
     /// The role the step's holder must have (`None`: any).
     fn needs(&self) -> Option<&'static [Role]> {
-        const LOCKS: &[Role] = &[Role::Lock, Role::Election];
+        const LOCKS: &[Role] = &[Role::Lock, Role::Election, Role::Reader, Role::Writer];
         match self {
             Step::Campaign { .. }
             | Step::Proclaim { .. }
             | Step::Resign { .. }
             | Step::Leader { .. } => Some(&[Role::Election]),
             Step::Observe { .. } => Some(&[Role::Observer]),
+            Step::Downgrade { .. } | Step::Mode { .. } => Some(&[Role::Reader, Role::Writer]),
             Step::Fault {
                 fault: Fault::DeleteKey | Fault::RevokeLease,
                 ..
@@ -451,6 +481,13 @@ pub trait Face {
         false
     }
 
+    /// Whether the face plays read/write locks (holders with an `rwlock`,
+    /// the `downgrade` and `mode` steps). A face that does not yet has every
+    /// such file reported as SKIPPED (not failed); every face is to play them.
+    fn rwlocks(&self) -> bool {
+        false
+    }
+
     /// Creates one memory service and, in holder order, per
     /// [`Scenario::layout`]: a client per client word (its own link), a
     /// session per session word of it (the default one for
@@ -512,18 +549,37 @@ fn layout(
                 Some(v) => Ok(v),
                 None => Ok(default),
             };
-            let (role, name) = match (p.lock, p.election, p.observe) {
-                (lock, None, None) => (Role::Lock, word(lock, "lock", default_lock(scenario))?),
-                (None, Some(e), None) => {
+            let (role, name) = match (p.lock, p.election, p.observe, p.rwlock) {
+                (lock, None, None, None) => {
+                    (Role::Lock, word(lock, "lock", default_lock(scenario))?)
+                }
+                (None, Some(e), None, None) => {
                     (Role::Election, word(Some(e), "election", String::new())?)
                 }
-                (None, None, Some(o)) => (Role::Observer, word(Some(o), "observe", String::new())?),
+                (None, None, Some(o), None) => {
+                    (Role::Observer, word(Some(o), "observe", String::new())?)
+                }
+                (None, None, None, Some(r)) => {
+                    let role = match p.mode.as_deref() {
+                        Some("read") => Role::Reader,
+                        Some("write") => Role::Writer,
+                        _ => {
+                            return Err(format!(
+                                "layout: `{h}`: an `rwlock` needs `mode`: `read` or `write`"
+                            ));
+                        }
+                    };
+                    (role, word(Some(r), "rwlock", String::new())?)
+                }
                 _ => {
                     return Err(format!(
-                        "layout: `{h}`: one of `lock`, `election`, `observe`"
+                        "layout: `{h}`: one of `lock`, `election`, `observe`, `rwlock`"
                     ));
                 }
             };
+            if p.mode.is_some() && !matches!(role, Role::Reader | Role::Writer) {
+                return Err(format!("layout: `{h}`: `mode` is for an `rwlock`"));
+            }
             if role == Role::Observer && p.session.is_some() {
                 return Err(format!(
                     "layout: `{h}`: an observer has no session (it is the client's)"

@@ -80,7 +80,7 @@ impl Outcome {
 }
 
 /// Compares what the face observed with what the step expects.
-fn judge(step: &Step, got: Observed) -> Result<(), String> {
+pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
     let mismatch = |got: &Observed| Err(format!("the face answered {got:?}"));
     match (step, got) {
         (
@@ -151,6 +151,20 @@ fn judge(step: &Step, got: Observed) -> Result<(), String> {
                 Err(format!("events were {lines:?}"))
             }
         }
+        (Step::Downgrade { expect, .. }, Observed::Word(w)) => {
+            if &w == expect {
+                Ok(())
+            } else {
+                Err(format!("downgrade gave {w}"))
+            }
+        }
+        (Step::Mode { expect, .. }, Observed::Word(w)) => {
+            if &w == expect {
+                Ok(())
+            } else {
+                Err(format!("mode was {w}"))
+            }
+        }
         (Step::Proclaim { expect, .. }, Observed::Word(w)) => {
             if &w == expect {
                 Ok(())
@@ -185,6 +199,14 @@ pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcom
             notes: Vec::new(),
             result: Ok(()),
             skipped: Some("elections".into()),
+        };
+    }
+    if scenario.uses_rwlocks() && !face.rwlocks() {
+        return Outcome {
+            trace: Vec::new(),
+            notes: Vec::new(),
+            result: Ok(()),
+            skipped: Some("read/write locks".into()),
         };
     }
     let trace = TraceSink::new();

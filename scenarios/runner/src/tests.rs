@@ -655,13 +655,16 @@ fn refuses_bad_election_files() {
     let step = |s: &str| parse(&election_doc(s, "")).expect_err("should not parse");
     let e = step(r#"{"do": "permit", "holder": "o", "expect": "granted"}"#);
     assert!(
-        e.contains("`o` is a observe holder; `permit` needs lock or election"),
+        e.contains("`o` is a observe holder; `permit` needs lock or election or read or write"),
         "{e}"
     );
     let e = step(r#"{"do": "observe", "holder": "a"}"#);
     assert!(e.contains("`observe` needs observe"), "{e}");
     let e = step(r#"{"do": "fault", "holder": "o", "fault": "delete_key"}"#);
-    assert!(e.contains("`fault` needs lock or election"), "{e}");
+    assert!(
+        e.contains("`fault` needs lock or election or read or write"),
+        "{e}"
+    );
     let e = parse(&doc(
         r#"["a"]"#,
         r#"{"do": "campaign", "holder": "a", "value": "v"}"#,
@@ -838,5 +841,145 @@ fn header_election_numbers() {
         assert!(header.contains(&line), "the header lacks `{line}`");
     }
     let plays = format!("LKS_PLAYS_ELECTIONS {}u", ffi::LKS_PLAYS_ELECTIONS);
+    assert!(header.contains(&plays), "the header lacks `{plays}`");
+}
+
+/// A file with a read/write lock: readers `r` and `q`, writer `w`.
+fn rwlock_doc(steps: &str, trace: &str) -> String {
+    format!(
+        r#"{{"name": "t", {SETTINGS}, "holders": ["r", "q", "w"],
+            "layout": {{"r": {{"rwlock": "v", "mode": "read"}}, "q": {{"rwlock": "v", "mode": "read", "client": "r", "session": "s2"}}, "w": {{"rwlock": "v", "mode": "write"}}}},
+            "steps": [{steps}], "trace": [{trace}]}}"#
+    )
+}
+
+#[test]
+fn parses_rwlock_layout_and_steps() {
+    let text =
+        rwlock_doc("", "").replace(r#"{"rwlock": "v"}"#, r#"{"rwlock": "v", "mode": "read"}"#);
+    let steps = r#"
+        {"do": "acquire", "holder": "w"},
+        {"do": "mode", "holder": "w", "expect": "write"},
+        {"do": "downgrade", "holder": "w", "expect": "ok"},
+        {"do": "downgrade", "holder": "r", "expect": "not_held"},
+        {"do": "permit", "holder": "q", "expect": "granted", "token": 2}
+    "#;
+    let s = parse(&text.replace(r#""steps": []"#, &format!(r#""steps": [{steps}]"#))).unwrap();
+    assert_eq!(
+        s.layout,
+        [
+            placed(Role::Reader, "r", "default", "v"),
+            placed(Role::Reader, "r", "s2", "v"),
+            placed(Role::Writer, "w", "default", "v"),
+        ]
+    );
+    assert!(s.uses_rwlocks() && !s.uses_elections());
+    let names: Vec<_> = s.steps.iter().map(|t| t.step.name()).collect();
+    assert_eq!(
+        names,
+        ["acquire", "mode", "downgrade", "downgrade", "permit"]
+    );
+    assert_eq!(
+        s.steps[2].step,
+        Step::Downgrade {
+            holder: "w".into(),
+            expect: "ok".into()
+        }
+    );
+    assert_eq!(
+        (Role::Reader.as_str(), Role::Writer.as_str()),
+        ("read", "write")
+    );
+    let plain = parse(&doc(r#"["a"]"#, "", "")).unwrap();
+    assert!(!plain.uses_rwlocks());
+}
+
+#[test]
+fn refuses_bad_rwlock_files() {
+    let bad = |h: &str, l: &str| laid_out(h, l).expect_err("should not parse");
+    let e = bad(r#"["a"]"#, r#"{"a": {"rwlock": "x"}}"#);
+    assert!(e.contains("an `rwlock` needs `mode`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"rwlock": "x", "mode": "upgrade"}}"#);
+    assert!(e.contains("an `rwlock` needs `mode`"), "{e}");
+    let e = bad(r#"["a"]"#, r#"{"a": {"lock": "x", "mode": "read"}}"#);
+    assert!(e.contains("`mode` is for an `rwlock`"), "{e}");
+    let e = bad(
+        r#"["a"]"#,
+        r#"{"a": {"lock": "x", "rwlock": "x", "mode": "read"}}"#,
+    );
+    assert!(
+        e.contains("one of `lock`, `election`, `observe`, `rwlock`"),
+        "{e}"
+    );
+    let e = bad(r#"["a"]"#, r#"{"a": {"rwlock": "", "mode": "read"}}"#);
+    assert!(e.contains("an empty `rwlock`"), "{e}");
+    let e = bad(
+        r#"["a"]"#,
+        r#"{"a": {"rwlock": "x", "mode": "read", "slots": 2}}"#,
+    );
+    assert!(e.contains("unknown field"), "{e}");
+    // downgrade and mode only on a reader or a writer.
+    let e = parse(&doc(
+        r#"["a"]"#,
+        r#"{"do": "downgrade", "holder": "a", "expect": "ok"}"#,
+        "",
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("`a` is a lock holder; `downgrade` needs read or write"),
+        "{e}"
+    );
+    let e = parse(&rwlock_doc(r#"{"do": "mode", "holder": "w"}"#, "")).unwrap_err();
+    assert!(e.contains("expect"), "{e}");
+}
+
+#[test]
+fn judges_downgrade_and_mode() {
+    let w = |expect: &str| Step::Downgrade {
+        holder: "w".into(),
+        expect: expect.into(),
+    };
+    assert_eq!(play::judge(&w("ok"), Observed::Word("ok".into())), Ok(()));
+    assert!(play::judge(&w("ok"), Observed::Word("fenced".into())).is_err());
+    let m = Step::Mode {
+        holder: "w".into(),
+        expect: "read".into(),
+    };
+    assert_eq!(play::judge(&m, Observed::Word("read".into())), Ok(()));
+    assert!(play::judge(&m, Observed::Word("write".into())).is_err());
+    assert!(play::judge(&m, Observed::Done).is_err());
+}
+
+#[test]
+fn a_face_without_rwlocks_skips_their_files_visibly() {
+    let s = parse(&rwlock_doc(r#"{"do": "acquire", "holder": "w"}"#, "")).unwrap();
+    let o = play(&s, &mut Toy::default(), &Config::default());
+    assert_eq!(o.result, Ok(()));
+    assert_eq!(o.skipped.as_deref(), Some("read/write locks"));
+    assert!(!Toy::default().rwlocks());
+    let report = o.report("v.json");
+    assert!(
+        report.starts_with(
+            "v.json: SKIPPED, unsupported: this face does not play read/write locks yet"
+        ),
+        "{report}"
+    );
+}
+
+/// The C header's numbers of the read/write lock steps.
+#[test]
+fn header_rwlock_numbers() {
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ffi-c/tests/c/scenario_runner.h"),
+    )
+    .unwrap();
+    for (name, n) in [
+        ("LKS_DO_DOWNGRADE", ffi::LKS_DO_DOWNGRADE),
+        ("LKS_DO_MODE", ffi::LKS_DO_MODE),
+    ] {
+        let line = format!("{name} = {n}");
+        assert!(header.contains(&line), "the header lacks `{line}`");
+    }
+    let plays = format!("LKS_PLAYS_RWLOCKS {}u", ffi::LKS_PLAYS_RWLOCKS);
     assert!(header.contains(&plays), "the header lacks `{plays}`");
 }
