@@ -462,6 +462,9 @@ struct History<'a> {
     postgres: bool,
     /// The read/write mode (a `run` record's `rwlock`): readers share.
     rwlock: bool,
+    /// Read/write mode: when a holder's register read or write was
+    /// admitted (the lock is held: liveness).
+    register_ok: Vec<u64>,
     /// The observer's events: (t, kind, token).
     observed: Vec<(u64, &'a str, u64)>,
     /// Proclaims: (ok, refused).
@@ -552,6 +555,9 @@ impl<'a> History<'a> {
                 }
                 // A register read or write (read/write mode): judged by
                 // RW1-RW3 from the gate's own records, not as a lock's write.
+                (_, "write") if s(v, "res") == "register" && s(v, "out") == "ok" => {
+                    h.register_ok.push(t);
+                }
                 (_, "write") if s(v, "res") == "register" => {}
                 (_, "write") => h.writes.push(Write {
                     p,
@@ -916,6 +922,7 @@ fn liveness_after_heals(h: &History<'_>, r: &mut Report) {
         .filter(|a| fence_of.get(&a.token).is_none_or(|f| a.t <= f.at))
         .map(|a| a.t)
         .chain(h.states.iter().filter(|c| c.to == "holding").map(|c| c.at))
+        .chain(h.register_ok.iter().copied())
         .collect();
     work.sort_unstable();
     let bound = h.ttl_ns + 2_000_000_000;
