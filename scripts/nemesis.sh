@@ -21,6 +21,10 @@
 #                           lock, and at most N holders with valid permits
 #                           at once; give --holders N+2; every face's
 #                           holder takes it)
+#                           [--rwlock 1]    (the read/write mode: odd holders
+#                           writers, even ones readers of one read/write
+#                           lock, on the gate's two-key register; Rust
+#                           holders only so far)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless
@@ -48,7 +52,7 @@ while (($#)); do
     --minutes) minutes=${2:?--minutes needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a path}; shift 2 ;;
     --backend) backend=${2:?--backend needs etcd or postgres}; shift 2 ;;
-    --holders | --seed | --faults | --holder-cmds | --locks | --election | --semaphore | --pg-url) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
+    --holders | --seed | --faults | --holder-cmds | --locks | --election | --semaphore | --rwlock | --pg-url) args+=("$1" "${2:?$1 needs a value}"); shift 2 ;;
     *) echo "usage: scripts/nemesis.sh [--minutes N] [--holders H] [--seed S] [--dir DIR] [--faults a,b,..]" >&2; exit 2 ;;
   esac
 done

@@ -25,6 +25,12 @@
 //!   resource never accepts a lower token, no permit after a deadline),
 //!   and S1: at no instant more than N holders with valid permits.
 //!
+//! - in the read/write mode (the gate's two-key register, records
+//!   `rw_read` / `rw_write` / `rw_refuse`) also RW1: no admitted read sees
+//!   a torn pair; RW2: no admitted read returns a value older than the
+//!   last admitted write of a lower token that completed before the read
+//!   started; RW3: the watermarks W and R never go backwards.
+//!
 //! As etcd's `tests/robustness/validate`: the records are read once into a
 //! typed `History`, then each invariant is one short function over it.
 
@@ -94,6 +100,11 @@ pub struct Report {
     pub semaphore: Option<u64>,
     /// Semaphore mode: the most holders with valid permits at one instant.
     pub max_valid_holders: u64,
+    /// The read/write mode (the history has register records): the table
+    /// lists RW1–RW3 and the counts below.
+    pub rwlock: bool,
+    /// Read/write mode: register reads admitted, writes admitted, refused.
+    pub rw_ops: (u64, u64, u64),
     /// Violations by invariant, each with its evidence.
     pub violations: BTreeMap<&'static str, Vec<String>>,
 }
@@ -115,6 +126,13 @@ pub const ELECTION_INVARIANTS: &[&str] =
 
 /// The semaphore mode's own invariant (listed only in that mode).
 pub const SEMAPHORE_INVARIANTS: &[&str] = &["S1 at most N holders with valid permits"];
+
+/// The read/write mode's own invariants (listed only in that mode).
+pub const RWLOCK_INVARIANTS: &[&str] = &[
+    "RW1 no torn read",
+    "RW2 no read older than a lower write before it",
+    "RW3 watermarks never go back",
+];
 
 impl Report {
     /// Total violations.
@@ -201,9 +219,16 @@ impl Report {
                 self.max_valid_holders.to_string(),
             ));
         }
+        if self.rwlock {
+            rows.push((
+                "register reads / writes admitted / refused".into(),
+                format!("{} / {} / {}", self.rw_ops.0, self.rw_ops.1, self.rw_ops.2),
+            ));
+        }
         let listed = INVARIANTS
             .iter()
             .chain(ELECTION_INVARIANTS.iter().filter(|_| self.election))
+            .chain(RWLOCK_INVARIANTS.iter().filter(|_| self.rwlock))
             .chain(
                 SEMAPHORE_INVARIANTS
                     .iter()
@@ -244,6 +269,17 @@ fn ms(a: u64, b: u64) -> f64 {
 /// lock is checked on its own records plus the shared ones (the nemesis's,
 /// the holders' `start` and pauses), and the reports are summed.
 pub fn check(records: &[Value]) -> Report {
+    let mut r = check_locks(records);
+    if records.iter().any(|v| s(v, "ev").starts_with("rw_")) {
+        rw_counts(records, &mut r);
+        rw1_no_torn_read(records, &mut r);
+        rw2_no_read_older_than_a_lower_write(records, &mut r);
+        rw3_watermarks_never_go_back(records, &mut r);
+    }
+    r
+}
+
+fn check_locks(records: &[Value]) -> Report {
     let mut locks: Vec<u64> = records.iter().filter_map(|v| v["li"].as_u64()).collect();
     locks.sort_unstable();
     locks.dedup();
@@ -424,6 +460,11 @@ struct History<'a> {
     election: bool,
     /// The PostgreSQL mode (the etcd key's place is `app.writes`').
     postgres: bool,
+    /// The read/write mode (a `run` record's `rwlock`): readers share.
+    rwlock: bool,
+    /// Read/write mode: when a holder's register read or write was
+    /// admitted (the lock is held: liveness).
+    register_ok: Vec<u64>,
     /// The observer's events: (t, kind, token).
     observed: Vec<(u64, &'a str, u64)>,
     /// Proclaims: (ok, refused).
@@ -512,6 +553,12 @@ impl<'a> History<'a> {
                         v,
                     });
                 }
+                // A register read or write (read/write mode): judged by
+                // RW1-RW3 from the gate's own records, not as a lock's write.
+                (_, "write") if s(v, "res") == "register" && s(v, "out") == "ok" => {
+                    h.register_ok.push(t);
+                }
+                (_, "write") if s(v, "res") == "register" => {}
                 (_, "write") => h.writes.push(Write {
                     p,
                     etcd: s(v, "res") != "gate",
@@ -542,7 +589,9 @@ impl<'a> History<'a> {
                 }
                 (_, "start" | "run") if s(v, "backend") == "postgres" => {
                     h.postgres = true;
+                    h.rwlock |= v["rwlock"].as_bool() == Some(true);
                 }
+                (_, "run") if v["rwlock"].as_bool() == Some(true) => h.rwlock = true,
                 ("observer", "observed") => h.observed.push((t, s(v, "kind"), u(v, "token"))),
                 (_, "proclaim") => bump(&mut h.proclaims, s(v, "out") == "ok"),
                 _ => {}
@@ -873,6 +922,7 @@ fn liveness_after_heals(h: &History<'_>, r: &mut Report) {
         .filter(|a| fence_of.get(&a.token).is_none_or(|f| a.t <= f.at))
         .map(|a| a.t)
         .chain(h.states.iter().filter(|c| c.to == "holding").map(|c| c.at))
+        .chain(h.register_ok.iter().copied())
         .collect();
     work.sort_unstable();
     let bound = h.ttl_ns + 2_000_000_000;
@@ -929,7 +979,9 @@ fn liveness_at_the_end(h: &History<'_>, r: &mut Report) {
     }
     let n = |state: &str| h.finals.values().filter(|s| **s == state).count();
     let (holding, drain) = (n("holding"), n("draining"));
-    if holding != 1 || drain != 0 {
+    // Read/write mode: readers share, so at least one holds.
+    let held = if h.rwlock { holding >= 1 } else { holding == 1 };
+    if !held || drain != 0 {
         r.violate(
             "liveness",
             format!("at the end {holding} holders hold and {drain} drain (want 1 and 0)"),
@@ -1053,6 +1105,108 @@ fn s1_at_most_n_valid_holders(records: &[Value], limit: u64, r: &mut Report) {
 /// token than the one before (after `reconnecting` the same may repeat),
 /// a `proclaimed` one the same; and its last event before the end names
 /// the leader that holds at the end (never a leader already gone).
+/// A register value `<token>.<seq>` as (token, seq); (0, 0) is unwritten.
+fn rw_value(v: &Value, k: &str) -> (u64, u64) {
+    let (t, q) = s(v, k).split_once('.').unwrap_or(("0", "0"));
+    (t.parse().unwrap_or(0), q.parse().unwrap_or(0))
+}
+
+fn rw_counts(records: &[Value], r: &mut Report) {
+    r.rwlock = true;
+    for v in records {
+        match s(v, "ev") {
+            "rw_read" => r.rw_ops.0 += 1,
+            "rw_write" => r.rw_ops.1 += 1,
+            "rw_refuse" => r.rw_ops.2 += 1,
+            _ => {}
+        }
+    }
+}
+
+/// RW1: an admitted read sees both keys from one write (a writer and a
+/// reader, or two writers, admitted at once would tear the pair).
+fn rw1_no_torn_read(records: &[Value], r: &mut Report) {
+    for v in records.iter().filter(|v| s(v, "ev") == "rw_read") {
+        if rw_value(v, "a") != rw_value(v, "b") {
+            r.violate(
+                "RW1 no torn read",
+                format!(
+                    "{} token {} read a={} b={}",
+                    s(v, "h"),
+                    u(v, "token"),
+                    s(v, "a"),
+                    s(v, "b")
+                ),
+            );
+        }
+    }
+}
+
+/// RW2: a read returns at least the value of the last admitted write of a
+/// lower token that completed (`t`) before the read started (`t0`). (A
+/// write of a higher token may legitimately come after a stale read: the
+/// read is linearised first, design §15.)
+fn rw2_no_read_older_than_a_lower_write(records: &[Value], r: &mut Report) {
+    let writes: Vec<&Value> = records
+        .iter()
+        .filter(|v| s(v, "ev") == "rw_write")
+        .collect();
+    for rd in records.iter().filter(|v| s(v, "ev") == "rw_read") {
+        let (token, start) = (u(rd, "token"), u(rd, "t0"));
+        let last = writes
+            .iter()
+            .filter(|w| u(w, "token") < token && u(w, "t") < start)
+            .max_by_key(|w| u(w, "t"));
+        let Some(w) = last else { continue };
+        let wrote = (u(w, "token"), u(w, "seq"));
+        let seen = rw_value(rd, "a").min(rw_value(rd, "b"));
+        if seen < wrote {
+            r.violate(
+                "RW2 no read older than a lower write before it",
+                format!(
+                    "{} token {} read {}.{} after {} wrote {}.{} ({:.1} ms before the read)",
+                    s(rd, "h"),
+                    token,
+                    seen.0,
+                    seen.1,
+                    s(w, "h"),
+                    wrote.0,
+                    wrote.1,
+                    ms(u(w, "t"), start)
+                ),
+            );
+        }
+    }
+}
+
+/// RW3: in the gate's decision order (`dn`), W and R never decrease.
+fn rw3_watermarks_never_go_back(records: &[Value], r: &mut Report) {
+    let mut ds: Vec<&Value> = records
+        .iter()
+        .filter(|v| s(v, "ev").starts_with("rw_"))
+        .collect();
+    ds.sort_by_key(|v| u(v, "dn"));
+    let mut prev = (0, 0, 0);
+    for v in ds {
+        let (w, rd) = (u(v, "wm_w"), u(v, "wm_r"));
+        if w < prev.0 || rd < prev.1 {
+            r.violate(
+                "RW3 watermarks never go back",
+                format!(
+                    "decision {}: W {} R {} after decision {}: W {} R {}",
+                    u(v, "dn"),
+                    w,
+                    rd,
+                    prev.2,
+                    prev.0,
+                    prev.1
+                ),
+            );
+        }
+        prev = (prev.0.max(w), prev.1.max(rd), u(v, "dn"));
+    }
+}
+
 fn e2_observed_tokens_rise(h: &History<'_>, r: &mut Report) {
     let mut last: Option<u64> = None;
     let mut reconnected = false;
@@ -1478,6 +1632,105 @@ mod tests {
             1,
             "{}",
             r.table()
+        );
+    }
+
+    /// A clean register history: w1 (token 5) writes 5.1 over [10, 20],
+    /// reader token 6 reads 5.1 over [30, 40], w2 (token 7) writes 7.1 over
+    /// [50, 60]; a stale reader (token 6, refused below W 7) at 70.
+    fn register() -> Vec<Value> {
+        let rec = |t: u64, ev: &str, f: Value| {
+            let mut v = json!({"t": t, "p": "gate", "ev": ev});
+            v.as_object_mut()
+                .unwrap()
+                .extend(f.as_object().unwrap().clone());
+            v
+        };
+        vec![
+            rec(
+                20,
+                "rw_write",
+                json!({"h": "w1", "token": 5, "seq": 1, "a": "5.1", "b": "5.1", "t0": 10, "wm_w": 5, "wm_r": 0, "dn": 0}),
+            ),
+            rec(
+                40,
+                "rw_read",
+                json!({"h": "r1", "token": 6, "seq": 1, "a": "5.1", "b": "5.1", "t0": 30, "wm_w": 5, "wm_r": 6, "dn": 1}),
+            ),
+            rec(
+                60,
+                "rw_write",
+                json!({"h": "w2", "token": 7, "seq": 1, "a": "7.1", "b": "7.1", "t0": 50, "wm_w": 7, "wm_r": 6, "dn": 2}),
+            ),
+            rec(
+                70,
+                "rw_refuse",
+                json!({"h": "r1", "token": 6, "seq": 2, "mode": "r", "highest": 7, "t0": 70, "wm_w": 7, "wm_r": 6, "dn": 3}),
+            ),
+        ]
+    }
+
+    fn rw_violations(h: &[Value]) -> BTreeMap<&'static str, usize> {
+        let r = check(h);
+        assert!(r.rwlock);
+        RWLOCK_INVARIANTS
+            .iter()
+            .map(|k| (*k, r.violations.get(k).map_or(0, Vec::len)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_register_history_breaks_nothing() {
+        assert!(rw_violations(&register()).is_empty());
+        assert_eq!(check(&register()).rw_ops, (1, 2, 1));
+    }
+
+    #[test]
+    fn rw1_finds_a_torn_read() {
+        let mut h = register();
+        h[1]["b"] = "4.9".into();
+        assert_eq!(rw_violations(&h).get("RW1 no torn read"), Some(&1));
+    }
+
+    #[test]
+    fn rw2_finds_a_read_older_than_a_lower_write_before_it() {
+        let mut h = register();
+        // A reader of token 8 that starts after w2 (token 7) finished but
+        // sees w1's value.
+        let mut late = h[1].clone();
+        late["token"] = 8.into();
+        late["t0"] = 65.into();
+        late["t"] = 66.into();
+        late["dn"] = 4.into();
+        late["wm_r"] = 8.into();
+        late["wm_w"] = 7.into();
+        h.push(late.clone());
+        let v = rw_violations(&h);
+        assert_eq!(
+            v.get("RW2 no read older than a lower write before it"),
+            Some(&1)
+        );
+        // The same read started before w2 finished is not judged stale.
+        let mut h = register();
+        late["t0"] = 55.into();
+        h.push(late);
+        assert!(rw_violations(&h).is_empty());
+    }
+
+    #[test]
+    fn rw3_finds_a_watermark_going_back() {
+        let mut h = register();
+        h[2]["wm_r"] = 5.into();
+        assert_eq!(
+            rw_violations(&h).get("RW3 watermarks never go back"),
+            Some(&1)
+        );
+        let mut h = register();
+        h[3]["wm_w"] = 6.into();
+        assert_eq!(
+            rw_violations(&h).get("RW3 watermarks never go back"),
+            Some(&1)
         );
     }
 }

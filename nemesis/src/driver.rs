@@ -146,6 +146,10 @@ pub struct Config {
     /// this many slots (each given `--semaphore N`), every record of a
     /// slot tagged `li` (its slot), each slot's resource `KEY-<slot>`.
     pub semaphore: u32,
+    /// The read/write mode: holders of one read/write lock, odd ones
+    /// (`h1`, `h3`, ...) writers and even ones readers (`--rwlock w|r`),
+    /// each unit a write or a read of the gate's two-key register.
+    pub rwlock: bool,
     /// Holder programs with their leading arguments (the Rust holder: this
     /// binary, `holder`), taken in turn: the first holders run entries 0,
     /// 1, ... (mod len), so faces mix; a killed holder's replacement runs
@@ -207,6 +211,9 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
     if cfg.semaphore > 0 && (cfg.locks > 1 || cfg.election) {
         return Err("--semaphore N is a mode of its own (no --locks, no --election)".into());
     }
+    if cfg.rwlock && (cfg.locks > 1 || cfg.election || cfg.semaphore > 0) {
+        return Err("--rwlock is a mode of its own (no --locks, --election, --semaphore)".into());
+    }
     let cluster = pg_url.is_none().then(Cluster::from_env);
     std::fs::create_dir_all(&cfg.dir).map_err(|e| format!("{}: {e}", cfg.dir.display()))?;
     let stamp = format!("{}-{}", std::process::id(), now());
@@ -240,6 +247,7 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         json!({"seed": cfg.seed, "holders": cfg.holders, "lock": spec.lock, "key": spec.key,
                "seconds": cfg.duration.as_secs(), "faults": cfg.faults, "election": cfg.election,
                "semaphore": (cfg.semaphore > 0).then_some(cfg.semaphore),
+               "rwlock": cfg.rwlock,
                "ttl_ms": cfg.settings.ttl.as_millis() as u64,
                "backend": if pg_url.is_some() { "postgres" } else { "etcd" }}),
     );
@@ -419,6 +427,10 @@ impl Nemesis {
     fn spawn(&mut self, face: usize) -> Result<(), String> {
         let mut spec = self.spec.clone();
         spec.id = format!("h{}", self.next_id);
+        if self.cfg.rwlock {
+            let mode = if self.next_id % 2 == 1 { "w" } else { "r" };
+            spec.extra.extend(["--rwlock".into(), mode.into()]);
+        }
         self.next_id += 1;
         let (prog, prefix) = &self.cfg.holder[face];
         let h = match &self.cfg.backend {

@@ -94,6 +94,12 @@ impl Flags {
 /// `KEY-<slot>`, guarded by the slot's name; every record of the slot
 /// carries `"li": slot`. Its first `acquired` is stamped when the acquire
 /// returned (the slot's events are watched from then on).
+///
+/// `--rwlock r|w`: a reader or a writer of the read/write lock NAME
+/// (`session.rwlock(NAME).read()` / `.write()`); its unit is a read or a
+/// write of the gate's two-key register (`<id> <token> <seq> r|w`, the
+/// gate's `admit_read` / `admit_write`), recorded `res` `register`; no
+/// etcd or PostgreSQL write.
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -124,6 +130,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let semaphore = f.num("semaphore", 0)? as u32;
     if semaphore > 0 && (election || n_locks > 1) {
         return Err("--semaphore N takes no --locks and no --election".into());
+    }
+    let rw_mode = match f.get("rwlock", "").as_str() {
+        "" => None,
+        "r" => Some('r'),
+        "w" => Some('w'),
+        m => return Err(format!("--rwlock takes r or w, not {m}")),
+    };
+    if rw_mode.is_some() && (election || n_locks > 1 || semaphore > 0) {
+        return Err("--rwlock r|w is a mode of its own".into());
     }
     // PostgreSQL (a `postgres://` URL): the write is a guarded transaction
     // on `app.writes` over the direct connection `--db` (default: the
@@ -251,6 +266,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         };
         let lock = Arc::new(if election {
             Handle::Election(session.election(&lname).map_err(|e| e.to_string())?)
+        } else if let Some(m) = rw_mode {
+            let rw = session.rwlock(&lname).map_err(|e| e.to_string())?;
+            Handle::Lock(if m == 'r' { rw.read() } else { rw.write() }.map_err(|e| e.to_string())?)
         } else {
             Handle::Lock(session.lock(&lname).map_err(|e| e.to_string())?)
         });
@@ -384,7 +402,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 );
             }
             std::thread::sleep(unit / 2);
-            if writes {
+            if let (Some(m), true) = (rw_mode, writes) {
+                slot.seq += 1;
+                let seq = slot.seq;
+                std::thread::sleep(unit / 2);
+                let sent = now();
+                let out = gate.register(&id, token, seq, m);
+                record(
+                    &h,
+                    "write",
+                    li,
+                    json!({"res": "register", "mode": m.to_string(), "token": token,
+                           "seq": seq, "sent": sent, "out": out}),
+                );
+            } else if writes {
                 slot.seq += 1;
                 let seq = slot.seq;
                 let value = format!("{id}:{seq}:{token}");
@@ -525,8 +556,21 @@ impl GateConn {
         GateConn { addr, conn: None }
     }
 
+    /// A read (`r`) or write (`w`) of the two-key register: as
+    /// [`GateConn::write`].
+    fn register(&mut self, id: &str, token: u64, seq: u64, mode: char) -> &'static str {
+        self.send(&format!("{id} {token} {seq} {mode}\n"))
+    }
+
     /// `ok`, `refused`, or `unknown` (no answer after the request went out).
     fn write(&mut self, id: &str, token: u64, seq: u64, li: Option<usize>) -> &'static str {
+        self.send(&match li {
+            Some(i) => format!("{id} {token} {seq} {i}\n"),
+            None => format!("{id} {token} {seq}\n"),
+        })
+    }
+
+    fn send(&mut self, line: &str) -> &'static str {
         if self.conn.is_none() {
             let Ok(s) = TcpStream::connect(self.addr) else {
                 return "error";
@@ -538,15 +582,7 @@ impl GateConn {
         let Some((w, r)) = self.conn.as_mut() else {
             return "error";
         };
-        if w.write_all(
-            match li {
-                Some(i) => format!("{id} {token} {seq} {i}\n"),
-                None => format!("{id} {token} {seq}\n"),
-            }
-            .as_bytes(),
-        )
-        .is_err()
-        {
+        if w.write_all(line.as_bytes()).is_err() {
             self.conn = None;
             return "unknown";
         }

@@ -336,6 +336,7 @@ fn mix(
         locks,
         election,
         semaphore,
+        rwlock: false,
         backend: driver::Backend::Etcd,
     };
     println!(

@@ -164,6 +164,7 @@ fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore:
         locks: 1,
         election: false,
         semaphore,
+        rwlock: false,
         backend,
     };
     println!("nemesis {case}: seed {}, history {}", cfg.seed, d.display());
