@@ -513,6 +513,7 @@ impl Nemesis {
         let s = self.cfg.settings;
         let i = self.target();
         let who = self.holders[i].spec.id.clone();
+        let pg = matches!(self.cfg.backend, Backend::Postgres { .. });
         let mode_for = |m: Mode, d: Duration, this: &mut Nemesis| {
             this.record(
                 "fault",
@@ -524,6 +525,16 @@ impl Nemesis {
             }
             std::thread::sleep(d);
             for p in &this.holders[i].proxies {
+                // A TCP connection never carries bytes again after losing
+                // some: lost replies end in a reset, as a real link's
+                // would. Without it PostgreSQL's wire protocol (no framing
+                // check) reads a later reply as an earlier request's: two
+                // grants answered with one lease, the stray one revoked,
+                // the reacquisition looping (docs/nemesis.md). etcd's
+                // HTTP/2 framing notices the gap and reconnects by itself.
+                if m == Mode::DropReplies && pg {
+                    p.reset();
+                }
                 p.set(Mode::Pass);
             }
         };
@@ -538,29 +549,7 @@ impl Nemesis {
                 let d = self
                     .rng
                     .between(Duration::from_secs(1), s.ttl + Duration::from_secs(2));
-                // A TCP connection never carries bytes again after losing
-                // some: the loss ends in a reset, as a real link's would.
-                // Without it, PostgreSQL's wire protocol (no framing check)
-                // reads the next reply as an earlier request's: two grants
-                // answered with one lease, the stray one revoked, the
-                // reacquisition looping (docs/nemesis.md). etcd's HTTP/2
-                // framing notices the gap and reconnects by itself.
-                let pg = matches!(self.cfg.backend, Backend::Postgres { .. });
-                self.record(
-                    "fault",
-                    kind,
-                    json!({"target": who, "ms": d.as_millis() as u64}),
-                );
-                for p in &self.holders[i].proxies {
-                    p.set(Mode::DropReplies);
-                }
-                std::thread::sleep(d);
-                for p in &self.holders[i].proxies {
-                    if pg {
-                        p.reset();
-                    }
-                    p.set(Mode::Pass);
-                }
+                mode_for(Mode::DropReplies, d, self)
             }
             "delay_short" => mode_for(Mode::Delay(s.timeout * 3 / 5), Duration::from_secs(3), self),
             "delay_long" => mode_for(Mode::Delay(s.timeout * 3), Duration::from_secs(4), self),
