@@ -1101,10 +1101,6 @@ fn s1_at_most_n_valid_holders(records: &[Value], limit: u64, r: &mut Report) {
     }
 }
 
-/// E2: the observer's leader tokens rise. A `leader` event names a higher
-/// token than the one before (after `reconnecting` the same may repeat),
-/// a `proclaimed` one the same; and its last event before the end names
-/// the leader that holds at the end (never a leader already gone).
 /// A register value `<token>.<seq>` as (token, seq); (0, 0) is unwritten.
 fn rw_value(v: &Value, k: &str) -> (u64, u64) {
     let (t, q) = s(v, k).split_once('.').unwrap_or(("0", "0"));
@@ -1207,6 +1203,10 @@ fn rw3_watermarks_never_go_back(records: &[Value], r: &mut Report) {
     }
 }
 
+/// E2: the observer's leader tokens rise. A `leader` event names a higher
+/// token than the one before (after `reconnecting` the same may repeat),
+/// a `proclaimed` one the same; and its last event before the end names
+/// the leader that holds at the end (never a leader already gone).
 fn e2_observed_tokens_rise(h: &History<'_>, r: &mut Report) {
     let mut last: Option<u64> = None;
     let mut reconnected = false;
