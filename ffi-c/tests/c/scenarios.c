@@ -261,6 +261,16 @@ static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink 
       if (lk_session_election_new(h->session->session, h->lock_name, &h->election) != LK_OK)
         return setup_failed(f, "lk_session_election_new");
       h->lock = lk_election_lock(h->election);
+    } else if (strcmp(role, "read") == 0 || strcmp(role, "write") == 0) {
+      /* A read/write lock's reader or writer: an lk_lock like any other. */
+      struct lk_rwlock *rw = NULL;
+      if (lk_session_rwlock_new(h->session->session, h->lock_name, &rw) != LK_OK)
+        return setup_failed(f, "lk_session_rwlock_new");
+      enum lk_status st = role[0] == 'r' ? lk_rwlock_reader(rw, &h->owned)
+                                         : lk_rwlock_writer(rw, &h->owned);
+      lk_rwlock_free(rw); /* the lock outlives its rwlock handle */
+      if (st != LK_OK) return setup_failed(f, "lk_rwlock_reader/writer");
+      h->lock = h->owned;
     } else {
       if (lk_session_lock_new(h->session->session, h->lock_name, &h->owned) != LK_OK)
         return setup_failed(f, "lk_session_lock_new");
@@ -432,13 +442,20 @@ static int perform(void *ctx, const struct lks_step *step, struct lks_observed *
                      LK_OK
                  ? 0
                  : failed(f, out, "%s", lk_last_error());
-    case LKS_DO_DOWNGRADE:
-    case LKS_DO_MODE:
-      /* Read/write locks: not played by this face yet (no LKS_PLAYS_RWLOCKS
-       * in lks_play_dir_with), so their files are skipped before a step
-       * reaches here. */
-      out->kind = LKS_SAW_UNSUPPORTED;
+    case LKS_DO_DOWNGRADE: {
+      enum lk_status s = lk_lock_downgrade(h->lock);
+      out->kind = LKS_SAW_WORD;
+      out->word = s == LK_OK ? "ok" : lk_status_name((int)s);
       return 0;
+    }
+    case LKS_DO_MODE: {
+      enum lk_mode m = LK_MODE_NONE;
+      if (lk_lock_mode(h->lock, &m) != LK_OK) return failed(f, out, "%s", lk_last_error());
+      if (m == LK_MODE_NONE) return failed(f, out, "%s is not a read/write lock holder", h->name);
+      out->kind = LKS_SAW_WORD;
+      out->word = m == LK_MODE_READ ? "read" : "write";
+      return 0;
+    }
   }
   return failed(f, out, "unknown step %s", step->do_name);
 }
@@ -500,6 +517,18 @@ static void warm_up(void *ctx) {
   lk_leader_clear(&leader);
   lk_observer_free(obs);
   lk_election_free(e);
+  /* And a read/write lock's: a writer acquires, downgrades, releases. */
+  struct lk_rwlock *rw = NULL;
+  struct lk_lock *w = NULL;
+  enum lk_mode mode;
+  if (s && lk_session_rwlock_new(s, "warm-up/rw", &rw) == LK_OK &&
+      lk_rwlock_writer(rw, &w) == LK_OK && lk_lock_acquire(w, WAIT_LIMIT_MS, NULL) == LK_OK) {
+    lk_lock_downgrade(w);
+    lk_lock_mode(w, &mode);
+    lk_lock_release(w);
+  }
+  lk_lock_free(w);
+  lk_rwlock_free(rw);
   lk_session_free(s);
   lk_client_free(c);
   lk_memory_free(m);
@@ -517,5 +546,5 @@ int main(int argc, char **argv) {
   }
   static struct face f;
   const struct lks_face face = {&f, warm_up, setup, perform, teardown};
-  return lks_play_dir_with(argv[1], &face, LKS_PLAYS_ELECTIONS) ? 1 : 0;
+  return lks_play_dir_with(argv[1], &face, LKS_PLAYS_ELECTIONS | LKS_PLAYS_RWLOCKS) ? 1 : 0;
 }
