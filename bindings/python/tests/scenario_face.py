@@ -117,9 +117,12 @@ class FaceC(Structure):
     RESIGN,
     LEADER,
     OBSERVE,
-) = range(20)
+    DOWNGRADE,
+    MODE,
+) = range(22)
 SAW_DONE, SAW_WORD, SAW_BOOL, SAW_TOKEN, SAW_PERMIT, SAW_EVENTS, SAW_UNSUPPORTED, SAW_LEADER = range(8)
-PLAYS_ELECTIONS = 1  # lks_play_dir_with's `plays`: this face plays elections
+# lks_play_dir_with's `plays`: this face plays elections and read/write locks
+PLAYS_ELECTIONS, PLAYS_RWLOCKS = 1, 2
 WAIT_LIMIT = 10.0
 
 
@@ -233,7 +236,14 @@ class PythonFace:
             if role == "observe":
                 self.holders[name] = Holder(client, None, link, None, lock_name)
                 continue
-            lock = session.election(lock_name) if role == "election" else session.lock(lock_name)
+            lock: dlock.Lock
+            if role == "election":
+                lock = session.election(lock_name)
+            elif role in ("read", "write"):  # a read/write lock's reader or writer: a Lock
+                rw = session.rwlock(lock_name)
+                lock = rw.reader() if role == "read" else rw.writer()
+            else:
+                lock = session.lock(lock_name)
 
             def push(e: dlock.Event, prefix: str = prefix) -> None:
                 lib.lks_trace(sink, (prefix + str(e)).encode())
@@ -259,6 +269,15 @@ class PythonFace:
         out.kind = kind
         out.word = b
 
+    def ok_or_code(self, out: Observed, call: Callable[[], object]) -> None:
+        """The word of a step answered "ok" or the status word: the error's
+        ``code``."""
+        try:
+            call()
+            self.word(out, SAW_WORD, "ok")
+        except dlock.Error as e:
+            self.word(out, SAW_WORD, e.code)
+
     def _perform(self, step: StepC, out: Observed) -> None:
         holder = step.holder.decode() if step.holder else ""
         label = step.label.decode() if step.label else None
@@ -276,11 +295,7 @@ class PythonFace:
             t.start()
             self.threads.append(t)
         elif what == TRY_ACQUIRE:
-            try:
-                self.holders[holder].lock.try_acquire()
-                self.word(out, SAW_WORD, "ok")
-            except dlock.Error as e:
-                self.word(out, SAW_WORD, e.code)
+            self.ok_or_code(out, self.holders[holder].lock.try_acquire)
         elif what == PERMIT:
             try:
                 p = self.holders[holder].lock.permit()
@@ -347,11 +362,7 @@ class PythonFace:
         elif what == CAMPAIGN:
             self._background(lambda e=self.holders[holder].candidate, v=step.value: e.campaign(v, WAIT_LIMIT))
         elif what == PROCLAIM:
-            try:
-                self.holders[holder].candidate.proclaim(step.value)
-                self.word(out, SAW_WORD, "ok")
-            except dlock.Error as e:
-                self.word(out, SAW_WORD, e.code)
+            self.ok_or_code(out, lambda: self.holders[holder].candidate.proclaim(step.value))
         elif what == RESIGN:
             self._background(lambda e=self.holders[holder].candidate, g=step.ms / 1000: e.resign(g))
         elif what == LEADER:
@@ -364,6 +375,13 @@ class PythonFace:
                 out.token = leader.token
         elif what == OBSERVE:
             self._observe(holder, self.holders[holder])
+        elif what == DOWNGRADE:
+            self.ok_or_code(out, self.holders[holder].lock.downgrade)
+        elif what == MODE:
+            mode = self.holders[holder].lock.mode
+            if mode is None:
+                raise ValueError(f"{holder} is not a read/write lock holder")
+            self.word(out, SAW_WORD, mode)
         else:
             raise ValueError(f"unknown step {what}")
 
@@ -506,4 +524,4 @@ def play(lib_path: str, directory: str) -> int:
         PERFORM(face.perform),
         TEARDOWN(face.teardown),
     )
-    return int(lib.lks_play_dir_with(directory.encode(), ctypes.byref(vt), PLAYS_ELECTIONS))
+    return int(lib.lks_play_dir_with(directory.encode(), ctypes.byref(vt), PLAYS_ELECTIONS | PLAYS_RWLOCKS))
