@@ -170,6 +170,10 @@ impl Face for JsFace {
         true
     }
 
+    fn rwlocks(&self) -> bool {
+        true
+    }
+
     fn perform(&mut self, step: &Step) -> std::result::Result<Observed, String> {
         observed(&self.ask("perform", step_json(step))?)
     }

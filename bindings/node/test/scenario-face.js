@@ -40,6 +40,17 @@ function withTimeout(promise, ms) {
 
 const num = (t) => (t === null || t === undefined ? null : Number(t));
 
+// A step answered "ok" or the status word: a DlockError's `code`.
+async function okOrCode(call) {
+  try {
+    await call();
+    return { kind: 'word', word: 'ok' };
+  } catch (e) {
+    if (!(e instanceof dlock.DlockError)) throw e;
+    return { kind: 'word', word: e.code };
+  }
+}
+
 class Face {
   constructor() {
     this.generation = 0;
@@ -105,8 +116,13 @@ class Face {
         this.holders.set(h, { client, observes: p.lock, push });
         continue;
       }
-      // An election candidate is a Lock too: the same listeners and steps.
-      const lock = p.role === 'election' ? session.election(p.lock) : session.lock(p.lock);
+      // An election candidate, a reader and a writer are Locks too: the
+      // same listeners and steps.
+      let lock;
+      if (p.role === 'election') lock = session.election(p.lock);
+      else if (p.role === 'read') lock = session.rwlock(p.lock).reader();
+      else if (p.role === 'write') lock = session.rwlock(p.lock).writer();
+      else lock = session.lock(p.lock);
       lock.on('stateChange', (c) => push(`state ${c.from}->${c.to} ${c.reason}`));
       lock.on('acquired', (t) => push(`acquired token=${t}`));
       lock.on('fence', (t, n) => push(`fence token=${t} in_flight=${n}`));
@@ -158,13 +174,7 @@ class Face {
         return { kind: 'done' };
       }
       case 'proclaim':
-        try {
-          await this.holder(step.holder).lock.proclaim(step.value);
-          return { kind: 'word', word: 'ok' };
-        } catch (e) {
-          if (!(e instanceof dlock.DlockError)) throw e;
-          return { kind: 'word', word: e.code };
-        }
+        return okOrCode(() => this.holder(step.holder).lock.proclaim(step.value));
       case 'resign': {
         const resigned = this.holder(step.holder).lock.resign({ grace: step.ms });
         this.pending.push(resigned.catch(() => {}));
@@ -184,13 +194,14 @@ class Face {
         return { kind: 'done' };
       }
       case 'try_acquire':
-        try {
-          await this.holder(step.holder).lock.tryAcquire();
-          return { kind: 'word', word: 'ok' };
-        } catch (e) {
-          if (!(e instanceof dlock.DlockError)) throw e;
-          return { kind: 'word', word: e.code };
-        }
+        return okOrCode(() => this.holder(step.holder).lock.tryAcquire());
+      case 'downgrade':
+        return okOrCode(() => this.holder(step.holder).lock.downgrade());
+      case 'mode': {
+        const { mode } = this.holder(step.holder).lock;
+        if (mode === null) throw new Error(`${step.holder} is not a read/write lock holder`);
+        return { kind: 'word', word: mode };
+      }
       case 'permit': {
         let p;
         try {
