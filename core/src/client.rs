@@ -241,7 +241,6 @@ impl Session {
             id,
             name,
             slot,
-            mode: None,
         })
     }
 }
@@ -289,8 +288,6 @@ pub struct Lock {
     name: Arc<str>,
     /// The slot of a semaphore this lock is ([`crate::Semaphore`]).
     slot: Option<u32>,
-    /// A read/write lock's mode ([`crate::RwLock`]), shared with the driver.
-    pub(crate) mode: Option<crate::rwlock::ModeCell>,
 }
 
 impl Lock {

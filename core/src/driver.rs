@@ -170,7 +170,6 @@ impl SessionTask {
                     waiting: None,
                     watched: None,
                     candidate: None,
-                    mode: None,
                 };
                 self.locks.insert(lock, e);
             }
@@ -201,11 +200,6 @@ impl SessionTask {
             Command::Campaign { lock, value } => {
                 if let Some(e) = self.locks.get_mut(&lock) {
                     e.candidate = Some(value);
-                }
-            }
-            Command::Mode { lock, mode } => {
-                if let Some(e) = self.locks.get_mut(&lock) {
-                    e.mode = Some(mode);
                 }
             }
             Command::Downgrade { lock, token, reply } => self.downgrade(now, lock, token, reply),

@@ -81,9 +81,26 @@ pub(crate) struct LockMetrics {
     pub(crate) deadline: AtomicU64,
     /// The handle is an election's candidate (`dlock_election_leader`).
     pub(crate) election: AtomicBool,
+    /// A read/write lock holder's mode (0: a plain lock, 1: read, 2:
+    /// write): the one copy, which the handle, the driver and the snapshot
+    /// read ([`crate::rwlock::ModeCell`]). A byte in the padding: a gate
+    /// does not grow.
+    pub(crate) mode: AtomicU8,
     /// The handle is a semaphore's slot: that semaphore's limit (0: a
     /// plain lock). Its name is the lock's without `/slot/<i>`.
     pub(crate) semaphore_limit: std::sync::atomic::AtomicU32,
+}
+
+impl LockMetrics {
+    /// A read/write lock holder's mode (`None`: a plain lock).
+    pub(crate) fn mode(&self) -> Option<crate::Mode> {
+        crate::Mode::of_byte(self.mode.load(Acquire))
+    }
+
+    /// Sets the mode: a new holder's, or a committed downgrade's.
+    pub(crate) fn set_mode(&self, mode: crate::Mode) {
+        self.mode.store(mode.byte(), Release);
+    }
 }
 
 /// Shared between a lock's handle, its permits and its driver task. The

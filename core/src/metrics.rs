@@ -314,6 +314,9 @@ pub struct LockSnapshot {
     /// The handle is a slot of a semaphore: its name and limit (holding or
     /// draining is holding one of its slots).
     pub semaphore: Option<(String, u32)>,
+    /// The handle is a read/write lock's reader or writer: its mode now (a
+    /// downgraded writer reads).
+    pub mode: Option<crate::Mode>,
 }
 
 /// One session as read at scrape time.
@@ -500,6 +503,7 @@ fn read_lock(name: &str, g: &Gate) -> LockSnapshot {
                 limit,
             )),
         },
+        mode: g.metrics.mode(),
     }
 }
 

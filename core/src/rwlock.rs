@@ -16,7 +16,6 @@
 //! ([`crate::FenceGate::admit_read`], [`crate::FenceGate::admit_write`]).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::driver::{Command, Reply};
 use crate::{Client, Error, Lock, Session, State};
@@ -68,31 +67,25 @@ impl std::fmt::Display for Mode {
     }
 }
 
-/// A holder's mode, shared by its handle and the driver (which puts the key
-/// in it at each acquisition): a downgrade changes it once committed.
-#[derive(Clone, Debug)]
-pub(crate) struct ModeCell(Arc<AtomicU8>);
-
-impl ModeCell {
-    fn new(mode: Mode) -> ModeCell {
-        let cell = ModeCell(Arc::default());
-        cell.set(mode);
-        cell
-    }
-
-    pub(crate) fn get(&self) -> Mode {
-        match self.0.load(Ordering::Acquire) {
-            0 => Mode::Read,
-            _ => Mode::Write,
+impl Mode {
+    /// Its byte in the lock's gate (`LockMetrics::mode`): the one copy,
+    /// which the handle, the driver (it puts the key in that mode at each
+    /// acquisition; a committed downgrade changes it) and the metrics
+    /// snapshot read. 0 is a plain lock.
+    pub(crate) fn byte(self) -> u8 {
+        match self {
+            Mode::Read => 1,
+            Mode::Write => 2,
         }
     }
 
-    pub(crate) fn set(&self, mode: Mode) {
-        let v = match mode {
-            Mode::Read => 0,
-            Mode::Write => 1,
-        };
-        self.0.store(v, Ordering::Release);
+    /// A gate's byte back: `None` for a plain lock.
+    pub(crate) fn of_byte(b: u8) -> Option<Mode> {
+        match b {
+            1 => Some(Mode::Read),
+            2 => Some(Mode::Write),
+            _ => None,
+        }
     }
 }
 
@@ -173,13 +166,9 @@ impl RwLock {
 
     /// A holder's handle in `mode`.
     pub fn holder(&self, mode: Mode) -> Result<Lock, Error> {
-        let mut lock = self.session.lock(&self.name)?;
-        let cell = ModeCell::new(mode);
-        lock.command(Command::Mode {
-            lock: lock.id(),
-            mode: cell.clone(),
-        })?;
-        lock.mode = Some(cell);
+        let lock = self.session.lock(&self.name)?;
+        // Before the handle is returned, so before any acquire is sent.
+        lock.metrics().set_mode(mode);
         Ok(lock)
     }
 }
@@ -188,7 +177,7 @@ impl Lock {
     /// A read/write lock holder's mode (`None` for a plain lock, which
     /// queues as a writer).
     pub fn mode(&self) -> Option<Mode> {
-        self.mode.as_ref().map(ModeCell::get)
+        self.metrics().mode()
     }
 
     /// Write → read: the held key gets the read marker, keeping the key and

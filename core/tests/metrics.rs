@@ -259,6 +259,12 @@ fn the_prometheus_client_collector_encodes_the_same_families() {
     e.campaign(b"me", ms(2000)).unwrap();
     let sem = c.semaphore("metrics/collector-semaphore", 2).unwrap();
     let _slot = sem.acquire(ms(2000)).unwrap();
+    let reader = c
+        .rwlock("metrics/collector-rwlock")
+        .unwrap()
+        .read()
+        .unwrap();
+    reader.acquire(ms(2000)).unwrap();
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
     assert_matches_fixture("prometheus-client", &parse(&text));
@@ -421,9 +427,18 @@ fn assert_matches_fixture(face: &str, parsed: &Read) {
 }
 
 /// A client with every family filled: a lock held (slack), an election
-/// led (`dlock_election_leader`) and a semaphore's slot held
-/// (`dlock_semaphore_*`).
-fn every_family(service: &MemoryService) -> (Client, dlock::Lock, dlock::Election, dlock::Lock) {
+/// led (`dlock_election_leader`), a semaphore's slot held
+/// (`dlock_semaphore_*`) and a read/write lock's reader
+/// (`dlock_rwlock_held`).
+fn every_family(
+    service: &MemoryService,
+) -> (
+    Client,
+    dlock::Lock,
+    dlock::Election,
+    dlock::Lock,
+    dlock::Lock,
+) {
     let c = client(service);
     let lock = c.lock("metrics/fixture").unwrap();
     lock.acquire(ms(2000)).unwrap();
@@ -431,13 +446,15 @@ fn every_family(service: &MemoryService) -> (Client, dlock::Lock, dlock::Electio
     e.campaign(b"me", ms(2000)).unwrap();
     let sem = c.semaphore("metrics/fixture-semaphore", 3).unwrap();
     let slot = sem.acquire(ms(2000)).unwrap();
-    (c, lock, e, slot)
+    let reader = c.rwlock("metrics/fixture-rwlock").unwrap().read().unwrap();
+    reader.acquire(ms(2000)).unwrap();
+    (c, lock, e, slot, reader)
 }
 
 #[test]
 fn the_core_text_has_the_fixtures_families() {
     let service = MemoryService::new();
-    let (c, _lock, _e, _slot) = every_family(&service);
+    let (c, _lock, _e, _slot, _reader) = every_family(&service);
     assert_matches_fixture("to_text", &parse(&c.snapshot().to_text()));
     // The families' own declarations say the same, samples or none.
     let declared: Parsed = c
@@ -680,6 +697,8 @@ fn the_process_snapshot_is_every_client_as_one() {
         .unwrap()
         .acquire(ms(2000))
         .unwrap();
+    let reader = a.rwlock("metrics/process/rw").unwrap().read().unwrap();
+    reader.acquire(ms(2000)).unwrap();
     let snap = dlock::metrics::process_snapshot();
     // The strict reader refuses a family typed twice.
     assert_matches_fixture("process_snapshot", &parse(&snap.to_text()));

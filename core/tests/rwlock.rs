@@ -184,6 +184,49 @@ fn a_downgrade_keeps_the_token_and_lets_queued_readers_in() {
     assert_eq!(w.token(), Some(t));
 }
 
+/// The snapshot knows each holder's mode, and `dlock_rwlock_held` counts
+/// the holders by mode: a writer, then the same holder after its downgrade
+/// (now a reader), a waiting reader not counted, a plain lock not listed.
+#[test]
+fn the_snapshot_counts_holders_by_mode_and_a_downgrade_moves_one() {
+    let service = MemoryService::new();
+    let (a, b) = (client(&service), client(&service));
+    let name = "rw/metrics";
+    let w = a.rwlock(name).unwrap().write().unwrap();
+    w.acquire(EVENT).unwrap();
+    let r = Arc::new(b.rwlock(name).unwrap().read().unwrap());
+    let waiting = acquire_in_background(r.clone());
+    let plain = a.lock("rw/metrics-plain").unwrap();
+    let held = |c: &Client| {
+        let text = c.snapshot().to_text();
+        let get = |mode: &str| {
+            let series = format!("dlock_rwlock_held{{lock=\"{name}\",mode=\"{mode}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .map(|v| v.parse::<f64>().unwrap())
+        };
+        (get("read"), get("write"))
+    };
+    let snap = a.snapshot();
+    let locks: Vec<_> = snap.sessions.iter().flat_map(|s| &s.locks).collect();
+    let mode_of = |n: &str| locks.iter().find(|l| l.name == n).unwrap().mode;
+    assert_eq!(mode_of(name), Some(Mode::Write));
+    assert_eq!(mode_of(plain.name()), None, "a plain lock has no mode");
+    assert_eq!(held(&a), (Some(0.0), Some(1.0)), "the writer holds");
+    assert_eq!(
+        held(&b),
+        (Some(0.0), Some(0.0)),
+        "the reader waits: not held"
+    );
+    w.downgrade().unwrap();
+    assert_eq!(w.mode(), Some(Mode::Read));
+    assert_eq!(held(&a), (Some(1.0), Some(0.0)), "downgraded: a reader");
+    waiting.recv_timeout(EVENT).unwrap().unwrap();
+    assert_eq!(held(&b), (Some(1.0), Some(0.0)), "the queued reader holds");
+    w.release().unwrap();
+    assert_eq!(held(&a), (Some(0.0), Some(0.0)), "released");
+}
+
 #[test]
 fn an_upgrade_and_a_plain_locks_downgrade_are_refused() {
     let service = MemoryService::new();

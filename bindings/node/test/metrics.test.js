@@ -57,6 +57,9 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
   await e.campaign('me', { timeout: 2000 });
   // A semaphore's slot held: `dlock_semaphore_limit` and `_held` have samples.
   const slot = await c.semaphore('node/fixture-semaphore', 2).acquire({ timeout: 2000 });
+  // A read/write lock's reader held: `dlock_rwlock_held` has samples.
+  const reader = c.rwlock('node/fixture-rwlock').reader();
+  await reader.acquire({ timeout: 2000 });
   const registry = new prom.Registry();
   dlockProm.register(c, registry);
   const got = await read(await registry.metrics());
@@ -67,6 +70,7 @@ test('registry.metrics() has the families of core/tests/fixtures/metric-families
     assert.ok(got[name].labels !== null, `${name} has no sample`);
     assert.deepEqual(got[name].labels, f.labels, name);
   }
+  await reader.close();
   await slot.close();
   await e.close();
   await lock.close();

@@ -43,6 +43,7 @@ def test_the_collector_scrapes_the_cores_families() -> None:
             if s.labels.get("lock", "py/metrics") == "py/metrics"
             and "election" not in s.labels
             and "semaphore" not in s.labels
+            and "mode" not in s.labels
         )
 
     for name, f in page.items():
@@ -92,6 +93,8 @@ def test_the_families_are_the_fixtures() -> None:
     # label names are read like every other family's).
     lead = client.election("py/fixture-election").campaign("me", timeout=5)
     slot = client.semaphore("py/fixture-semaphore", 2).acquire(timeout=5)  # dlock_semaphore_*
+    reader = client.rwlock("py/fixture-rwlock").reader()  # dlock_rwlock_held
+    reader.acquire(5)
     registry = CollectorRegistry()
     registry.register(Collector(client))
     got: Dict[str, Any] = {}
@@ -103,6 +106,7 @@ def test_the_families_are_the_fixtures() -> None:
         assert labels, f"{name} has no sample"
         got[name] = (f.type, list(labels.pop()))
     assert got == fixture()
+    reader.release()
     slot.release()
     lead.resign()
     lock.release()

@@ -118,7 +118,9 @@ impl SessionTask {
         let value = entry
             .and_then(|e| e.candidate.as_ref())
             .map(|v| crate::sync::lock(v).clone());
-        let mode = entry.and_then(|e| e.mode.as_ref()).map(|m| m.get());
+        // A read/write holder's mode, read at each acquisition: a
+        // downgraded holder reacquires as a reader.
+        let mode = entry.and_then(|e| e.gate.metrics.mode());
         self.spawn_call(Call::Req(req), async move {
             let locked = match (&value, mode) {
                 (Some(v), _) => b.campaign(&name, lease, v, wait).await,
@@ -283,14 +285,19 @@ impl SessionTask {
         token: Token,
         reply: Reply<Result<(), Error>>,
     ) {
-        let Some(mode) = self.locks.get(&lock).and_then(|e| e.mode.clone()) else {
+        let Some(gate) = self
+            .locks
+            .get(&lock)
+            .filter(|e| e.gate.metrics.mode().is_some())
+            .map(|e| e.gate.clone())
+        else {
             return reply.send(Err(Error::InvalidArgument(
                 "downgrade: not a read/write lock's holder".into(),
             )));
         };
         let value = crate::rwlock::READ_MARKER.to_vec();
         self.put_value(now, lock, token, value, "downgrade", reply, move |_| {
-            mode.set(crate::rwlock::Mode::Read);
+            gate.metrics.set_mode(crate::rwlock::Mode::Read);
         });
     }
 

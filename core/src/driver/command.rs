@@ -116,13 +116,6 @@ pub(crate) enum Command {
         lock: LockId,
         value: Candidate,
     },
-    /// The lock is a read/write lock's holder: its key is put in `mode`
-    /// (read at each acquisition, so a downgraded holder reacquires as a
-    /// reader).
-    Mode {
-        lock: LockId,
-        mode: crate::rwlock::ModeCell,
-    },
     /// Write → read, keeping the key and `token` (see
     /// [`crate::Lock::downgrade`]).
     Downgrade {

@@ -47,8 +47,6 @@ pub(super) struct Entry {
     pub(super) watched: Option<Token>,
     /// An election's value: its key is put holding it.
     pub(super) candidate: Option<Candidate>,
-    /// A read/write lock's mode: its key is put in it.
-    pub(super) mode: Option<crate::rwlock::ModeCell>,
 }
 
 /// The calls waiting on one lock.

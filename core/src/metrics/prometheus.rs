@@ -52,6 +52,8 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
     let mut hold: Option<HistogramSnapshot> = None;
     // Per semaphore of a handle: (its limit, slots held).
     let mut semaphores: BTreeMap<&str, (u32, u64)> = BTreeMap::new();
+    // Per read/write lock of a handle: (readers, writers) held.
+    let mut rwlocks: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let merge = |into: &mut Option<HistogramSnapshot>, h: &HistogramSnapshot| match into {
         Some(a) => a.add(h),
         None => *into = Some(h.clone()),
@@ -107,6 +109,13 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
             }
             if let Some((name, limit)) = &l.semaphore {
                 semaphores.entry(name).or_insert((*limit, 0)).1 += u64::from(held);
+            }
+            if let Some(mode) = l.mode {
+                let rw = rwlocks.entry(&l.name).or_default();
+                match mode {
+                    crate::Mode::Read => rw.0 += u64::from(held),
+                    crate::Mode::Write => rw.1 += u64::from(held),
+                }
             }
         }
     }
@@ -324,6 +333,18 @@ pub(super) fn families(snap: &Snapshot, max_locks: usize) -> Vec<Family> {
     );
     for (n, (_, held)) in &semaphores {
         number(&mut f, vec![(*n).to_owned()], *held as f64);
+    }
+    out.push(f);
+    // Read/write locks, capped as the semaphores are; both modes of each.
+    let mut f = family(
+        "dlock_rwlock_held",
+        "Holders of each read/write lock this client holds (holding or draining), by mode: read or write (a downgraded writer counts as read).",
+        Kind::Gauge,
+        &["lock", "mode"],
+    );
+    for (n, (read, write)) in rwlocks.into_iter().take(max_locks) {
+        number(&mut f, vec![n.to_owned(), "read".into()], read as f64);
+        number(&mut f, vec![n.to_owned(), "write".into()], write as f64);
     }
     out.push(f);
     out

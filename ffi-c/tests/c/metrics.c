@@ -168,6 +168,14 @@ int main(int argc, char **argv) {
   struct lk_lock *slot = NULL;
   OK(lk_semaphore_new(c, "c/metrics-semaphore", 2, &sem));
   OK(lk_semaphore_acquire(sem, 5000, &slot));
+  /* A read/write lock's writer held: dlock_rwlock_held has samples, one
+     per mode. */
+  struct lk_rwlock *rw = NULL;
+  struct lk_lock *writer = NULL;
+  OK(lk_rwlock_new(c, "c/metrics-rwlock", &rw));
+  OK(lk_rwlock_writer(rw, &writer));
+  uint64_t token_rw = 0;
+  OK(lk_lock_acquire(writer, 5000, &token_rw));
 
   size_t len = 0;
   OK(lk_client_metrics_text(c, NULL, 0, &len));
@@ -193,6 +201,8 @@ int main(int argc, char **argv) {
   CHECK(has_line(text, want));
   CHECK(has_line(text, "dlock_semaphore_limit{semaphore=\"c/metrics-semaphore\"} 2"));
   CHECK(has_line(text, "dlock_semaphore_held{semaphore=\"c/metrics-semaphore\"} 1"));
+  CHECK(has_line(text, "dlock_rwlock_held{lock=\"c/metrics-rwlock\",mode=\"write\"} 1"));
+  CHECK(has_line(text, "dlock_rwlock_held{lock=\"c/metrics-rwlock\",mode=\"read\"} 0"));
   if (argc > 1) {
     struct family fams[MAX_FAMILIES];
     int n = read_fixture(argv[1], fams);
@@ -210,6 +220,9 @@ int main(int argc, char **argv) {
   CHECK(healthy);
   EXPECT(lk_lock_healthy(lock, 0, NULL), LK_NULL_PARAMETER);
 
+  OK(lk_lock_release(writer));
+  lk_lock_free(writer);
+  lk_rwlock_free(rw);
   OK(lk_lock_release(slot));
   lk_lock_free(slot);
   lk_semaphore_free(sem);
