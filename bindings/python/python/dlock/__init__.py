@@ -573,7 +573,7 @@ class SlotAcquire:
 class RwLock(_dlock.RwLock):
     """Many readers or one writer on a name (docs/design.md §27); made by
     ``client.rwlock(name)`` or ``session.rwlock(name)``, holds nothing
-    itself. ``reader()`` and ``writer()`` are ordinary ``Lock``\ s, not
+    itself. ``reader()`` and ``writer()`` are ordinary ``Lock`` objects, not
     acquired yet, with ``.mode`` ``"read"`` or ``"write"``: acquire,
     permits, fencing and callbacks are a lock's. A held writer's
     ``downgrade()`` makes it a reader with the same token. A resource
