@@ -284,3 +284,53 @@ fn a_signal_while_waiting_leaves_no_key_queued() {
     holder.kill().unwrap();
     let _ = holder.wait();
 }
+
+/// A start through late replies (issue 29: `dlock run -n` gave up when its
+/// first request got no answer in time): every reply 1.5 s late for the
+/// first 6 s (the lease's grant and the limit's record answered late, then
+/// the slot tried first: later than its bound, two keepalive timeouts). The command waits, as `dlock run NAME` does,
+/// and runs CMD in a slot once replies are on time again.
+#[test]
+fn a_start_through_late_replies_waits_and_runs() {
+    use dlock_testkit::proxy::{Mode, Proxy};
+    let c = etcd_cluster::cluster();
+    let name = unique("late");
+    let proxy = Proxy::start(c.member_addr(0));
+    proxy.set(Mode::Delay(Duration::from_millis(1500)));
+    let child = Command::new(BIN)
+        .env("DLOCK_ENDPOINTS", proxy.url())
+        .args([
+            "run",
+            "-n",
+            "2",
+            "--ttl",
+            "4s",
+            "--keepalive-interval",
+            "1s",
+            "--keepalive-timeout",
+            "500ms",
+            "--retry-interval",
+            "250ms",
+            "--margin",
+            "1s",
+            &name,
+            "--",
+            "sh",
+            "-c",
+            "echo slot=$DLOCK_SLOT",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dlock run -n");
+    std::thread::sleep(Duration::from_secs(6));
+    proxy.set(Mode::Pass);
+    let out = finish(child, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("slot="),
+        "CMD did not run: {}",
+        stderr(&out)
+    );
+}

@@ -127,8 +127,11 @@ impl Session {
     }
 
     /// The checks, then the request that records (or compares) the limit,
-    /// bounded by the TTL: a service that does not answer is
-    /// [`Error::Backend`].
+    /// bounded by the TTL: a service that does not answer in that time is
+    /// [`Error::Backend`]. A failure worth retrying (a connection refused,
+    /// a member without quorum) is tried again every retry interval within
+    /// that bound, as a lock's requests are: a blip at start must not
+    /// refuse the handle (`dlock run -n` gave up on one).
     fn record_limit(
         &self,
         name: &str,
@@ -140,17 +143,31 @@ impl Session {
         check(name, limit)?;
         self.open()?;
         let backend = self.backend().clone();
-        let bound = self.options().ttl;
+        let (bound, retry) = (self.options().ttl, self.options().retry_interval);
         let name = name.to_owned();
         Ok(async move {
             let key = limit_key(&name);
             let value = limit.to_string();
-            let put = backend.put_if_absent(key.as_bytes(), value.as_bytes());
-            let stored = tokio::time::timeout(bound, put)
-                .await
-                .map_err(|_| Error::Backend("the lock service did not answer in time".into()))?
-                .map_err(|e| Error::Backend(format!("the lock service failed: {e}")))?;
-            compare(&name, limit, &stored)
+            let until = tokio::time::Instant::now() + bound;
+            loop {
+                let put = backend.put_if_absent(key.as_bytes(), value.as_bytes());
+                let failed = match tokio::time::timeout_at(until, put).await {
+                    Ok(Ok(stored)) => return compare(&name, limit, &stored),
+                    Ok(Err(e @ crate::backend::BackendError::Unavailable(_))) => e,
+                    Ok(Err(e)) => {
+                        return Err(Error::Backend(format!("the lock service failed: {e}")));
+                    }
+                    Err(_) => {
+                        return Err(Error::Backend(
+                            "the lock service did not answer in time".into(),
+                        ));
+                    }
+                };
+                if tokio::time::Instant::now() + retry >= until {
+                    return Err(Error::Backend(format!("the lock service failed: {failed}")));
+                }
+                tokio::time::sleep(retry).await;
+            }
         })
     }
 
@@ -317,21 +334,15 @@ impl Semaphore {
     /// release: the whole lock API). One slot is tried alone first; then
     /// the wait is queued on every slot at once and wakes on a release or an expiry through the engine's own
     /// watch, as a lock's does; the first slot won is kept, the others are
-    /// cancelled. [`Error::Timeout`]: every slot stayed held; nothing is
-    /// held then. Blocks.
+    /// cancelled. A service that does not answer is waited through, as a
+    /// lock's wait does. [`Error::Timeout`]: no slot was won in time;
+    /// nothing is held then. Blocks.
     pub fn acquire(&self, timeout: Duration) -> Result<Lock, Error> {
         if timeout.is_zero() {
             return self.try_acquire();
         }
-        let lock = self.slot_lock(self.first_try())?;
-        match lock.try_acquire() {
-            Ok(_) => return Ok(lock),
-            Err(Error::WouldBlock) => drop(lock), // the queued wait has its own handles
-            Err(e) => return Err(e),
-        }
-        let (race, first) = self.start(Some(timeout))?;
-        let slot = crate::driver::block_on(first)??;
-        Ok(race.win(slot))
+        let sem = self.clone();
+        crate::driver::block_on(async move { sem.acquire_async(Some(timeout)).await })?
     }
 
     /// [`Semaphore::acquire`] for async code, on any executor (`None`: no
@@ -341,13 +352,21 @@ impl Semaphore {
         if timeout.is_some_and(|t| t.is_zero()) {
             return self.try_acquire_async().await;
         }
+        let until = timeout.map(|t| std::time::Instant::now() + t);
         let lock = self.slot_lock(self.first_try())?;
         match lock.try_acquire_async().await {
             Ok(_) => return Ok(lock),
-            Err(Error::WouldBlock) => drop(lock), // the queued wait has its own handles
+            // Taken, or no answer in time: the wait goes on through both,
+            // as a lock's does (a slow first reply must not end it).
+            Err(Error::WouldBlock | Error::Timeout | Error::Backend(_)) => drop(lock),
             Err(e) => return Err(e),
         }
-        let (race, first) = self.start(timeout)?;
+        // The queued wait has what is left of the caller's timeout.
+        let left = until.map(|u| u.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(Error::Timeout);
+        }
+        let (race, first) = self.start(left)?;
         let slot = first.await?;
         Ok(race.win(slot))
     }

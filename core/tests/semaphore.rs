@@ -443,3 +443,62 @@ fn acquire_then_waits_wins_and_cancels_leaving_nothing_held() {
         .expect("the cancelled win let the slot go");
     assert_eq!(again.slot(), Some(0));
 }
+
+/// A wait through a service that does not answer for a while (issue 29:
+/// `dlock run -n` gave up when its first request was delayed): the acquire
+/// waits, as a lock's does, and takes a slot once the link heals, within
+/// its own timeout. The one slot tried alone first (`first_try`) must not
+/// end the wait when its try gets no answer.
+#[test]
+fn an_acquire_waits_through_a_silent_service_as_a_locks_does() {
+    let service = MemoryService::new();
+    let link = service.link();
+    let c = Client::new(link.clone(), short()).unwrap();
+    let sem = c.semaphore("sem/silent", 2).unwrap();
+    link.partition();
+    let (tx, rx) = mpsc::channel();
+    let waiter = sem.clone();
+    thread::spawn(move || {
+        let _ = tx.send(waiter.acquire(EVENT));
+    });
+    // Longer than a try's bound (two keepalive timeouts, 400 ms): the
+    // first try has failed by now.
+    assert!(
+        rx.recv_timeout(ms(1500)).is_err(),
+        "the acquire ended while the service was silent"
+    );
+    link.heal();
+    let held = rx.recv_timeout(EVENT).unwrap().expect("a slot once healed");
+    assert!(held.slot().is_some());
+    held.release().unwrap();
+}
+
+/// The limit's request at a handle's making is tried again through a
+/// failure worth retrying, within its bound (the TTL): a service down for
+/// a moment at start (half a second here, the TTL is 2 s) does not refuse
+/// the handle (issue 29: `dlock run -n` gave up when its first request
+/// failed). Down for longer than the bound, the handle is refused.
+#[test]
+fn a_handle_is_made_through_a_short_outage_and_refused_past_the_ttl() {
+    let service = MemoryService::new();
+    let c = client(&service);
+    service.outage(true);
+    let (tx, rx) = mpsc::channel();
+    let maker = c.clone();
+    thread::spawn(move || {
+        let _ = tx.send(maker.semaphore("sem/blip", 2).map(|s| s.limit()));
+    });
+    thread::sleep(ms(500));
+    service.outage(false);
+    assert_eq!(rx.recv_timeout(EVENT).unwrap().unwrap(), 2);
+    service.outage(true);
+    let started = std::time::Instant::now();
+    let refused = c.semaphore("sem/blip-long", 2).unwrap_err();
+    assert!(matches!(refused, Error::Backend(_)), "{refused:?}");
+    assert!(
+        started.elapsed() >= ms(1500),
+        "refused after {:?}, before the bound",
+        started.elapsed()
+    );
+    service.outage(false);
+}
