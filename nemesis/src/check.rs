@@ -23,7 +23,9 @@
 //! - in the semaphore mode (records tagged `li`: the slot) every slot is
 //!   checked as a lock of its own (G1–G4: tokens rise per slot, a slot's
 //!   resource never accepts a lower token, no permit after a deadline),
-//!   and S1: at no instant more than N holders with valid permits.
+//!   and S1: at no instant more than N holders with valid permits (a
+//!   `dlock run` holder's: its command's start to its last write, unless
+//!   a pause of that holder fell inside).
 //!
 //! - in the read/write mode (the gate's two-key register, records
 //!   `rw_read` / `rw_write` / `rw_refuse`) also RW1: no admitted read sees
@@ -1065,6 +1067,37 @@ fn s1_at_most_n_valid_holders(records: &[Value], limit: u64, r: &mut Report) {
             .map_or(u(v, "deadline"), |&f| f.min(u(v, "deadline")));
         by_holder.entry(p).or_default().push((u(v, "t0"), end));
     }
+    // A holder without permits (`dlock run`: its command knows no
+    // deadline) counts from its command's start to its last write of a
+    // token: a lower bound of that hold, so an overlap found is real.
+    let with_permits: HashSet<&str> = by_holder.keys().copied().collect();
+    let mut work: BTreeMap<(&str, Option<u64>, u64), (u64, u64)> = BTreeMap::new();
+    for v in records.iter().filter(|v| !with_permits.contains(s(v, "p"))) {
+        let at = match s(v, "ev") {
+            "child_started" => u(v, "at"),
+            "write" => u(v, "sent"),
+            _ => continue,
+        };
+        let e = work
+            .entry((s(v, "p"), slot(v), u(v, "token")))
+            .or_insert((at, at));
+        (e.0, e.1) = (e.0.min(at), e.1.max(at));
+    }
+    // A pause stops `dlock run` alone (SIGSTOP to its pid), not its
+    // command's group, which works on unfenced: a hold across a pause of
+    // its holder is not checked (the gate's G checks still are).
+    let paused: Vec<(&str, u64)> = records
+        .iter()
+        .filter(|v| s(v, "p") == "nemesis" && s(v, "ev") == "fault")
+        .filter(|v| s(v, "kind").starts_with("pause_"))
+        .map(|v| (s(v, "target"), u(v, "t")))
+        .collect();
+    for ((p, li, token), (a, b)) in work {
+        let across_pause = paused.iter().any(|&(who, t)| who == p && a <= t && t <= b);
+        if !operator.contains(&(li, token)) && !across_pause {
+            by_holder.entry(p).or_default().push((a, b + 1));
+        }
+    }
     let mut edges: Vec<(u64, i64, &str)> = Vec::new();
     for (p, mut iv) in by_holder {
         iv.sort_unstable();
@@ -1605,6 +1638,55 @@ mod tests {
             r.table()
         );
         assert_eq!(r.max_valid_holders, 3);
+    }
+
+    /// A `dlock run` holder (no permits: its command's start and writes)
+    /// counts in S1 from its command's start to its last write.
+    #[test]
+    fn s1_counts_a_dlock_run_holders_command_by_its_writes() {
+        let mut h = semaphore();
+        h.push(
+            json!({"t": 1200, "p": "e", "ev": "child_started", "at": 1200, "token": 14, "li": 0}),
+        );
+        for sent in [1300, 1400] {
+            h.push(json!({"t": sent, "p": "e", "ev": "write", "res": "gate", "token": 14, "seq": 1, "sent": sent, "out": "ok", "li": 0}));
+        }
+        let r = run(h.clone());
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            1,
+            "{}",
+            r.table()
+        );
+        assert_eq!(r.max_valid_holders, 3);
+        // A pause of e (its dlock alone stopped) exempts that hold.
+        let mut paused = h.clone();
+        paused.push(
+            json!({"t": 1350, "p": "nemesis", "ev": "fault", "kind": "pause_long", "target": "e"}),
+        );
+        let r = run(paused);
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            0,
+            "{}",
+            r.table()
+        );
+        // Its command started once b's and d's holds were over: no breach
+        // (the gate never saw its writes: only S1 is read here).
+        for v in h.iter_mut().filter(|v| v["p"] == "e") {
+            for k in ["t", "at", "sent"] {
+                if let Some(t) = v[k].as_u64() {
+                    v[k] = (t + 10_000).into();
+                }
+            }
+        }
+        let r = run(h);
+        assert_eq!(
+            count(&r, "S1 at most N holders with valid permits"),
+            0,
+            "{}",
+            r.table()
+        );
     }
 
     #[test]
