@@ -32,11 +32,18 @@ and releases.
 usage: python3 run_holder.py [--dlock PATH] --id ID --endpoints URLS
          --lock NAME --key KEY --gate HOST:PORT --history FILE [--ttl-ms N
          --interval-ms N --timeout-ms N --retry-ms N --margin-ms N
-         --unit-ms N --idle-ms N --writes 0|1 --election 0|1 --semaphore N]
+         --unit-ms N --idle-ms N --writes 0|1 --election 0|1 --semaphore N
+         --rwlock r|w]
 
 --semaphore N: `dlock run -n N`, a slot of the semaphore NAME; the child
 names its slot (DLOCK_SLOT) on its first line, and from then on every
 record carries "li": slot (a fenced slot is taken back by dlock itself).
+
+--rwlock r|w: a reader (`dlock run --read NAME`) or a writer (a plain
+`dlock run NAME`) of the read/write lock NAME; the child, given --rwlock
+too, reads or writes the gate's two-key register by DLOCK_MODE (dlock sets
+DLOCK_MODE=read for a reader) instead of the etcd and gate writes. A mode
+of its own (no --election, no --semaphore).
 """
 
 import json
@@ -51,6 +58,8 @@ NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 2
            "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
            "semaphore": 0}
 WORDS = ("id", "endpoints", "lock", "key", "gate", "history", "dlock")
+# Words that may be left out, with their defaults (dlock: the one on PATH).
+OPTIONAL = {"dlock": "dlock", "rwlock": ""}
 
 
 def now() -> int:
@@ -58,11 +67,12 @@ def now() -> int:
 
 
 def flags(argv):
-    f = dict(NUMBERS, dlock="dlock")
+    f = dict(NUMBERS, **OPTIONAL)
     if len(argv) % 2:
         sys.exit(f"run_holder: flags are --key value, got {argv!r}")
     for k, v in zip(argv[::2], argv[1::2]):
-        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS):
+        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS
+                                      and k[2:] not in OPTIONAL):
             sys.exit(f"run_holder: unknown flag {k}")
         k = k[2:]
         if k in NUMBERS:
@@ -187,8 +197,13 @@ def recorder(h, lines, dlock_pid):
 def main():
     f = flags(sys.argv[1:])
     h = History(f["history"], f["id"])
+    rw_mode = f["rwlock"] or None
+    if rw_mode not in (None, "r", "w"):
+        sys.exit(f"run_holder: --rwlock takes r or w, not {rw_mode}")
+    if rw_mode and (f["election"] == 1 or f["semaphore"]):
+        sys.exit("run_holder: --rwlock r|w is a mode of its own (no --election, no --semaphore)")
     h.record("start", face="run", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
-             election=f["election"] == 1, semaphore=f["semaphore"] or None,
+             election=f["election"] == 1, semaphore=f["semaphore"] or None, rwlock=rw_mode,
              ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
     ms = lambda k: f"{f[k]}ms"  # noqa: E731
     child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "run_child.py")
@@ -197,12 +212,16 @@ def main():
     verb, name = (["elect"], [f["lock"], f["id"]]) if f["election"] == 1 else (["run"], [f["lock"]])
     if f["semaphore"]:
         verb = ["run", "-n", str(f["semaphore"])]
+    # --rwlock: a reader is `dlock run --read`, a writer a plain `dlock run`.
+    if rw_mode == "r":
+        verb = ["run", "--read"]
+    rw = ["--rwlock", rw_mode] if rw_mode else []
     argv = [f["dlock"], *verb, "--restart", "--endpoints", f["endpoints"],
             "--ttl", ms("ttl-ms"), "--keepalive-interval", ms("interval-ms"),
             "--keepalive-timeout", ms("timeout-ms"), "--retry-interval", ms("retry-ms"),
             "--margin", ms("margin-ms"), *name, "--",
             sys.executable, child, "--id", f["id"], "--key", f["key"], "--gate", f["gate"],
-            "--history", f["history"], "--unit-ms", str(f["unit-ms"]), "--writes", str(f["writes"])]
+            "--history", f["history"], "--unit-ms", str(f["unit-ms"]), "--writes", str(f["writes"]), *rw]
     r, w = os.pipe()
     pid = os.getpid()
     if os.fork() == 0:
