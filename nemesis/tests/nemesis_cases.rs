@@ -324,7 +324,10 @@ fn nemesis_semaphore() {
 /// `DLOCK_NEMESIS_RWLOCK_SECONDS` (25). The checker adds RW1 (no torn
 /// read), RW2 (no read older than a lower write before it) and RW3 (the
 /// watermarks never go back); the case fails when the register saw no
-/// admitted read or no admitted write, and prints the modes each face ran.
+/// admitted read or no admitted write, or an operation of another mode
+/// than its holder recorded (a face that sends the wrong line: the gate
+/// contains a reader that writes, the checker cannot see it), and prints
+/// the modes each face ran.
 #[test]
 fn nemesis_rwlock() {
     mix(
@@ -360,6 +363,35 @@ fn rw_modes_by_face(recs: &[Value]) -> String {
         .map(|(f, m)| format!("{f} {}", m.iter().copied().collect::<String>()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Register operations the gate saw (`rw_read`, `rw_write`, `rw_refuse`)
+/// of another mode than the holder's own `write` record of that `seq`
+/// says: "h2 seq 7: recorded r, the gate saw w".
+fn rw_mode_mismatches(recs: &[Value]) -> Vec<String> {
+    use std::collections::HashMap;
+    let recorded: HashMap<(&str, u64), &str> = recs
+        .iter()
+        .filter(|v| s(v, "ev") == "write" && s(v, "res") == "register")
+        .map(|v| ((s(v, "p"), u(v, "seq")), s(v, "mode")))
+        .collect();
+    recs.iter()
+        .filter_map(|v| {
+            let seen = match s(v, "ev") {
+                "rw_read" => "r",
+                "rw_write" => "w",
+                "rw_refuse" => s(v, "mode"),
+                _ => return None,
+            };
+            let (h, seq) = (s(v, "h"), u(v, "seq"));
+            match recorded.get(&(h, seq)) {
+                Some(&m) if m != seen => {
+                    Some(format!("{h} seq {seq}: recorded {m}, the gate saw {seen}"))
+                }
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 fn mix(
@@ -452,6 +484,15 @@ fn mix(
     }
     if rwlock && report.rw_ops.1 == 0 {
         broken.push("the register saw no admitted write".into());
+    }
+    if rwlock {
+        let wrong = rw_mode_mismatches(&recs);
+        if let Some(first) = wrong.first() {
+            broken.push(format!(
+                "{} register operation(s) of another mode than their holder's, first {first}",
+                wrong.len()
+            ));
+        }
     }
     let elected = if election {
         format!(
