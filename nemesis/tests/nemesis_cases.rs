@@ -385,9 +385,10 @@ fn rw_mode_mismatches(recs: &[Value]) -> Vec<String> {
             };
             let (h, seq) = (s(v, "h"), u(v, "seq"));
             match recorded.get(&(h, seq)) {
-                Some(&m) if m != seen => {
-                    Some(format!("{h} seq {seq}: recorded {m}, the gate saw {seen}"))
-                }
+                Some(&m) if m != seen => Some(format!(
+                    "{h} seq {seq}: recorded {}, the gate saw {seen}",
+                    if m.is_empty() { "no mode" } else { m }
+                )),
                 _ => None,
             }
         })
