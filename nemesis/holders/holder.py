@@ -23,7 +23,10 @@ and "ID TOKEN SEQ SLOT" to the gate; every record of the slot carries
 unit is a read or a write of the gate's two-key register (the line
 "ID TOKEN SEQ r|w", answered "ok ..." or "stale HIGHEST"), recorded as a
 "write" of res "register" with its "mode"; no etcd write. A mode of its
-own (no --election, no --semaphore).
+own (no --election, no --semaphore). After a number of units drawn in
+[20, 200] (the Rust holder's generator, seeded from ID) it releases (a
+"release" record), and acquires again in the other mode on a new handle
+(a "mode" record), and so on.
 
 usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
@@ -54,6 +57,28 @@ def now() -> int:
 
 def ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
+
+
+M64 = (1 << 64) - 1
+
+
+def rw_rng(who):
+    """The Rust holder's generator of hold lengths (xorshift64*), seeded
+    with FNV-1a of the id: the same sequence for the same id."""
+    h = 0xCBF29CE484222325
+    for b in who.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return [h or 0x9E3779B97F4A7C15]
+
+
+def rw_units(st):
+    """Units to hold for before the handover, in [20, 200]."""
+    x = st[0]
+    x ^= x >> 12
+    x ^= (x << 25) & M64
+    x ^= x >> 27
+    st[0] = x
+    return 20 + ((x * 0x2545F4914F6CDD1D) & M64) % 181
 
 
 def flags(argv):
@@ -206,6 +231,9 @@ def main():
     gate = Gate(f["gate"])
     unit, idle = f["unit-ms"] / 1e3, f["idle-ms"] / 1e3
     seq, refused_n, last_refusal, permits = 0, 0, None, 0
+    # --rwlock: units left before the handover (release, then the other mode).
+    rng = rw_rng(who)
+    rw_left = rw_units(rng)
     while True:
         if lock.state in (dlock.State.IDLE, dlock.State.RELEASED):
             rec("acquire")
@@ -267,6 +295,21 @@ def main():
             out = gate.write(who, token, seq, held["li"])
             rec("write", res="gate", token=token, seq=seq, sent=sent, out=out)
         p.end()
+        if rw_mode:
+            rw_left -= 1
+            if rw_left == 0:
+                out = "ok"
+                try:
+                    lock.close()
+                except dlock.Error as e:
+                    out = e.code
+                rec("release", token=token, mode=rw_mode, out=out)
+                rw_mode = "w" if rw_mode == "r" else "r"
+                lock = rw.reader() if rw_mode == "r" else rw.writer()
+                lock.on_event(event)
+                held["lock"] = lock
+                rec("mode", mode=rw_mode)
+                rw_left = rw_units(rng)
 
 
 if __name__ == "__main__":
