@@ -24,7 +24,10 @@
 // unit is a read or a write of the gate's two-key register (the line
 // "ID TOKEN SEQ r|w", answered "ok ..." or "stale HIGHEST"), recorded as
 // a "write" of res "register" with its "mode"; no etcd write. A mode of
-// its own (no --election, no --semaphore).
+// its own (no --election, no --semaphore). After a number of units drawn
+// in [20, 200] (the Rust holder's generator, seeded from ID) it releases
+// (a "release" record), and acquires again in the other mode on a new
+// handle (a "mode" record), and so on.
 //
 // Node reads no CLOCK_BOOTTIME and the face's events carry no instant:
 // the clock is process.hrtime (CLOCK_MONOTONIC) plus BOOTTIME - MONOTONIC
@@ -156,10 +159,30 @@ class Gate {
   }
 }
 
+const M64 = (1n << 64n) - 1n;
+
+// The Rust holder's generator of hold lengths (xorshift64*), seeded with
+// FNV-1a of the id: the same sequence for the same id.
+function rwRng(id) {
+  let h = 0xcbf29ce484222325n;
+  for (const b of Buffer.from(id)) h = ((h ^ BigInt(b)) * 0x100000001b3n) & M64;
+  return { x: h || 0x9e3779b97f4a7c15n };
+}
+
+// Units to hold for before the handover, in [20, 200].
+function rwUnits(st) {
+  let { x } = st;
+  x ^= x >> 12n;
+  x ^= (x << 25n) & M64;
+  x ^= x >> 27n;
+  st.x = x;
+  return 20 + Number(((x * 0x2545f4914f6cdd1dn) & M64) % 181n);
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function main() {
-  const rwMode = f.rwlock || null;
+  let rwMode = f.rwlock || null;
   if (rwMode !== null && rwMode !== 'r' && rwMode !== 'w') die(`--rwlock takes r or w, not ${rwMode}`);
   if (rwMode && (f.election === 1 || f.semaphore)) die('--rwlock r|w is a mode of its own (no --election, no --semaphore)');
   record('start', {
@@ -182,6 +205,7 @@ async function main() {
   });
   process.stdin.resume();
   let key = f.key;
+  let rw = null;
   if (f.semaphore) {
     const sem = client.semaphore(f.lock, f.semaphore);
     while (lock === null) {
@@ -198,17 +222,20 @@ async function main() {
     record('acquired', { at: now(), token: lock.token });
     record('acquire_ok', { token: lock.token });
   } else if (rwMode) {
-    const rw = client.rwlock(f.lock);
+    rw = client.rwlock(f.lock);
     lock = rwMode === 'r' ? rw.reader() : rw.writer();
   } else {
     lock = election ? client.election(f.lock) : client.lock(f.lock);
   }
-  lock.on('stateChange', ({ from, to, reason }) => record('state', {
-    at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
-  }));
-  lock.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
-  lock.on('acquired', (token) => record('acquired', { at: now(), token }));
-  lock.on('drained', () => record('drained', { at: now() }));
+  const watch = (l) => {
+    l.on('stateChange', ({ from, to, reason }) => record('state', {
+      at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
+    }));
+    l.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
+    l.on('acquired', (token) => record('acquired', { at: now(), token }));
+    l.on('drained', () => record('drained', { at: now() }));
+  };
+  watch(lock);
 
   const gate = new Gate(f.gate);
   const unit = f['unit-ms'];
@@ -216,6 +243,9 @@ async function main() {
   let refusedN = 0;
   let lastRefusal = null;
   let permits = 0;
+  // --rwlock: units left before the handover (release, then the other mode).
+  const rng = rwRng(who);
+  let rwLeft = rwUnits(rng);
   for (;;) {
     if (lock.state === 'Idle' || lock.state === 'Released') {
       record('acquire');
@@ -291,6 +321,24 @@ async function main() {
       record('write', { res: 'gate', token, seq, sent, out });
     }
     p.end();
+    if (rwMode) {
+      rwLeft -= 1;
+      if (rwLeft === 0) {
+        let out = 'ok';
+        try {
+          await lock.close();
+        } catch (e) {
+          if (!(e instanceof dlock.DlockError)) throw e;
+          out = e.code;
+        }
+        record('release', { token, mode: rwMode, out });
+        rwMode = rwMode === 'r' ? 'w' : 'r';
+        lock = rwMode === 'r' ? rw.reader() : rw.writer();
+        watch(lock);
+        record('mode', { mode: rwMode });
+        rwLeft = rwUnits(rng);
+      }
+    }
   }
 }
 
