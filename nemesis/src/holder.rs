@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
@@ -727,7 +728,12 @@ impl Spawned {
             .env_remove("LD_LIBRARY_PATH")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            // A process group of its own, which the nemesis signals: a
+            // holder of several processes (the `dlock run` one in the
+            // read/write mode: dlock under run_holder.py) is paused or
+            // killed whole.
+            .process_group(0);
         let mut child = cmd.spawn()?;
         let stdin = child.stdin.take();
         Ok(Spawned {
@@ -743,10 +749,10 @@ impl Spawned {
         self.child.id() as i32
     }
 
-    /// Sends `sig`.
+    /// Sends `sig` to the holder's process group.
     pub fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.pid(), sig) };
+        // SAFETY: kill(2) on our own child's group.
+        unsafe { libc::kill(-self.pid(), sig) };
     }
 
     /// Closes stdin (the holder records `final` and exits), after a SIGCONT
@@ -767,12 +773,14 @@ impl Spawned {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.signal(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// SIGKILL, and reap.
+    /// SIGKILL (the group), and reap.
     pub fn kill(mut self) {
+        self.signal(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -785,6 +793,9 @@ impl Spawned {
 
 impl Drop for Spawned {
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGKILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
