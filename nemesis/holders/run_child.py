@@ -19,10 +19,12 @@ run`): the unit is instead one read or write of the gate's two-key
 register, "ID TOKEN SEQ r|w", recorded as a "write" of res "register"
 with its "mode"; no etcd write. The mode sent is the one dlock gives
 (DLOCK_MODE=read: "r", none: "w"); one that disagrees with --rwlock ends
-the child (exit 2, a line on stderr).
+the child (exit 2, a line on stderr). --units N: the child exits 0 after N
+units (dlock then releases and exits 0, and run_holder.py starts the next
+`dlock run` in the other mode).
 
 usage: python3 run_child.py --id ID --key KEY --gate HOST:PORT --history FILE
-         [--unit-ms 10] [--writes 1] [--rwlock r|w]
+         [--unit-ms 10] [--writes 1] [--rwlock r|w [--units N]]
 """
 
 import base64
@@ -131,6 +133,7 @@ def main():
     unit = int(a.get("--unit-ms", "10")) / 1e3
     writes = a.get("--writes", "1") == "1"
     rw_flag = a.get("--rwlock")
+    units = int(a.get("--units", "0"))
     token = int(os.environ["DLOCK_TOKEN"])
     lock_key, rev = os.environ["ETCD_LOCK_KEY"], os.environ["ETCD_LOCK_REV"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -169,6 +172,8 @@ def main():
             sent = now()
             out = gate.register(who, token, seq, rw_mode)
             record("write", res="register", mode=rw_mode, token=token, seq=seq, sent=sent, out=out)
+            if n == units:
+                sys.exit(0)
             continue
         sent = now()
         out, msg = etcd.put(lock_key, rev, key, f"{who}:{seq}:{token}")
