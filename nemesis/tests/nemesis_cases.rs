@@ -344,6 +344,15 @@ fn nemesis_rwlock() {
 /// The register modes (`r`, `w`) each face's holders ran, from their
 /// `write` records of `res` `register`: "python r, rust rw, ...".
 fn rw_modes_by_face(recs: &[Value]) -> String {
+    rw_modes(recs)
+        .iter()
+        .map(|(f, m)| format!("{f} {}", m.iter().copied().collect::<String>()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The register modes each face's holders ran, by face.
+fn rw_modes(recs: &[Value]) -> std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> {
     use std::collections::{BTreeMap, BTreeSet, HashMap};
     let face_of: HashMap<&str, &str> = recs
         .iter()
@@ -359,10 +368,6 @@ fn rw_modes_by_face(recs: &[Value]) -> String {
         modes.entry(face).or_default().insert(s(v, "mode"));
     }
     modes
-        .iter()
-        .map(|(f, m)| format!("{f} {}", m.iter().copied().collect::<String>()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Register operations the gate saw (`rw_read`, `rw_write`, `rw_refuse`)
@@ -414,9 +419,9 @@ fn mix(
             semaphore as usize + 2
         } else if rwlock {
             // 6 at least: every face of the five a turn, readers and
-            // writers both (the driver alternates the mode by id, so which
-            // face runs which mode follows from the count of faces: the
-            // figures line lists them).
+            // writers both from the start (the driver alternates the first
+            // mode by id; each holder switches at every handover: the
+            // figures line lists the modes each face ran).
             (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize)
                 .max(n_faces)
                 .max(6)
@@ -487,6 +492,16 @@ fn mix(
         broken.push("the register saw no admitted write".into());
     }
     if rwlock {
+        // The holders switch mode at every handover: every face reads and
+        // writes.
+        let one: Vec<&str> = rw_modes(&recs)
+            .into_iter()
+            .filter(|(_, m)| m.len() < 2)
+            .map(|(f, _)| f)
+            .collect();
+        if !one.is_empty() {
+            broken.push(format!("face(s) that ran one mode only: {one:?}"));
+        }
         let wrong = rw_mode_mismatches(&recs);
         if let Some(first) = wrong.first() {
             broken.push(format!(
