@@ -237,12 +237,15 @@ def rw_units(st):
     return 20 + ((x * 0x2545F4914F6CDD1D) & M64) % 181
 
 
-def rw_loop(h, argv_of, mode, env):
+def rw_loop(h, argv_of, mode, env, retry):
     """--rwlock: one `dlock run` after another, each in the other mode.
     The command does its units and exits 0, dlock releases and exits 0;
     then a `release` and a `mode` record, and the next `dlock run`. This
     process stays (the nemesis's holder): dlock runs in its process group,
-    which the nemesis signals (SIGSTOP, SIGKILL reach dlock)."""
+    which the nemesis signals (SIGSTOP, SIGKILL reach dlock). A dlock that
+    exits 122 (the backend: a `dlock run` started while no member answers)
+    is started again in the same mode after `retry` seconds, as a
+    supervisor would (an `acquire_err`)."""
     st = follower(h)
     rng = rw_rng(h.who)
 
@@ -276,6 +279,13 @@ def rw_loop(h, argv_of, mode, env):
         t.join(2)
         if st.get("ending"):
             time.sleep(10)  # the end (EOF of stdin): watch_stdin exits
+        if rc == 122:
+            with st["mu"]:
+                h.record("acquire_err", code="backend", msg="dlock exited 122")
+                if st["state"] != "acquiring":
+                    state(h, st, "acquiring", "restart")
+            time.sleep(retry)
+            continue
         if rc != 0:
             h.record("log", line=f"dlock exited {rc}")
             os._exit(rc if rc > 0 else 128 - rc)
@@ -322,7 +332,7 @@ def main():
 
     env = dict(os.environ, DLOCK_ENDPOINTS=f["endpoints"])
     if rw_mode:
-        rw_loop(h, argv_of, rw_mode, env)
+        rw_loop(h, argv_of, rw_mode, env, f["retry-ms"] / 1e3)
     argv = argv_of(None, 0)
     r, w = os.pipe()
     pid = os.getpid()
