@@ -21,10 +21,12 @@
 #                           lock, and at most N holders with valid permits
 #                           at once; give --holders N+2; every face's
 #                           holder takes it)
-#                           [--rwlock 1]    (the read/write mode: odd holders
-#                           writers, even ones readers of one read/write
-#                           lock, on the gate's two-key register; Rust
-#                           holders only so far)
+#                           [--rwlock 1]    (the read/write mode: holders of
+#                           one read/write lock, on the gate's two-key
+#                           register, odd ones starting as writers, even
+#                           ones as readers, each switching mode at every
+#                           handover; the Rust, Python, Node and `dlock run`
+#                           holders take it, not the C one yet)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless

@@ -44,6 +44,7 @@ export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 export DLOCK_NEMESIS_PG_SECONDS=${DLOCK_NEMESIS_PG_SECONDS:-120}
 export DLOCK_NEMESIS_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_SEMAPHORE_SECONDS:-60} DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS:-60}
+export DLOCK_NEMESIS_RWLOCK_SECONDS=${DLOCK_NEMESIS_RWLOCK_SECONDS:-60}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
@@ -81,7 +82,7 @@ scripts/etcd-cluster.sh start
 # shellcheck disable=SC1091
 source "${DLOCK_TEST_ETCD_DIR:-target/etcd}/env"
 
-printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election + ${DLOCK_NEMESIS_SEMAPHORE_SECONDS} s of a semaphore) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
+printf '\n==> %s\n' "nemesis: the mix (${DLOCK_NEMESIS_SECONDS} s + ${DLOCK_NEMESIS_MANY_SECONDS} s of 100 locks + ${DLOCK_NEMESIS_ELECTION_SECONDS} s of an election + ${DLOCK_NEMESIS_SEMAPHORE_SECONDS} s of a semaphore + ${DLOCK_NEMESIS_RWLOCK_SECONDS} s of a read/write lock) and the cases (${DLOCK_NEMESIS_RUNS} runs each)"
 ws_test --test nemesis_cases -- --nocapture 2>&1 | tee "$out" || rc=1
 cat "$out" >>"$log"
 passed=$(awk '/^test result:/ { p += $4 } END { print p + 0 }' "$out")

@@ -19,6 +19,16 @@
 // carries "li": slot, and its first "acquired" is stamped when the
 // acquire returned.
 //
+// --rwlock r|w: a reader or a writer of the read/write lock NAME
+// (`client.rwlock(NAME).reader()` / `.writer()`), as the Rust holder: its
+// unit is a read or a write of the gate's two-key register (the line
+// "ID TOKEN SEQ r|w", answered "ok ..." or "stale HIGHEST"), recorded as
+// a "write" of res "register" with its "mode"; no etcd write. A mode of
+// its own (no --election, no --semaphore). After a number of units drawn
+// in [20, 200] (the Rust holder's generator, seeded from ID) it releases
+// (a "release" record), and acquires again in the other mode on a new
+// handle (a "mode" record), and so on.
+//
 // Node reads no CLOCK_BOOTTIME and the face's events carry no instant:
 // the clock is process.hrtime (CLOCK_MONOTONIC) plus BOOTTIME - MONOTONIC
 // read once at start (constant while the machine does not suspend), and
@@ -29,7 +39,7 @@
 // usage: node holder.js --id ID --endpoints URLS --lock NAME --key KEY
 //          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
 //          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-//          --writes 0|1 --election 0|1 --semaphore N]
+//          --writes 0|1 --election 0|1 --semaphore N --rwlock r|w]
 'use strict';
 const fs = require('node:fs');
 const net = require('node:net');
@@ -43,6 +53,8 @@ const NUMBERS = {
   'margin-ms': 1000, 'unit-ms': 10, 'idle-ms': 5, writes: 1, election: 0, semaphore: 0,
 };
 const WORDS = ['id', 'endpoints', 'lock', 'key', 'gate', 'history'];
+// Words that may be left out, with their defaults.
+const OPTIONAL = { rwlock: '' };
 
 function die(msg) {
   process.stderr.write(`holder: ${msg}\n`);
@@ -50,11 +62,11 @@ function die(msg) {
 }
 
 function flags(argv) {
-  const f = { ...NUMBERS };
+  const f = { ...NUMBERS, ...OPTIONAL };
   if (argv.length % 2) die(`flags are --key value, got ${argv.join(' ')}`);
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i].replace(/^--/, '');
-    if (!argv[i].startsWith('--') || !(k in NUMBERS || WORDS.includes(k))) die(`unknown flag ${argv[i]}`);
+    if (!argv[i].startsWith('--') || !(k in NUMBERS || k in OPTIONAL || WORDS.includes(k))) die(`unknown flag ${argv[i]}`);
     if (k in NUMBERS) {
       if (!/^\d+$/.test(argv[i + 1])) die(`--${k} must be a whole number`);
       f[k] = Number(argv[i + 1]);
@@ -123,11 +135,20 @@ class Gate {
     });
   }
 
-  async write(token, seq) {
+  write(token, seq) {
+    return this.send(li === null ? `${who} ${token} ${seq}\n` : `${who} ${token} ${seq} ${li}\n`);
+  }
+
+  // A read ('r') or write ('w') of the two-key register.
+  register(token, seq, mode) {
+    return this.send(`${who} ${token} ${seq} ${mode}\n`);
+  }
+
+  async send(request) {
     if (!this.sock && !(await this.connect())) return 'error';
     const line = await new Promise((resolve) => {
       this.waiter = resolve;
-      this.sock.write(li === null ? `${who} ${token} ${seq}\n` : `${who} ${token} ${seq} ${li}\n`);
+      this.sock.write(request);
     });
     if (line === null) return 'unknown';
     if (line.startsWith('ok')) return 'ok';
@@ -138,12 +159,35 @@ class Gate {
   }
 }
 
+const M64 = (1n << 64n) - 1n;
+
+// The Rust holder's generator of hold lengths (xorshift64*), seeded with
+// FNV-1a of the id: the same sequence for the same id.
+function rwRng(id) {
+  let h = 0xcbf29ce484222325n;
+  for (const b of Buffer.from(id)) h = ((h ^ BigInt(b)) * 0x100000001b3n) & M64;
+  return { x: h || 0x9e3779b97f4a7c15n };
+}
+
+// Units to hold for before the handover, in [20, 200].
+function rwUnits(st) {
+  let { x } = st;
+  x ^= x >> 12n;
+  x ^= (x << 25n) & M64;
+  x ^= x >> 27n;
+  st.x = x;
+  return 20 + Number(((x * 0x2545f4914f6cdd1dn) & M64) % 181n);
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function main() {
+  let rwMode = f.rwlock || null;
+  if (rwMode !== null && rwMode !== 'r' && rwMode !== 'w') die(`--rwlock takes r or w, not ${rwMode}`);
+  if (rwMode && (f.election === 1 || f.semaphore)) die('--rwlock r|w is a mode of its own (no --election, no --semaphore)');
   record('start', {
     face: 'node', pid: process.pid, lock: f.lock, wall: Math.floor(Date.now() / 1000), election: f.election === 1,
-    semaphore: f.semaphore || null,
+    semaphore: f.semaphore || null, rwlock: rwMode,
     ttl_ms: f['ttl-ms'], margin_ms: f['margin-ms'], interval_ms: f['interval-ms'],
   });
   const client = new dlock.Client({
@@ -161,6 +205,7 @@ async function main() {
   });
   process.stdin.resume();
   let key = f.key;
+  let rw = null;
   if (f.semaphore) {
     const sem = client.semaphore(f.lock, f.semaphore);
     while (lock === null) {
@@ -176,15 +221,21 @@ async function main() {
     key = `${f.key}-${li}`;
     record('acquired', { at: now(), token: lock.token });
     record('acquire_ok', { token: lock.token });
+  } else if (rwMode) {
+    rw = client.rwlock(f.lock);
+    lock = rwMode === 'r' ? rw.reader() : rw.writer();
   } else {
     lock = election ? client.election(f.lock) : client.lock(f.lock);
   }
-  lock.on('stateChange', ({ from, to, reason }) => record('state', {
-    at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
-  }));
-  lock.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
-  lock.on('acquired', (token) => record('acquired', { at: now(), token }));
-  lock.on('drained', () => record('drained', { at: now() }));
+  const watch = (l) => {
+    l.on('stateChange', ({ from, to, reason }) => record('state', {
+      at: now(), wall: Math.floor(Date.now() / 1000), from: from.toLowerCase(), to: to.toLowerCase(), reason,
+    }));
+    l.on('fence', (token, inFlight) => record('fence', { at: now(), token, in_flight: inFlight }));
+    l.on('acquired', (token) => record('acquired', { at: now(), token }));
+    l.on('drained', () => record('drained', { at: now() }));
+  };
+  watch(lock);
 
   const gate = new Gate(f.gate);
   const unit = f['unit-ms'];
@@ -192,6 +243,9 @@ async function main() {
   let refusedN = 0;
   let lastRefusal = null;
   let permits = 0;
+  // --rwlock: units left before the handover (release, then the other mode).
+  const rng = rwRng(who);
+  let rwLeft = rwUnits(rng);
   for (;;) {
     if (lock.state === 'Idle' || lock.state === 'Released') {
       record('acquire');
@@ -241,7 +295,13 @@ async function main() {
       record('proclaim', { token, value, out });
     }
     await sleep(unit / 2);
-    if (f.writes) {
+    if (rwMode && f.writes) {
+      seq += 1;
+      await sleep(unit / 2);
+      const sent = now();
+      const out = await gate.register(token, seq, rwMode);
+      record('write', { res: 'register', mode: rwMode, token, seq, sent, out });
+    } else if (f.writes) {
       seq += 1;
       let sent = now();
       let out = 'ok';
@@ -261,6 +321,24 @@ async function main() {
       record('write', { res: 'gate', token, seq, sent, out });
     }
     p.end();
+    if (rwMode) {
+      rwLeft -= 1;
+      if (rwLeft === 0) {
+        let out = 'ok';
+        try {
+          await lock.close();
+        } catch (e) {
+          if (!(e instanceof dlock.DlockError)) throw e;
+          out = e.code;
+        }
+        record('release', { token, mode: rwMode, out });
+        rwMode = rwMode === 'r' ? 'w' : 'r';
+        lock = rwMode === 'r' ? rw.reader() : rw.writer();
+        watch(lock);
+        record('mode', { mode: rwMode });
+        rwLeft = rwUnits(rng);
+      }
+    }
   }
 }
 

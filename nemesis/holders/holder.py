@@ -18,10 +18,20 @@ on that slot's lock (a fenced slot takes itself back), writing KEY-<slot>
 and "ID TOKEN SEQ SLOT" to the gate; every record of the slot carries
 "li": slot, and its first "acquired" is stamped when the acquire returned.
 
+--rwlock r|w: a reader or a writer of the read/write lock NAME
+(`client.rwlock(NAME).reader()` / `.writer()`), as the Rust holder: its
+unit is a read or a write of the gate's two-key register (the line
+"ID TOKEN SEQ r|w", answered "ok ..." or "stale HIGHEST"), recorded as a
+"write" of res "register" with its "mode"; no etcd write. A mode of its
+own (no --election, no --semaphore). After a number of units drawn in
+[20, 200] (the Rust holder's generator, seeded from ID) it releases (a
+"release" record), and acquires again in the other mode on a new handle
+(a "mode" record), and so on.
+
 usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
          --gate HOST:PORT --history FILE [--ttl-ms N --interval-ms N
          --timeout-ms N --retry-ms N --margin-ms N --unit-ms N --idle-ms N
-         --writes 0|1 --election 0|1 --semaphore N]
+         --writes 0|1 --election 0|1 --semaphore N --rwlock r|w]
 """
 
 import json
@@ -37,6 +47,8 @@ NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 2
            "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
            "semaphore": 0}
 WORDS = ("id", "endpoints", "lock", "key", "gate", "history")
+# Words that may be left out, with their defaults.
+OPTIONAL = {"rwlock": ""}
 
 
 def now() -> int:
@@ -47,12 +59,35 @@ def ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
+M64 = (1 << 64) - 1
+
+
+def rw_rng(who):
+    """The Rust holder's generator of hold lengths (xorshift64*), seeded
+    with FNV-1a of the id: the same sequence for the same id."""
+    h = 0xCBF29CE484222325
+    for b in who.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return [h or 0x9E3779B97F4A7C15]
+
+
+def rw_units(st):
+    """Units to hold for before the handover, in [20, 200]."""
+    x = st[0]
+    x ^= x >> 12
+    x ^= (x << 25) & M64
+    x ^= x >> 27
+    st[0] = x
+    return 20 + ((x * 0x2545F4914F6CDD1D) & M64) % 181
+
+
 def flags(argv):
-    f = dict(NUMBERS)
+    f = dict(NUMBERS, **OPTIONAL)
     if len(argv) % 2:
         sys.exit(f"holder: flags are --key value, got {argv!r}")
     for k, v in zip(argv[::2], argv[1::2]):
-        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS):
+        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS
+                                      and k[2:] not in OPTIONAL):
             sys.exit(f"holder: unknown flag {k}")
         k = k[2:]
         if k in NUMBERS:
@@ -90,6 +125,13 @@ class Gate:
         self.conn = None
 
     def write(self, who, token, seq, li=None):
+        return self.send(f"{who} {token} {seq}{'' if li is None else f' {li}'}\n")
+
+    def register(self, who, token, seq, mode):
+        """A read ("r") or write ("w") of the two-key register."""
+        return self.send(f"{who} {token} {seq} {mode}\n")
+
+    def send(self, line):
         if self.conn is None:
             try:
                 s = socket.create_connection(self.addr, timeout=5)
@@ -99,8 +141,7 @@ class Gate:
             self.conn = (s, s.makefile("rb"))
         s, r = self.conn
         try:
-            tail = "" if li is None else f" {li}"
-            s.sendall(f"{who} {token} {seq}{tail}\n".encode())
+            s.sendall(line.encode())
             line = r.readline()
         except OSError:
             line = b""
@@ -119,8 +160,13 @@ def main():
     h = History(f["history"], who)
     election = f["election"] == 1
     sem_n = f["semaphore"]
+    rw_mode = f["rwlock"] or None
+    if rw_mode not in (None, "r", "w"):
+        sys.exit(f"holder: --rwlock takes r or w, not {rw_mode}")
+    if rw_mode and (election or sem_n):
+        sys.exit("holder: --rwlock r|w is a mode of its own (no --election, no --semaphore)")
     h.record("start", face="python", pid=os.getpid(), lock=f["lock"], wall=int(time.time()),
-             election=election, semaphore=sem_n or None, ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
+             election=election, semaphore=sem_n or None, rwlock=rw_mode, ttl_ms=f["ttl-ms"], margin_ms=f["margin-ms"], interval_ms=f["interval-ms"])
     client = dlock.Client(
         f["endpoints"], ttl=f["ttl-ms"] / 1e3, keepalive_interval=f["interval-ms"] / 1e3,
         keepalive_timeout=f["timeout-ms"] / 1e3, retry_interval=f["retry-ms"] / 1e3,
@@ -173,6 +219,10 @@ def main():
         lock.on_event(event)
         rec("acquired", at=now(), token=lock.token)
         rec("acquire_ok", token=lock.token)
+    elif rw_mode:
+        rw = client.rwlock(f["lock"])
+        lock = rw.reader() if rw_mode == "r" else rw.writer()
+        lock.on_event(event)
     else:
         lock = client.election(f["lock"]) if election else client.lock(f["lock"])
         lock.on_event(event)
@@ -181,6 +231,9 @@ def main():
     gate = Gate(f["gate"])
     unit, idle = f["unit-ms"] / 1e3, f["idle-ms"] / 1e3
     seq, refused_n, last_refusal, permits = 0, 0, None, 0
+    # --rwlock: units left before the handover (release, then the other mode).
+    rng = rw_rng(who)
+    rw_left = rw_units(rng)
     while True:
         if lock.state in (dlock.State.IDLE, dlock.State.RELEASED):
             rec("acquire")
@@ -218,7 +271,13 @@ def main():
                 out = e.code
             h.record("proclaim", token=token, value=value, out=out)
         time.sleep(unit / 2)
-        if f["writes"]:
+        if rw_mode and f["writes"]:
+            seq += 1
+            time.sleep(unit / 2)
+            sent = now()
+            out = gate.register(who, token, seq, rw_mode)
+            rec("write", res="register", mode=rw_mode, token=token, seq=seq, sent=sent, out=out)
+        elif f["writes"]:
             seq += 1
             sent = now()
             out, code, msg = "ok", "", ""
@@ -236,6 +295,21 @@ def main():
             out = gate.write(who, token, seq, held["li"])
             rec("write", res="gate", token=token, seq=seq, sent=sent, out=out)
         p.end()
+        if rw_mode:
+            rw_left -= 1
+            if rw_left == 0:
+                out = "ok"
+                try:
+                    lock.close()
+                except dlock.Error as e:
+                    out = e.code
+                rec("release", token=token, mode=rw_mode, out=out)
+                rw_mode = "w" if rw_mode == "r" else "r"
+                lock = rw.reader() if rw_mode == "r" else rw.writer()
+                lock.on_event(event)
+                held["lock"] = lock
+                rec("mode", mode=rw_mode)
+                rw_left = rw_units(rng)
 
 
 if __name__ == "__main__":

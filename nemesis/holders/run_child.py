@@ -14,8 +14,17 @@ is gone (lease expired or revoked, key deleted) or belongs to a new holder.
 
 SEQ is TOKEN * 1,000,000 + n, unique across restarts (a new token each).
 
+--rwlock r|w (run_holder.py's, under `dlock run --read` or a plain `dlock
+run`): the unit is instead one read or write of the gate's two-key
+register, "ID TOKEN SEQ r|w", recorded as a "write" of res "register"
+with its "mode"; no etcd write. The mode sent is the one dlock gives
+(DLOCK_MODE=read: "r", none: "w"); one that disagrees with --rwlock ends
+the child (exit 2, a line on stderr). --units N: the child exits 0 after N
+units (dlock then releases and exits 0, and run_holder.py starts the next
+`dlock run` in the other mode).
+
 usage: python3 run_child.py --id ID --key KEY --gate HOST:PORT --history FILE
-         [--unit-ms 10] [--writes 1]
+         [--unit-ms 10] [--writes 1] [--rwlock r|w [--units N]]
 """
 
 import base64
@@ -89,6 +98,13 @@ class Gate:
         self.conn = None
 
     def write(self, who, token, seq, li=None):
+        return self.send(f"{who} {token} {seq}{'' if li is None else f' {li}'}\n")
+
+    def register(self, who, token, seq, mode):
+        """A read ("r") or write ("w") of the two-key register."""
+        return self.send(f"{who} {token} {seq} {mode}\n")
+
+    def send(self, request):
         if self.conn is None:
             try:
                 s = socket.create_connection(self.addr, timeout=5)
@@ -98,8 +114,7 @@ class Gate:
             self.conn = (s, s.makefile("rb"))
         s, r = self.conn
         try:
-            tail = "" if li is None else f" {li}"
-            s.sendall(f"{who} {token} {seq}{tail}\n".encode())
+            s.sendall(request.encode())
             line = r.readline()
         except OSError:
             line = b""
@@ -117,6 +132,8 @@ def main():
     who, key, path = a["--id"], a["--key"], a["--history"]
     unit = int(a.get("--unit-ms", "10")) / 1e3
     writes = a.get("--writes", "1") == "1"
+    rw_flag = a.get("--rwlock")
+    units = int(a.get("--units", "0"))
     token = int(os.environ["DLOCK_TOKEN"])
     lock_key, rev = os.environ["ETCD_LOCK_KEY"], os.environ["ETCD_LOCK_REV"]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -135,6 +152,13 @@ def main():
 
     sys.stderr.write(f"nemesis-child: holding {token} {now()}{'' if li is None else f' {li}'}\n")
     sys.stderr.flush()
+    rw_mode = None
+    if rw_flag:
+        # What dlock says this command holds: a reader, or a writer.
+        rw_mode = "r" if os.environ.get("DLOCK_MODE") == "read" else "w"
+        if rw_mode != rw_flag:
+            sys.exit(f"nemesis-child: DLOCK_MODE={os.environ.get('DLOCK_MODE')!r} "
+                     f"but the holder is --rwlock {rw_flag}")
     etcd, gate = Etcd(os.environ["DLOCK_ENDPOINTS"]), Gate(a["--gate"])
     n = 0
     while True:
@@ -143,6 +167,14 @@ def main():
             continue
         n += 1
         seq = token * 1_000_000 + n
+        if rw_mode:
+            time.sleep(unit / 2)
+            sent = now()
+            out = gate.register(who, token, seq, rw_mode)
+            record("write", res="register", mode=rw_mode, token=token, seq=seq, sent=sent, out=out)
+            if n == units:
+                sys.exit(0)
+            continue
         sent = now()
         out, msg = etcd.put(lock_key, rev, key, f"{who}:{seq}:{token}")
         record("write", res="etcd", token=token, seq=seq, sent=sent, out=out,

@@ -467,6 +467,11 @@ struct History<'a> {
     /// Read/write mode: when a holder's register read or write was
     /// admitted (the lock is held: liveness).
     register_ok: Vec<u64>,
+    /// Read/write mode: when a holder let go of its own accord (`release`,
+    /// a handover to the other mode).
+    releases: Vec<u64>,
+    /// When the first `final` was recorded.
+    first_final: Option<u64>,
     /// The observer's events: (t, kind, token).
     observed: Vec<(u64, &'a str, u64)>,
     /// Proclaims: (ok, refused).
@@ -580,7 +585,9 @@ impl<'a> History<'a> {
                     reason: s(v, "reason"),
                     at: u(v, "at"),
                 }),
+                (_, "release") => h.releases.push(t),
                 (_, "final") => {
+                    h.first_final = Some(h.first_final.map_or(t, |f| f.min(t)));
                     h.finals.insert(p, s(v, "state"));
                     if let Some(tok) = v["token"].as_u64() {
                         h.final_tokens.insert(p, tok);
@@ -981,8 +988,22 @@ fn liveness_at_the_end(h: &History<'_>, r: &mut Report) {
     }
     let n = |state: &str| h.finals.values().filter(|s| **s == state).count();
     let (holding, drain) = (n("holding"), n("draining"));
-    // Read/write mode: readers share, so at least one holds.
-    let held = if h.rwlock { holding >= 1 } else { holding == 1 };
+    // Read/write mode: readers share, so at least one holds; or none, the
+    // finals taken in a handover: a holder let go (`release`) less than a
+    // TTL before them and nobody entered Holding since.
+    let handover = || {
+        let end = h.first_final.unwrap_or(0);
+        h.releases.iter().any(|&t| {
+            t <= end
+                && end - t <= h.ttl_ns
+                && !h.states.iter().any(|c| c.to == "holding" && c.at > t)
+        })
+    };
+    let held = if h.rwlock {
+        holding >= 1 || handover()
+    } else {
+        holding == 1
+    };
     if !held || drain != 0 {
         r.violate(
             "liveness",
@@ -1532,6 +1553,39 @@ mod tests {
         assert_eq!(run(h.clone()).violation_count(), 0);
         h.push(json!({"t": 3000, "p": "c", "ev": "final", "state": "draining"}));
         assert_eq!(count(&run(h), "liveness"), 1);
+    }
+
+    #[test]
+    fn liveness_at_the_end_read_write_none_holds_only_in_a_handover() {
+        let mut h = clean();
+        h.push(json!({"t": 1, "p": "nemesis", "ev": "run", "rwlock": true}));
+        h.push(json!({"t": 2000, "p": "b", "ev": "state", "at": 2000, "from": "holding", "to": "released", "reason": "release"}));
+        h.push(json!({"t": 3000, "p": "a", "ev": "final", "state": "acquiring"}));
+        h.push(json!({"t": 3000, "p": "b", "ev": "final", "state": "acquiring"}));
+        assert_eq!(count(&run(h.clone()), "liveness"), 1, "nobody holds");
+        let mut released = h.clone();
+        released.push(json!({"t": 2001, "p": "b", "ev": "release", "token": 12, "mode": "w"}));
+        assert_eq!(
+            count(&run(released.clone()), "liveness"),
+            0,
+            "b handed over"
+        );
+        released.push(json!({"t": 2500, "p": "a", "ev": "state", "at": 2500, "from": "acquiring", "to": "holding", "reason": "acquired"}));
+        assert_eq!(
+            count(&run(released), "liveness"),
+            1,
+            "a held after the release, not at the end"
+        );
+        // A release more than a TTL (4 s) before the finals excuses nothing.
+        for v in h.iter_mut().filter(|v| v["ev"] == "final") {
+            v["t"] = 4_000_003_000u64.into();
+        }
+        h.push(json!({"t": 2001, "p": "b", "ev": "release", "token": 12, "mode": "w"}));
+        assert_eq!(
+            count(&run(h), "liveness"),
+            1,
+            "a release long before the end"
+        );
     }
 
     #[test]

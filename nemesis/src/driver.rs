@@ -147,7 +147,8 @@ pub struct Config {
     /// slot tagged `li` (its slot), each slot's resource `KEY-<slot>`.
     pub semaphore: u32,
     /// The read/write mode: holders of one read/write lock, odd ones
-    /// (`h1`, `h3`, ...) writers and even ones readers (`--rwlock w|r`),
+    /// (`h1`, `h3`, ...) starting as writers and even ones as readers
+    /// (`--rwlock w|r`; each holder then switches mode at every handover),
     /// each unit a write or a read of the gate's two-key register.
     pub rwlock: bool,
     /// Holder programs with their leading arguments (the Rust holder: this
@@ -428,6 +429,8 @@ impl Nemesis {
         let mut spec = self.spec.clone();
         spec.id = format!("h{}", self.next_id);
         if self.cfg.rwlock {
+            // The first mode (the holders switch at every handover): h1 a
+            // writer, so the register is written before it is read.
             let mode = if self.next_id % 2 == 1 { "w" } else { "r" };
             spec.extra.extend(["--rwlock".into(), mode.into()]);
         }

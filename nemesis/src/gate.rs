@@ -35,7 +35,7 @@ pub struct Gate {
 struct Shared {
     gate: Mutex<dlock::FenceGate>,
     history: Writer,
-    /// Time of the last accepted write (0: none yet).
+    /// Time of the last accepted write or register operation (0: none yet).
     last_accept: AtomicU64,
     /// Who wrote it.
     last_holder: Mutex<Option<String>>,
@@ -177,6 +177,9 @@ fn register(s: &Shared, h: &str, token: u64, seq: u64, write: bool) -> String {
         );
         return format!("stale {highest}\n");
     }
+    // Work, as an admitted `admit`: the driver's wait_for_work and target.
+    s.last_accept.store(now(), Ordering::Relaxed);
+    *s.last_holder.lock().unwrap_or_else(|e| e.into_inner()) = Some(h.to_owned());
     let mut pair = [(0, 0); 2];
     for (k, slot) in pair.iter_mut().enumerate() {
         // One key at a time, the lock let go in between: a second
@@ -263,6 +266,8 @@ mod tests {
         assert_eq!(ask(&mut c, "r 5 2 r\n"), "ok 5.1 5.1\n", "a read at W");
         assert_eq!(ask(&mut c, "w 5 2 w\n"), "stale 6\n", "a write below R");
         assert_eq!(ask(&mut c, "w 7 1 w\n"), "ok\n");
+        assert_eq!(g.last_holder().as_deref(), Some("w"), "a write is work");
+        assert!(g.last_accept() > 0);
         let recs = crate::history::read_dir(&dir).unwrap();
         let evs: Vec<&str> = recs.iter().map(|v| v["ev"].as_str().unwrap()).collect();
         assert_eq!(

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
@@ -99,7 +100,9 @@ impl Flags {
 /// (`session.rwlock(NAME).read()` / `.write()`); its unit is a read or a
 /// write of the gate's two-key register (`<id> <token> <seq> r|w`, the
 /// gate's `admit_read` / `admit_write`), recorded `res` `register`; no
-/// etcd or PostgreSQL write.
+/// etcd or PostgreSQL write. After a number of units drawn in [20, 200]
+/// (seeded from `ID`) it releases (a `release` record) and queues again in
+/// the other mode on a new handle (a `mode` record), and so on.
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -131,7 +134,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if semaphore > 0 && (election || n_locks > 1) {
         return Err("--semaphore N takes no --locks and no --election".into());
     }
-    let rw_mode = match f.get("rwlock", "").as_str() {
+    let mut rw_mode = match f.get("rwlock", "").as_str() {
         "" => None,
         "r" => Some('r'),
         "w" => Some('w'),
@@ -308,6 +311,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
     }
     let mut gate = GateConn::new(gate_addr);
     let mut permits = 0u64;
+    // --rwlock: units left before the handover (release, then the other mode).
+    let mut rw_rng = rw_rng(&id);
+    let mut rw_left = rw_units(&mut rw_rng);
     loop {
         let mut worked = false;
         for slot in &mut slots {
@@ -458,6 +464,29 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 );
             }
             drop(permit);
+            // --rwlock: after its units the holder lets go and queues again
+            // in the other mode, a new handle of the same read/write lock.
+            if let Some(m) = rw_mode {
+                rw_left -= 1;
+                if rw_left == 0 {
+                    let r = slot.lock.close();
+                    h.record(
+                        "release",
+                        json!({"token": token, "mode": m.to_string(),
+                               "out": r.as_ref().map_or_else(|e| e.code(), |()| "ok")}),
+                    );
+                    let next = if m == 'r' { 'w' } else { 'r' };
+                    let rw = session.rwlock(&slot.name).map_err(|e| e.to_string())?;
+                    let lock = if next == 'r' { rw.read() } else { rw.write() };
+                    slot.lock = Arc::new(Handle::Lock(lock.map_err(|e| e.to_string())?));
+                    watch_events(&slot.lock, &h, li);
+                    *finals.lock().unwrap_or_else(|e| e.into_inner()) =
+                        vec![(slot.lock.clone(), li)];
+                    h.record("mode", json!({"mode": next.to_string()}));
+                    rw_mode = Some(next);
+                    rw_left = rw_units(&mut rw_rng);
+                }
+            }
         }
         if !worked {
             std::thread::sleep(idle);
@@ -534,6 +563,21 @@ fn watch_events(lock: &dlock::Lock, h: &Arc<Writer>, li: Option<usize>) {
             _ => {}
         }
     });
+}
+
+/// `--rwlock`: the generator of a holder's hold lengths, seeded from its
+/// id (FNV-1a): a holder's sequence is the same from run to run (the
+/// Python, Node and `dlock run` holders draw the same one).
+fn rw_rng(id: &str) -> crate::Rng {
+    crate::Rng::new(id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }))
+}
+
+/// `--rwlock`: how many units the holder holds for before it hands over,
+/// in [20, 200].
+fn rw_units(rng: &mut crate::Rng) -> u64 {
+    20 + rng.below(181)
 }
 
 /// Seconds of the wall clock (`CLOCK_REALTIME`, which libfaketime may
@@ -684,7 +728,12 @@ impl Spawned {
             .env_remove("LD_LIBRARY_PATH")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
-            .stdout(Stdio::null());
+            .stdout(Stdio::null())
+            // A process group of its own, which the nemesis signals: a
+            // holder of several processes (the `dlock run` one in the
+            // read/write mode: dlock under run_holder.py) is paused or
+            // killed whole.
+            .process_group(0);
         let mut child = cmd.spawn()?;
         let stdin = child.stdin.take();
         Ok(Spawned {
@@ -700,10 +749,10 @@ impl Spawned {
         self.child.id() as i32
     }
 
-    /// Sends `sig`.
+    /// Sends `sig` to the holder's process group.
     pub fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.pid(), sig) };
+        // SAFETY: kill(2) on our own child's group.
+        unsafe { libc::kill(-self.pid(), sig) };
     }
 
     /// Closes stdin (the holder records `final` and exits), after a SIGCONT
@@ -724,12 +773,14 @@ impl Spawned {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        self.signal(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
-    /// SIGKILL, and reap.
+    /// SIGKILL (the group), and reap.
     pub fn kill(mut self) {
+        self.signal(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -742,6 +793,9 @@ impl Spawned {
 
 impl Drop for Spawned {
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGKILL);
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

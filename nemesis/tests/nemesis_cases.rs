@@ -18,7 +18,9 @@
 //! `DLOCK_NEMESIS_CPU_ROUNDS` (1) fence rounds of the CPU case,
 //! `DLOCK_NEMESIS_CPU_BUSY` (2) its busy processes,
 //! `DLOCK_NEMESIS_SEMAPHORE_SECONDS` (25) the semaphore mode
-//! (`DLOCK_NEMESIS_SEMAPHORE`, 3 slots, 5 holders);
+//! (`DLOCK_NEMESIS_SEMAPHORE`, 3 slots, 5 holders),
+//! `DLOCK_NEMESIS_RWLOCK_SECONDS` (25) the read/write mode (6 holders at
+//! least);
 //! `DLOCK_NEMESIS_HOLDER_CMDS` (the holder commands of the mix, one holder
 //! of each at least: scripts/test-nemesis.sh names the five faces), else
 //! `DLOCK_NEMESIS_C_HOLDER` (the C holder's path) makes every other holder
@@ -249,6 +251,7 @@ fn nemesis_mix() {
         mix_holders(),
         false,
         0,
+        false,
     );
 }
 
@@ -269,6 +272,7 @@ fn nemesis_election() {
         mix_holders(),
         true,
         0,
+        false,
     );
 }
 
@@ -286,6 +290,7 @@ fn nemesis_many_locks() {
         holder,
         false,
         0,
+        false,
     );
 }
 
@@ -306,7 +311,93 @@ fn nemesis_semaphore() {
         mix_holders(),
         false,
         env_num("DLOCK_NEMESIS_SEMAPHORE", 3) as u32,
+        false,
     );
+}
+
+/// The read/write mode (issue 30): holders of one read/write lock, the
+/// holders of the mix's commands in turn (scripts/test-nemesis.sh: the
+/// five faces, Rust, C, Python, Node and `dlock run --read` / plain
+/// `dlock run`), odd ids writers and even ids readers (the driver's
+/// `--rwlock w|r`), 6 at least, each unit a read or a write of the gate's
+/// two-key register; the random mix of every fault for
+/// `DLOCK_NEMESIS_RWLOCK_SECONDS` (25). The checker adds RW1 (no torn
+/// read), RW2 (no read older than a lower write before it) and RW3 (the
+/// watermarks never go back); the case fails when the register saw no
+/// admitted read or no admitted write, or an operation of another mode
+/// than its holder recorded (a face that sends the wrong line: the gate
+/// contains a reader that writes, the checker cannot see it), and prints
+/// the modes each face ran.
+#[test]
+fn nemesis_rwlock() {
+    mix(
+        "rwlock",
+        env_num("DLOCK_NEMESIS_RWLOCK_SECONDS", 25),
+        1,
+        mix_holders(),
+        false,
+        0,
+        true,
+    );
+}
+
+/// The register modes (`r`, `w`) each face's holders ran, from their
+/// `write` records of `res` `register`: "python r, rust rw, ...".
+fn rw_modes_by_face(recs: &[Value]) -> String {
+    rw_modes(recs)
+        .iter()
+        .map(|(f, m)| format!("{f} {}", m.iter().copied().collect::<String>()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The register modes each face's holders ran, by face.
+fn rw_modes(recs: &[Value]) -> std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> {
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
+    let face_of: HashMap<&str, &str> = recs
+        .iter()
+        .filter(|v| s(v, "ev") == "start")
+        .map(|v| (s(v, "p"), s(v, "face")))
+        .collect();
+    let mut modes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for v in recs
+        .iter()
+        .filter(|v| s(v, "ev") == "write" && s(v, "res") == "register")
+    {
+        let face = face_of.get(s(v, "p")).copied().unwrap_or("?");
+        modes.entry(face).or_default().insert(s(v, "mode"));
+    }
+    modes
+}
+
+/// Register operations the gate saw (`rw_read`, `rw_write`, `rw_refuse`)
+/// of another mode than the holder's own `write` record of that `seq`
+/// says: "h2 seq 7: recorded r, the gate saw w".
+fn rw_mode_mismatches(recs: &[Value]) -> Vec<String> {
+    use std::collections::HashMap;
+    let recorded: HashMap<(&str, u64), &str> = recs
+        .iter()
+        .filter(|v| s(v, "ev") == "write" && s(v, "res") == "register")
+        .map(|v| ((s(v, "p"), u(v, "seq")), s(v, "mode")))
+        .collect();
+    recs.iter()
+        .filter_map(|v| {
+            let seen = match s(v, "ev") {
+                "rw_read" => "r",
+                "rw_write" => "w",
+                "rw_refuse" => s(v, "mode"),
+                _ => return None,
+            };
+            let (h, seq) = (s(v, "h"), u(v, "seq"));
+            match recorded.get(&(h, seq)) {
+                Some(&m) if m != seen => Some(format!(
+                    "{h} seq {seq}: recorded {}, the gate saw {seen}",
+                    if m.is_empty() { "no mode" } else { m }
+                )),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 fn mix(
@@ -316,6 +407,7 @@ fn mix(
     holder: Vec<(PathBuf, Vec<String>)>,
     election: bool,
     semaphore: u32,
+    rwlock: bool,
 ) {
     let _x = exclusive();
     let d = dir(case);
@@ -325,6 +417,14 @@ fn mix(
         duration: Duration::from_secs(secs),
         holders: if semaphore > 0 {
             semaphore as usize + 2
+        } else if rwlock {
+            // 6 at least: every face of the five a turn, readers and
+            // writers both from the start (the driver alternates the first
+            // mode by id; each holder switches at every handover: the
+            // figures line lists the modes each face ran).
+            (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize)
+                .max(n_faces)
+                .max(6)
         } else {
             (env_num("DLOCK_NEMESIS_HOLDERS", 4) as usize).max(n_faces)
         },
@@ -336,7 +436,7 @@ fn mix(
         locks,
         election,
         semaphore,
-        rwlock: false,
+        rwlock,
         backend: driver::Backend::Etcd,
     };
     println!(
@@ -385,6 +485,31 @@ fn mix(
             report.max_valid_holders
         ));
     }
+    if rwlock && report.rw_ops.0 == 0 {
+        broken.push("the register saw no admitted read".into());
+    }
+    if rwlock && report.rw_ops.1 == 0 {
+        broken.push("the register saw no admitted write".into());
+    }
+    if rwlock {
+        // The holders switch mode at every handover: every face reads and
+        // writes.
+        let one: Vec<&str> = rw_modes(&recs)
+            .into_iter()
+            .filter(|(_, m)| m.len() < 2)
+            .map(|(f, _)| f)
+            .collect();
+        if !one.is_empty() {
+            broken.push(format!("face(s) that ran one mode only: {one:?}"));
+        }
+        let wrong = rw_mode_mismatches(&recs);
+        if let Some(first) = wrong.first() {
+            broken.push(format!(
+                "{} register operation(s) of another mode than their holder's, first {first}",
+                wrong.len()
+            ));
+        }
+    }
     let elected = if election {
         format!(
             ", smallest handover (last permit deadline -> next election) {:.1} ms, observer {} events ({} leaders), {} proclaims",
@@ -398,6 +523,14 @@ fn mix(
             ", semaphore of {semaphore} slots, {} holders: at most {} with valid permits at once",
             semaphore + 2,
             report.max_valid_holders
+        )
+    } else if rwlock {
+        format!(
+            ", register reads / writes admitted / refused {} / {} / {}, modes by face: {}",
+            report.rw_ops.0,
+            report.rw_ops.1,
+            report.rw_ops.2,
+            rw_modes_by_face(&recs)
         )
     } else {
         String::new()
