@@ -17,6 +17,13 @@
  * SLOT" to the gate; every record of the slot carries "li": slot, and its
  * first "acquired" is stamped when the acquire returned.
  *
+ * --rwlock r|w: a reader or a writer of the read/write lock NAME
+ * (lk_rwlock_new, then lk_rwlock_reader / lk_rwlock_writer), as the Rust
+ * holder: its unit is a read or a write of the gate's two-key register,
+ * the line "ID TOKEN SEQ r|w" to the gate, recorded as a write of
+ * "res":"register" with its "mode"; no guarded put. A mode of its own (no
+ * --election, no --semaphore).
+ *
  * On PostgreSQL (--endpoints postgres://..., the nemesis's --backend
  * postgres): the client comes from DLOCK_ENDPOINTS (lk_client_from_env),
  * and the write is the holder's own transaction through libpq on the
@@ -31,7 +38,7 @@
  * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
  *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
  *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1
- *               --election 0|1 --semaphore N --db URL]
+ *               --election 0|1 --semaphore N --rwlock r|w --db URL]
  *
  * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
  *   -I/usr/include/postgresql examples/nemesis/holder.c -Ltarget/release
@@ -134,11 +141,13 @@ static void *watch_stdin(void *u) {
   _exit(0);
 }
 
-/* The gate: one line each way; "ok", "refused", "unknown" or "error". */
+/* The gate: one line each way; "ok", "refused", "unknown" or "error".
+ * mode 0: a write under the lock ("ID TOKEN SEQ [SLOT]"); 'r' / 'w': a
+ * read or a write of the two-key register ("ID TOKEN SEQ r|w"). */
 static int gate_fd = -1;
 static struct sockaddr_in gate_addr;
 
-static const char *gate_write(uint64_t token, uint64_t seq) {
+static const char *gate_write(uint64_t token, uint64_t seq, char mode) {
   if (gate_fd < 0) {
     gate_fd = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -150,8 +159,9 @@ static const char *gate_write(uint64_t token, uint64_t seq) {
     }
   }
   char req[128];
-  int n = li >= 0 ? snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 " %ld\n", id, token, seq, li)
-                  : snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 "\n", id, token, seq);
+  int n = mode    ? snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 " %c\n", id, token, seq, mode)
+          : li >= 0 ? snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 " %ld\n", id, token, seq, li)
+                    : snprintf(req, sizeof req, "%s %" PRIu64 " %" PRIu64 "\n", id, token, seq);
   if (write(gate_fd, req, (size_t)n) != n) goto lost;
   char rep[64];
   size_t got = 0;
@@ -256,6 +266,7 @@ int main(int argc, char **argv) {
   o.ttl_ms = 4000, o.keepalive_interval_ms = 1000, o.keepalive_timeout_ms = 500;
   o.retry_interval_ms = 250, o.margin_ms = 1000, o.reacquire = true;
   uint64_t unit = 10, idle = 5, writes = 1, election = 0, semaphore = 0;
+  char rw = 0; /* --rwlock: 'r', 'w', or 0 (a plain lock) */
   for (int i = 1; i < argc; i += 2) {
     if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc) {
       fprintf(stderr, "holder: bad argument %s (flags are --key value)\n", argv[i]);
@@ -287,6 +298,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "election")) NUM(election);
     else if (!strcmp(k, "semaphore")) NUM(semaphore);
     else if (!strcmp(k, "db")) db_url = v;
+    else if (!strcmp(k, "rwlock")) {
+      if (strcmp(v, "r") != 0 && strcmp(v, "w") != 0) die("--rwlock takes r or w");
+      rw = v[0];
+    }
     else {
       fprintf(stderr, "holder: unknown flag --%s\n", k);
       return 2;
@@ -306,12 +321,15 @@ int main(int argc, char **argv) {
   if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
   int pg = !strncmp(endpoints, "postgres://", 11) || !strncmp(endpoints, "postgresql://", 13);
   if (pg && election) die("on PostgreSQL the holder takes a lock (no --election)");
+  if (pg && rw) die("--rwlock on PostgreSQL: the C holder has no register there yet (etcd only)");
   if (semaphore && election) die("--semaphore N takes no --election");
+  if (rw && (election || semaphore)) die("--rwlock r|w is a mode of its own (no --election, no --semaphore)");
   if (pg && !db_url) db_url = endpoints;
   record("start", "\"face\":\"c\",\"pid\":%d,\"lock\":\"%s\",\"wall\":%lld,\"election\":%s,\"ttl_ms\":%" PRIu64
-         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64 ",\"backend\":\"%s\",\"semaphore\":%" PRIu64,
+         ",\"margin_ms\":%" PRIu64 ",\"interval_ms\":%" PRIu64 ",\"backend\":\"%s\",\"semaphore\":%" PRIu64 ",\"rwlock\":%s",
          (int)getpid(), name, (long long)time(NULL), election ? "true" : "false", o.ttl_ms, o.margin_ms,
-         o.keepalive_interval_ms, pg ? "postgres" : "etcd", semaphore);
+         o.keepalive_interval_ms, pg ? "postgres" : "etcd", semaphore,
+         rw == 'r' ? "\"r\"" : rw == 'w' ? "\"w\"" : "null");
 
   struct lk_client *client = NULL;
   if (pg) {
@@ -361,6 +379,13 @@ int main(int argc, char **argv) {
   } else if (election) {
     if (lk_election_new(client, name, &candidate) != LK_OK) die(lk_last_error());
     lock = lk_election_lock(candidate);
+  } else if (rw) {
+    struct lk_rwlock *rwl = NULL;
+    struct lk_lock *l = NULL;
+    if (lk_rwlock_new(client, name, &rwl) != LK_OK) die(lk_last_error());
+    if ((rw == 'r' ? lk_rwlock_reader(rwl, &l) : lk_rwlock_writer(rwl, &l)) != LK_OK) die(lk_last_error());
+    lk_rwlock_free(rwl); /* the lock outlives its rwlock handle */
+    lock = l;
   } else {
     struct lk_lock *l = NULL;
     if (lk_lock_new(client, name, &l) != LK_OK) die(lk_last_error());
@@ -420,7 +445,16 @@ int main(int argc, char **argv) {
              s == LK_OK ? "ok" : lk_status_name(s));
     }
     sleep_ms(unit / 2);
-    if (writes) {
+    if (writes && rw) {
+      /* The register, read or written at the gate (etcd). */
+      seq++;
+      sleep_ms(unit / 2);
+      uint64_t sent = now_ns();
+      const char *out = gate_write(token, seq, rw);
+      record("write", "\"res\":\"register\",\"mode\":\"%c\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64
+             ",\"sent\":%" PRIu64 ",\"out\":\"%s\"",
+             rw, token, seq, sent, out);
+    } else if (writes) {
       seq++;
       char value[128];
       int vn = snprintf(value, sizeof value, "%s:%" PRIu64 ":%" PRIu64, id, seq, token);
@@ -441,7 +475,7 @@ int main(int argc, char **argv) {
       }
       sleep_ms(unit / 2);
       sent = now_ns();
-      out = gate_write(token, seq);
+      out = gate_write(token, seq, 0);
       record("write", "\"res\":\"gate\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"sent\":%" PRIu64 ",\"out\":\"%s\"",
              token, seq, sent, out);
     }

@@ -166,6 +166,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
                "locks": n_locks, "election": election,
                "semaphore": (semaphore > 0).then_some(semaphore),
+               "rwlock": rw_mode.map(String::from),
                "backend": if pg_mode { "postgres" } else { "etcd" },
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
