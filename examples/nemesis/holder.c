@@ -22,7 +22,15 @@
  * holder: its unit is a read or a write of the gate's two-key register,
  * the line "ID TOKEN SEQ r|w" to the gate, recorded as a write of
  * "res":"register" with its "mode"; no guarded put. A mode of its own (no
- * --election, no --semaphore).
+ * --election, no --semaphore). On PostgreSQL the register is the two rows
+ * (run KEY, keys a and b) of app.register instead, read or written in the
+ * holder's own transaction under dlock.guard_read / dlock.guard_write
+ * (pg_register below), and the holder records the rw_read / rw_write /
+ * rw_refuse that the gate records on etcd. --rw-turn N (100): after N
+ * units the holder releases the lock (a "turn_over" record) and queues
+ * again, so readers and writers take turns without a fault (0: it holds
+ * until a fault takes it); once stdin closes it lets go no more and waits
+ * up to 500 ms for its lock to be held before its "final".
  *
  * On PostgreSQL (--endpoints postgres://..., the nemesis's --backend
  * postgres): the client comes from DLOCK_ENDPOINTS (lk_client_from_env),
@@ -38,7 +46,7 @@
  * usage: holder --id ID --endpoints URLS --lock NAME --key KEY --gate HOST:PORT
  *               --history FILE [--ttl-ms N --interval-ms N --timeout-ms N
  *               --retry-ms N --margin-ms N --unit-ms N --idle-ms N --writes 0|1
- *               --election 0|1 --semaphore N --rwlock r|w --db URL]
+ *               --election 0|1 --semaphore N --rwlock r|w --rw-turn N --db URL]
  *
  * Build (scripts/test-nemesis.sh does): gcc -std=c11 -Iinclude
  *   -I/usr/include/postgresql examples/nemesis/holder.c -Ltarget/release
@@ -67,6 +75,9 @@ static const char *id = "";
  * is known only once acquired): atomics. */
 static const struct lk_lock *lock;
 static long li = -1;
+/* The read/write mode's turns (--rw-turn N): let go after N units; 0
+ * once stdin closed (no more turns let go). */
+static int rw_on, ending;
 
 static uint64_t now_ns(void) {
   struct timespec t;
@@ -74,24 +85,35 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Appends {"t":now,"p":id,"ev":ev,<fields>} as one write(2). */
-static void record(const char *ev, const char *fmt, ...) {
+/* Appends {"t":t,"p":id,"ev":ev,<fields>} as one write(2). */
+static void vrecord(uint64_t t, const char *ev, const char *fmt, va_list ap) {
   char fields[768] = "";
-  if (fmt) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(fields, sizeof fields, fmt, ap);
-    va_end(ap);
-  }
+  if (fmt) vsnprintf(fields, sizeof fields, fmt, ap);
   char tag[32] = "";
   long slot = __atomic_load_n(&li, __ATOMIC_ACQUIRE);
   if (slot >= 0) snprintf(tag, sizeof tag, ",\"li\":%ld", slot);
   char line[1024];
-  int n = snprintf(line, sizeof line, "{\"t\":%" PRIu64 ",\"p\":\"%s\",\"ev\":\"%s\"%s%s%s}\n", now_ns(), id,
-                   ev, fields[0] ? "," : "", fields, tag);
+  int n = snprintf(line, sizeof line, "{\"t\":%" PRIu64 ",\"p\":\"%s\",\"ev\":\"%s\"%s%s%s}\n", t, id, ev,
+                   fields[0] ? "," : "", fields, tag);
   if (n > 0 && (size_t)n < sizeof line && write(hist, line, (size_t)n) < 0) {
     /* A full disk loses the record; the checker never invents one. */
   }
+}
+
+/* A record stamped now. */
+static void record(const char *ev, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vrecord(now_ns(), ev, fmt, ap);
+  va_end(ap);
+}
+
+/* A record stamped t (an instant taken earlier). */
+static void record_at(uint64_t t, const char *ev, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vrecord(t, ev, fmt, ap);
+  va_end(ap);
 }
 
 /* Lower-case state name, as the history wants it. */
@@ -125,9 +147,16 @@ static void *watch_stdin(void *u) {
   char buf[256];
   while (read(0, buf, sizeof buf) > 0) {
   }
+  __atomic_store_n(&ending, 1, __ATOMIC_RELEASE);
   enum lk_state st = LK_STATE_IDLE;
   uint64_t token = 0;
   const struct lk_lock *l = __atomic_load_n(&lock, __ATOMIC_ACQUIRE);
+  /* A turn handed over as the run ended: the next holder is let in within
+   * moments (its final says holding); up to 500 ms. */
+  for (int i = 0; rw_on && l && i < 50 && (lk_lock_state(l, &st), st != LK_STATE_HOLDING); i++) {
+    struct timespec ten = {0, 10 * 1000 * 1000};
+    nanosleep(&ten, NULL);
+  }
   if (!l) {
     record("final", "\"state\":\"acquiring\",\"token\":null");
     _exit(0);
@@ -202,21 +231,52 @@ static int pg_ok(PGresult *r, ExecStatusType want, char *code, size_t len) {
   return ok;
 }
 
+/* The read/write mode's run on PostgreSQL: its two rows of app.register
+ * are made on each new connection (the first holder's insert wins). */
+static const char *register_run;
+
+/* Opens the connection unless open; 0 (code "connect" or the SQLSTATE)
+ * when it cannot. */
+static int pg_connect(char *code, size_t len) {
+  if (db) return 1;
+  const char *keys[] = {"dbname", "connect_timeout", NULL};
+  const char *vals[] = {db_url, "2", NULL};
+  db = PQconnectdbParams(keys, vals, 1);
+  if (PQstatus(db) != CONNECTION_OK) {
+    snprintf(code, len, "connect");
+    PQfinish(db);
+    db = NULL;
+    return 0;
+  }
+  PQsetNoticeProcessor(db, quiet, NULL);
+  const char *run[] = {register_run};
+  if (register_run &&
+      !pg_ok(PQexecParams(db,
+                          "INSERT INTO app.register (run, k, token, seq) VALUES ($1, 'a', 0, 0), ($1, 'b', 0, 0) "
+                          "ON CONFLICT DO NOTHING",
+                          1, NULL, run, NULL, NULL, 0),
+             PGRES_COMMAND_OK, code, len)) {
+    PQfinish(db);
+    db = NULL;
+    return 0;
+  }
+  return 1;
+}
+
+/* The guard refused (DL001): roll back, keep the connection. */
+static const char *pg_fenced(void) {
+  char ignored[8];
+  if (!pg_ok(PQexec(db, "ROLLBACK"), PGRES_COMMAND_OK, ignored, sizeof ignored)) {
+    PQfinish(db);
+    db = NULL;
+  }
+  return "fenced";
+}
+
 static const char *pg_write(const char *name, uint64_t token, const char *run, uint64_t seq, char *code,
                             size_t len) {
   code[0] = 0;
-  if (!db) {
-    const char *keys[] = {"dbname", "connect_timeout", NULL};
-    const char *vals[] = {db_url, "2", NULL};
-    db = PQconnectdbParams(keys, vals, 1);
-    if (PQstatus(db) != CONNECTION_OK) {
-      snprintf(code, len, "connect");
-      PQfinish(db);
-      db = NULL;
-      return "error";
-    }
-    PQsetNoticeProcessor(db, quiet, NULL);
-  }
+  if (!pg_connect(code, len)) return "error";
   char tok[24], sq[24];
   snprintf(tok, sizeof tok, "%" PRIu64, token);
   snprintf(sq, sizeof sq, "%" PRIu64, seq);
@@ -227,13 +287,7 @@ static const char *pg_write(const char *name, uint64_t token, const char *run, u
   if (!pg_ok(PQexecParams(db, "SELECT dlock.guard($1, $2::bigint)", 2, NULL, guard, NULL, NULL, 0),
              PGRES_TUPLES_OK, code, len)) {
     if (strcmp(code, "DL001") != 0) goto drop;
-    /* Refused by the database: roll back, keep the connection. */
-    char ignored[8];
-    if (!pg_ok(PQexec(db, "ROLLBACK"), PGRES_COMMAND_OK, ignored, sizeof ignored)) {
-      PQfinish(db);
-      db = NULL;
-    }
-    return "fenced";
+    return pg_fenced();
   }
   if (!pg_ok(PQexecParams(db, "INSERT INTO app.writes (run, h, seq, token) VALUES ($1, $2, $3::bigint, $4::bigint)",
                           4, NULL, row, NULL, NULL, 0),
@@ -242,6 +296,70 @@ static const char *pg_write(const char *name, uint64_t token, const char *run, u
   if (pg_ok(PQexec(db, "COMMIT"), PGRES_COMMAND_OK, code, len)) return "ok";
   /* No answer to the COMMIT: it may have committed. An error the server
    * sent (a SQLSTATE) means it did not. */
+  out = strcmp(code, "io") == 0 ? "unknown" : "error";
+drop:
+  PQfinish(db);
+  db = NULL;
+  return out;
+}
+
+/* One read or write (mode 'r' / 'w') of the two-key register
+ * (PostgreSQL), as the Rust holder's:
+ *   BEGIN; SELECT dlock.guard_read|guard_write(NAME, TOKEN);
+ *   key a, then key b, a statement each (UPDATE ... SET token, seq, or
+ *   SELECT); COMMIT;
+ * in READ COMMITTED: a writer's commit between a reader's two selects is
+ * seen half, so only the guards keep a read whole. "ok" (val: the pair
+ * written or read, "TOKEN.SEQ" each; *at: when the COMMIT's answer came),
+ * "fenced" (DL001; *at: when the guard's came), "unknown" or "error". */
+static const char *pg_register(const char *name, uint64_t token, const char *run, uint64_t seq, char mode,
+                               char *code, size_t len, char val[2][48], uint64_t *at) {
+  code[0] = 0;
+  if (!pg_connect(code, len)) return "error";
+  char tok[24], sq[24];
+  snprintf(tok, sizeof tok, "%" PRIu64, token);
+  snprintf(sq, sizeof sq, "%" PRIu64, seq);
+  const char *guard[] = {name, tok};
+  const char *out = "error";
+  if (!pg_ok(PQexec(db, "BEGIN"), PGRES_COMMAND_OK, code, len)) goto drop;
+  if (!pg_ok(PQexecParams(db, mode == 'w' ? "SELECT dlock.guard_write($1, $2::bigint)"
+                                          : "SELECT dlock.guard_read($1, $2::bigint)",
+                          2, NULL, guard, NULL, NULL, 0),
+             PGRES_TUPLES_OK, code, len)) {
+    *at = now_ns();
+    if (strcmp(code, "DL001") != 0) goto drop;
+    return pg_fenced();
+  }
+  static const char *const keys[] = {"a", "b"};
+  for (int k = 0; k < 2; k++) {
+    if (mode == 'w') {
+      const char *set[] = {run, keys[k], tok, sq};
+      if (!pg_ok(PQexecParams(db, "UPDATE app.register SET token = $3::bigint, seq = $4::bigint "
+                                  "WHERE run = $1 AND k = $2",
+                              4, NULL, set, NULL, NULL, 0),
+                 PGRES_COMMAND_OK, code, len))
+        goto drop;
+      snprintf(val[k], 48, "%s.%s", tok, sq);
+    } else {
+      const char *get[] = {run, keys[k]};
+      PGresult *r = PQexecParams(db, "SELECT token::text || '.' || seq::text FROM app.register "
+                                     "WHERE run = $1 AND k = $2",
+                                 2, NULL, get, NULL, NULL, 0);
+      if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+        snprintf(val[k], 48, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+      } else if (!pg_ok(r, PGRES_TUPLES_OK, code, len)) {
+        goto drop;
+      } else {
+        snprintf(code, len, "norow");
+        goto drop;
+      }
+    }
+  }
+  if (pg_ok(PQexec(db, "COMMIT"), PGRES_COMMAND_OK, code, len)) {
+    *at = now_ns();
+    return "ok";
+  }
   out = strcmp(code, "io") == 0 ? "unknown" : "error";
 drop:
   PQfinish(db);
@@ -267,6 +385,7 @@ int main(int argc, char **argv) {
   o.retry_interval_ms = 250, o.margin_ms = 1000, o.reacquire = true;
   uint64_t unit = 10, idle = 5, writes = 1, election = 0, semaphore = 0;
   char rw = 0; /* --rwlock: 'r', 'w', or 0 (a plain lock) */
+  uint64_t rw_turn = 100;
   for (int i = 1; i < argc; i += 2) {
     if (strncmp(argv[i], "--", 2) != 0 || i + 1 >= argc) {
       fprintf(stderr, "holder: bad argument %s (flags are --key value)\n", argv[i]);
@@ -298,6 +417,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(k, "election")) NUM(election);
     else if (!strcmp(k, "semaphore")) NUM(semaphore);
     else if (!strcmp(k, "db")) db_url = v;
+    else if (!strcmp(k, "rw-turn")) NUM(rw_turn);
     else if (!strcmp(k, "rwlock")) {
       if (strcmp(v, "r") != 0 && strcmp(v, "w") != 0) die("--rwlock takes r or w");
       rw = v[0];
@@ -321,7 +441,8 @@ int main(int argc, char **argv) {
   if (inet_pton(AF_INET, host, &gate_addr.sin_addr) != 1) die("--gate: not an IPv4 address");
   int pg = !strncmp(endpoints, "postgres://", 11) || !strncmp(endpoints, "postgresql://", 13);
   if (pg && election) die("on PostgreSQL the holder takes a lock (no --election)");
-  if (pg && rw) die("--rwlock on PostgreSQL: the C holder has no register there yet (etcd only)");
+  if (pg && rw) register_run = key;
+  rw_on = rw && rw_turn > 0;
   if (semaphore && election) die("--semaphore N takes no --election");
   if (rw && (election || semaphore)) die("--rwlock r|w is a mode of its own (no --election, no --semaphore)");
   if (pg && !db_url) db_url = endpoints;
@@ -446,14 +567,33 @@ int main(int argc, char **argv) {
     }
     sleep_ms(unit / 2);
     if (writes && rw) {
-      /* The register, read or written at the gate (etcd). */
+      /* The register: the gate's (etcd), or app.register's two rows
+       * (PostgreSQL), whose reads and writes this holder records as the
+       * gate records its own: rw_read / rw_write stamped when the COMMIT's
+       * answer came, t0 before the BEGIN; rw_refuse for DL001. */
       seq++;
       sleep_ms(unit / 2);
       uint64_t sent = now_ns();
-      const char *out = gate_write(token, seq, rw);
+      const char *out;
+      char code[16] = "";
+      if (pg) {
+        char val[2][48] = {"", ""};
+        uint64_t at = 0;
+        out = pg_register(name, token, key, seq, rw, code, sizeof code, val, &at);
+        if (!strcmp(out, "ok"))
+          record_at(at, rw == 'w' ? "rw_write" : "rw_read",
+                    "\"h\":\"%s\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"a\":\"%s\",\"b\":\"%s\",\"t0\":%" PRIu64, id,
+                    token, seq, val[0], val[1], sent);
+        else if (!strcmp(out, "fenced"))
+          record_at(at, "rw_refuse",
+                    "\"h\":\"%s\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"mode\":\"%c\",\"code\":\"%s\",\"t0\":%" PRIu64,
+                    id, token, seq, rw, code, sent);
+      } else {
+        out = gate_write(token, seq, rw);
+      }
       record("write", "\"res\":\"register\",\"mode\":\"%c\",\"token\":%" PRIu64 ",\"seq\":%" PRIu64
-             ",\"sent\":%" PRIu64 ",\"out\":\"%s\"",
-             rw, token, seq, sent, out);
+             ",\"sent\":%" PRIu64 ",\"out\":\"%s\",\"code\":\"%s\"",
+             rw, token, seq, sent, out, code);
     } else if (writes) {
       seq++;
       char value[128];
@@ -480,5 +620,10 @@ int main(int argc, char **argv) {
              token, seq, sent, out);
     }
     lk_permit_end(&p);
+    if (rw_on && writes && seq % rw_turn == 0 && !__atomic_load_n(&ending, __ATOMIC_ACQUIRE)) {
+      /* The turn is over: let go, queue again (the loop acquires). */
+      s = lk_lock_release(lock);
+      record("turn_over", "\"token\":%" PRIu64 ",\"out\":\"%s\"", token, s == LK_OK ? "ok" : lk_status_name(s));
+    }
   }
 }

@@ -71,7 +71,8 @@ impl Flags {
 /// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
 /// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
 /// [--pause-self-after N] [--writes 0|1] [--locks N] [--election 0|1]
-/// [--db URL] [--guard 0|1] [settings: --ttl-ms ...]`.
+/// [--rwlock r|w] [--rw-turn 100] [--db URL] [--guard 0|1] [settings:
+/// --ttl-ms ...]`.
 ///
 /// A `postgres://` endpoint (the PostgreSQL mode): the write beside the
 /// gate is a transaction on the user table `app.writes` over the direct
@@ -99,7 +100,16 @@ impl Flags {
 /// (`session.rwlock(NAME).read()` / `.write()`); its unit is a read or a
 /// write of the gate's two-key register (`<id> <token> <seq> r|w`, the
 /// gate's `admit_read` / `admit_write`), recorded `res` `register`; no
-/// etcd or PostgreSQL write.
+/// etcd or `app.writes` write. On PostgreSQL the register is
+/// `app.register`'s two rows of run `KEY` instead, read or written by the
+/// holder's own transaction under `dlock.guard_read` / `guard_write`
+/// (`crate::pg::GuardedWriter::register`), and the holder records the
+/// `rw_read` / `rw_write` / `rw_refuse` the gate records on etcd.
+/// `--rw-turn N` (100): after N units the holder releases the lock (a
+/// `turn_over` record) and queues again, so writers and readers take
+/// turns without a fault; 0 holds until a fault takes it. Once stdin
+/// closes it lets go no more, and waits up to 500 ms for its lock to be
+/// held before its `final` (a turn handed over as the run ended).
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -140,6 +150,10 @@ pub fn main(args: &[String]) -> Result<(), String> {
     if rw_mode.is_some() && (election || n_locks > 1 || semaphore > 0) {
         return Err("--rwlock r|w is a mode of its own".into());
     }
+    // The read/write mode's turns: a holder lets go after this many units
+    // and queues again (0: it holds until a fault takes the lock), so
+    // readers and writers take turns however few faults a run has.
+    let rw_turn = f.num("rw-turn", 100)?;
     // PostgreSQL (a `postgres://` URL): the write is a guarded transaction
     // on `app.writes` over the direct connection `--db` (default: the
     // endpoint itself), its `run` column `KEY`.
@@ -203,10 +217,27 @@ pub fn main(args: &[String]) -> Result<(), String> {
     // The driver closes stdin to end the run: the last records are the
     // states (of no lock yet: a semaphore holder still waiting).
     let finals: Arc<std::sync::Mutex<Vec<Held>>> = Arc::default();
+    // Set when stdin closes: no more turns let go (read/write mode).
+    let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
-        let (h, finals) = (h.clone(), finals.clone());
+        let (h, finals, ending) = (h.clone(), finals.clone(), ending.clone());
         std::thread::spawn(move || {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            ending.store(true, std::sync::atomic::Ordering::Release);
+            if rw_mode.is_some() && rw_turn > 0 {
+                // A turn handed over as the run ended: the next holder is
+                // let in within moments (its final says holding).
+                let end = std::time::Instant::now() + Duration::from_millis(500);
+                while std::time::Instant::now() < end
+                    && finals
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .iter()
+                        .any(|(l, _)| l.state() != State::Holding)
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             let locks = finals.lock().unwrap_or_else(|e| e.into_inner());
             for (lock, li) in locks.iter() {
                 record(
@@ -408,14 +439,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 let seq = slot.seq;
                 std::thread::sleep(unit / 2);
                 let sent = now();
-                let out = gate.register(&id, token, seq, m);
-                record(
-                    &h,
-                    "write",
-                    li,
-                    json!({"res": "register", "mode": m.to_string(), "token": token,
-                           "seq": seq, "sent": sent, "out": out}),
-                );
+                let mut rec = json!({"res": "register", "mode": m.to_string(), "token": token,
+                                     "seq": seq, "sent": sent});
+                if let Some(w) = pg_writer.as_mut() {
+                    let o = pg_register(w, &h, &id, &slot.name, &slot.key, token, seq, m, sent);
+                    rec["out"] = o.out.into();
+                    rec["code"] = o.code.into();
+                    rec["msg"] = o.msg.into();
+                } else {
+                    rec["out"] = gate.register(&id, token, seq, m).into();
+                }
+                record(&h, "write", li, rec);
             } else if writes {
                 slot.seq += 1;
                 let seq = slot.seq;
@@ -459,11 +493,63 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 );
             }
             drop(permit);
+            if rw_mode.is_some()
+                && rw_turn > 0
+                && slot.seq > 0
+                && slot.seq % rw_turn == 0
+                && !ending.load(std::sync::atomic::Ordering::Acquire)
+            {
+                // The turn is over: let go, queue again (the loop acquires).
+                let r = lock.release();
+                record(
+                    &h,
+                    "turn_over",
+                    li,
+                    json!({"token": token, "out": r.as_ref().map_or_else(|e| e.code(), |()| "ok")}),
+                );
+            }
         }
         if !worked {
             std::thread::sleep(idle);
         }
     }
+}
+
+/// One read or write (`m`) of PostgreSQL's register ([`crate::pg::GuardedWriter::register`]),
+/// recorded here as the gate records its own: `rw_write` / `rw_read` with
+/// the pair (`a`, `b` as `token.seq`), `t0` = `sent` (before the BEGIN),
+/// stamped when the COMMIT's answer came; `rw_refuse` when the guard
+/// raised DL001; nothing for a transaction that failed otherwise. No `dn`:
+/// the database keeps no watermarks (RW3 is the gate's).
+#[allow(clippy::too_many_arguments)]
+fn pg_register(
+    w: &mut crate::pg::GuardedWriter,
+    h: &Writer,
+    id: &str,
+    name: &str,
+    run: &str,
+    token: u64,
+    seq: u64,
+    m: char,
+    sent: u64,
+) -> crate::pg::Outcome {
+    let (o, pair) = w.register(name, token, run, seq, m == 'w', Duration::from_secs(10));
+    let val = |(t, q): (u64, u64)| format!("{t}.{q}");
+    let mut rec = json!({"h": id, "token": token, "seq": seq, "t0": sent});
+    match (o.out, pair) {
+        ("ok", Some([a, b])) => {
+            rec["a"] = val(a).into();
+            rec["b"] = val(b).into();
+            h.record_at(o.at, if m == 'w' { "rw_write" } else { "rw_read" }, rec);
+        }
+        ("fenced", _) => {
+            rec["mode"] = m.to_string().into();
+            rec["code"] = o.code.clone().into();
+            h.record_at(o.at, "rw_refuse", rec);
+        }
+        _ => {}
+    }
+    o
 }
 
 /// A lock, or an election's candidate (whose lock is the same API).
