@@ -44,7 +44,7 @@ export DLOCK_NEMESIS_RUNS=${DLOCK_NEMESIS_RUNS:-10}
 export DLOCK_NEMESIS_FLAP_SECONDS=${DLOCK_NEMESIS_FLAP_SECONDS:-60}
 export DLOCK_NEMESIS_PG_SECONDS=${DLOCK_NEMESIS_PG_SECONDS:-120}
 export DLOCK_NEMESIS_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_SEMAPHORE_SECONDS:-60} DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS=${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS:-60}
-export DLOCK_NEMESIS_RWLOCK_SECONDS=${DLOCK_NEMESIS_RWLOCK_SECONDS:-60}
+export DLOCK_NEMESIS_RWLOCK_SECONDS=${DLOCK_NEMESIS_RWLOCK_SECONDS:-60} DLOCK_NEMESIS_PG_RWLOCK_SECONDS=${DLOCK_NEMESIS_PG_RWLOCK_SECONDS:-60}
 # libfaketime as Debian installs it, wherever the architecture puts it.
 DLOCK_NEMESIS_FAKETIME_LIB=${DLOCK_NEMESIS_FAKETIME_LIB:-$(dpkg -L libfaketime | grep -m1 '/libfaketimeMT\.so\.1$')}
 export DLOCK_NEMESIS_FAKETIME_LIB
@@ -65,7 +65,7 @@ pg_part() {
   scripts/pg-cluster.sh start || return 1
   # shellcheck disable=SC1091
   source "${DLOCK_TEST_PG_DIR:-target/pg}/env"
-  printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders), the semaphore mode (${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS} s) and a holder paused past its TTL"
+  printf '\n==> %s\n' "nemesis on PostgreSQL: the mix (${DLOCK_NEMESIS_PG_SECONDS} s, Rust and C holders), the semaphore mode (${DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS} s), the read/write mode (${DLOCK_NEMESIS_PG_RWLOCK_SECONDS} s) and a holder paused past its TTL"
   # Rust and C holders in turn (the C one with libpq, built by
   # build-faces.sh above).
   local prc=0

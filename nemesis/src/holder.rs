@@ -72,7 +72,8 @@ impl Flags {
 /// `nemesis holder --id ID --endpoints URL,.. --lock NAME --key KEY --gate
 /// ADDR --history FILE [--unit-ms 10] [--idle-ms 5] [--sample-keepalives 1]
 /// [--pause-self-after N] [--writes 0|1] [--locks N] [--election 0|1]
-/// [--db URL] [--guard 0|1] [settings: --ttl-ms ...]`.
+/// [--rwlock r|w] [--db URL] [--guard 0|1] [settings:
+/// --ttl-ms ...]`.
 ///
 /// A `postgres://` endpoint (the PostgreSQL mode): the write beside the
 /// gate is a transaction on the user table `app.writes` over the direct
@@ -100,9 +101,14 @@ impl Flags {
 /// (`session.rwlock(NAME).read()` / `.write()`); its unit is a read or a
 /// write of the gate's two-key register (`<id> <token> <seq> r|w`, the
 /// gate's `admit_read` / `admit_write`), recorded `res` `register`; no
-/// etcd or PostgreSQL write. After a number of units drawn in [20, 200]
-/// (seeded from `ID`) it releases (a `release` record) and queues again in
-/// the other mode on a new handle (a `mode` record), and so on.
+/// etcd or `app.writes` write. On PostgreSQL the register is
+/// `app.register`'s two rows of run `KEY` instead, read or written by the
+/// holder's own transaction under `dlock.guard_read` / `guard_write`
+/// (`crate::pg::GuardedWriter::register`), and the holder records the
+/// `rw_read` / `rw_write` / `rw_refuse` the gate records on etcd. After a
+/// number of units drawn in [20, 200] (seeded from `ID`) it releases (a
+/// `release` record) and queues again in the other mode on a new handle
+/// (a `mode` record), and so on.
 pub fn main(args: &[String]) -> Result<(), String> {
     let f = Flags::parse(args)?;
     let id = f.need("id")?;
@@ -169,6 +175,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         json!({"face": "rust", "pid": std::process::id(), "lock": name, "wall": wall(),
                "locks": n_locks, "election": election,
                "semaphore": (semaphore > 0).then_some(semaphore),
+               "rwlock": rw_mode.map(String::from),
                "backend": if pg_mode { "postgres" } else { "etcd" },
                "ttl_ms": settings.ttl.as_millis() as u64,
                "margin_ms": settings.margin.as_millis() as u64,
@@ -413,14 +420,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 let seq = slot.seq;
                 std::thread::sleep(unit / 2);
                 let sent = now();
-                let out = gate.register(&id, token, seq, m);
-                record(
-                    &h,
-                    "write",
-                    li,
-                    json!({"res": "register", "mode": m.to_string(), "token": token,
-                           "seq": seq, "sent": sent, "out": out}),
-                );
+                let mut rec = json!({"res": "register", "mode": m.to_string(), "token": token,
+                                     "seq": seq, "sent": sent});
+                if let Some(w) = pg_writer.as_mut() {
+                    let o = pg_register(w, &h, &id, &slot.name, &slot.key, token, seq, m, sent);
+                    rec["out"] = o.out.into();
+                    rec["code"] = o.code.into();
+                    rec["msg"] = o.msg.into();
+                } else {
+                    rec["out"] = gate.register(&id, token, seq, m).into();
+                }
+                record(&h, "write", li, rec);
             } else if writes {
                 slot.seq += 1;
                 let seq = slot.seq;
@@ -492,6 +502,43 @@ pub fn main(args: &[String]) -> Result<(), String> {
             std::thread::sleep(idle);
         }
     }
+}
+
+/// One read or write (`m`) of PostgreSQL's register ([`crate::pg::GuardedWriter::register`]),
+/// recorded here as the gate records its own: `rw_write` / `rw_read` with
+/// the pair (`a`, `b` as `token.seq`), `t0` = `sent` (before the BEGIN),
+/// stamped when the COMMIT's answer came; `rw_refuse` when the guard
+/// raised DL001; nothing for a transaction that failed otherwise. No `dn`:
+/// the database keeps no watermarks (RW3 is the gate's).
+#[allow(clippy::too_many_arguments)]
+fn pg_register(
+    w: &mut crate::pg::GuardedWriter,
+    h: &Writer,
+    id: &str,
+    name: &str,
+    run: &str,
+    token: u64,
+    seq: u64,
+    m: char,
+    sent: u64,
+) -> crate::pg::Outcome {
+    let (o, pair) = w.register(name, token, run, seq, m == 'w', Duration::from_secs(10));
+    let val = |(t, q): (u64, u64)| format!("{t}.{q}");
+    let mut rec = json!({"h": id, "token": token, "seq": seq, "t0": sent});
+    match (o.out, pair) {
+        ("ok", Some([a, b])) => {
+            rec["a"] = val(a).into();
+            rec["b"] = val(b).into();
+            h.record_at(o.at, if m == 'w' { "rw_write" } else { "rw_read" }, rec);
+        }
+        ("fenced", _) => {
+            rec["mode"] = m.to_string().into();
+            rec["code"] = o.code.clone().into();
+            h.record_at(o.at, "rw_refuse", rec);
+        }
+        _ => {}
+    }
+    o
 }
 
 /// A lock, or an election's candidate (whose lock is the same API).

@@ -89,11 +89,6 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     if cfg.holders < 2 {
         return Err("--holders must be at least 2".into());
     }
-    if cfg.rwlock && matches!(cfg.backend, driver::Backend::Postgres { .. }) {
-        // The register is the gate's (etcd's); PostgreSQL's, through
-        // dlock.guard_read/guard_write, is not built yet (docs/nemesis.md).
-        return Err("--rwlock runs on etcd only for now".into());
-    }
     eprintln!(
         "nemesis: seed {seed}, {} holders, {:?}, {}",
         cfg.holders,

@@ -6,6 +6,12 @@
 //! the SQL of all that: the holder's guarded transaction
 //! ([`GuardedWriter`]), the table's read-back ([`dump_rows`]), and the
 //! driver's faults on the server.
+//!
+//! The read/write mode's resource is the two-key register `app.register`
+//! (rows `a` and `b` of each run): a writer's transaction updates both
+//! under `dlock.guard_write`, a reader's selects both under
+//! `dlock.guard_read` ([`GuardedWriter::register`]), each key its own
+//! statement, so only the guards keep a read from seeing a torn pair.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -15,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_postgres::NoTls;
 
-use crate::history::Writer;
+use crate::history::{Writer, now};
 
 /// The user table: one row per committed guarded write (`run` tells the
 /// runs apart; `id` is drawn inside the transaction, after the guard, so
@@ -29,12 +35,34 @@ CREATE TABLE IF NOT EXISTS app.writes (
     token bigint NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
-CREATE INDEX IF NOT EXISTS writes_run ON app.writes (run, id);";
+CREATE INDEX IF NOT EXISTS writes_run ON app.writes (run, id);
+CREATE TABLE IF NOT EXISTS app.register (
+    run text NOT NULL,
+    k text NOT NULL,
+    token bigint NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (run, k)
+);";
 
 /// The guard, the first statement of the holder's transaction.
 pub const GUARD_SQL: &str = "SELECT dlock.guard($1, $2)";
 /// The write, second.
 pub const INSERT_SQL: &str = "INSERT INTO app.writes (run, h, seq, token) VALUES ($1, $2, $3, $4)";
+
+/// The register's two rows of a run (`0.0`: unwritten), made by each
+/// holder as it connects (the first one wins).
+pub const REGISTER_ROWS_SQL: &str = "INSERT INTO app.register (run, k, token, seq) \
+     VALUES ($1, 'a', 0, 0), ($1, 'b', 0, 0) ON CONFLICT DO NOTHING";
+/// A writer's guard, the first statement of its transaction.
+pub const GUARD_WRITE_SQL: &str = "SELECT dlock.guard_write($1, $2)";
+/// A reader's.
+pub const GUARD_READ_SQL: &str = "SELECT dlock.guard_read($1, $2)";
+/// A write of one key (`$2`: `a`, then `b`).
+pub const REGISTER_UPDATE_SQL: &str =
+    "UPDATE app.register SET token = $3, seq = $4 WHERE run = $1 AND k = $2";
+/// A read of one key.
+pub const REGISTER_SELECT_SQL: &str =
+    "SELECT token, seq FROM app.register WHERE run = $1 AND k = $2";
 
 /// Whether `s` is a PostgreSQL URL (dlock selects the engine by it).
 pub fn is_url(s: &str) -> bool {
@@ -346,7 +374,20 @@ struct Conn {
     client: tokio_postgres::Client,
     guard: tokio_postgres::Statement,
     insert: tokio_postgres::Statement,
+    /// The register's statements, prepared (and the run's rows made) on
+    /// the first register transaction of the connection.
+    rw: Option<RwStatements>,
 }
+
+struct RwStatements {
+    guard_read: tokio_postgres::Statement,
+    guard_write: tokio_postgres::Statement,
+    update: tokio_postgres::Statement,
+    select: tokio_postgres::Statement,
+}
+
+/// A key of the register as (token, seq).
+pub type Cell = (u64, u64);
 
 /// A transaction's fate: `out` (`ok`, `fenced`: the guard raised DL001,
 /// `unknown`: the COMMIT went out and no answer came, `error`: nothing was
@@ -358,6 +399,9 @@ pub struct Outcome {
     pub code: String,
     /// The error's text.
     pub msg: String,
+    /// When the last answer came ([`crate::history::now`]): on success the
+    /// COMMIT's, on a refusal the guard's.
+    pub at: u64,
 }
 
 impl GuardedWriter {
@@ -384,11 +428,82 @@ impl GuardedWriter {
         seq: u64,
         within: Duration,
     ) -> Outcome {
+        let guarded = self.guard;
+        let (tok, seq) = (token as i64, seq as i64);
+        self.transact(within, None, async |c, stage| {
+            if guarded {
+                stage.set("guard");
+                c.client.execute(&c.guard, &[&name, &tok]).await?;
+            }
+            stage.set("insert");
+            c.client.execute(&c.insert, &[&run, &h, &seq, &tok]).await?;
+            Ok(())
+        })
+        .0
+    }
+
+    /// One write (`write`) or read of the register's run `run`: `BEGIN;
+    /// SELECT dlock.guard_write|guard_read(name, token);` then key `a`,
+    /// then key `b`, each a statement of its own (an `UPDATE` to
+    /// `token.seq`, or a `SELECT`); `COMMIT`. Five round trips in READ
+    /// COMMITTED, all within `within`: a writer's commit between a
+    /// reader's two selects is seen half, so only the guards (and the
+    /// lock) keep a read whole. Returns the outcome and, when it is `ok`,
+    /// the pair written or read. `--guard 0`: no guard.
+    pub fn register(
+        &mut self,
+        name: &str,
+        token: u64,
+        run: &str,
+        seq: u64,
+        write: bool,
+        within: Duration,
+    ) -> (Outcome, Option<[Cell; 2]>) {
+        let guarded = self.guard;
+        let (tok, sq) = (token as i64, seq as i64);
+        self.transact(within, Some(run), async |c, stage| {
+            let rw = c.rw.as_ref().expect("prepared by transact");
+            if guarded {
+                stage.set("guard");
+                let g = if write {
+                    &rw.guard_write
+                } else {
+                    &rw.guard_read
+                };
+                c.client.execute(g, &[&name, &tok]).await?;
+            }
+            let mut pair = [(0, 0); 2];
+            for (k, cell) in ["a", "b"].into_iter().zip(pair.iter_mut()) {
+                stage.set(if write { "update" } else { "select" });
+                *cell = if write {
+                    c.client.execute(&rw.update, &[&run, &k, &tok, &sq]).await?;
+                    (token, seq)
+                } else {
+                    let row = c.client.query_one(&rw.select, &[&run, &k]).await?;
+                    (row.get::<_, i64>(0) as u64, row.get::<_, i64>(1) as u64)
+                };
+            }
+            Ok(pair)
+        })
+    }
+
+    /// Runs `body` between `BEGIN` and `COMMIT` on the connection (opened
+    /// first if need be; `register`: the register's statements prepared
+    /// and that run's rows made too), all within `within`; `stage` names
+    /// the statement under way, for the outcome: DL001 is `fenced`, no
+    /// answer to the COMMIT `unknown`, anything else `error`.
+    fn transact<T>(
+        &mut self,
+        within: Duration,
+        register: Option<&str>,
+        body: impl AsyncFnOnce(
+            &Conn,
+            &std::cell::Cell<&'static str>,
+        ) -> Result<T, tokio_postgres::Error>,
+    ) -> (Outcome, Option<T>) {
         let stage = std::cell::Cell::new("connect");
         let mut conn = self.conn.take();
         let url = self.url.clone();
-        let guarded = self.guard;
-        let (tok, seq) = (token as i64, seq as i64);
         let r = self.rt.block_on(async {
             tokio::time::timeout(within, async {
                 if conn.is_none() {
@@ -400,30 +515,42 @@ impl GuardedWriter {
                         client,
                         guard,
                         insert,
+                        rw: None,
                     });
+                }
+                if let (Some(run), Some(c)) = (register, conn.as_mut()) {
+                    if c.rw.is_none() {
+                        stage.set("prepare");
+                        c.client.execute(REGISTER_ROWS_SQL, &[&run]).await?;
+                        c.rw = Some(RwStatements {
+                            guard_read: c.client.prepare(GUARD_READ_SQL).await?,
+                            guard_write: c.client.prepare(GUARD_WRITE_SQL).await?,
+                            update: c.client.prepare(REGISTER_UPDATE_SQL).await?,
+                            select: c.client.prepare(REGISTER_SELECT_SQL).await?,
+                        });
+                    }
                 }
                 let c = conn.as_ref().expect("connected");
                 stage.set("begin");
                 c.client.batch_execute("BEGIN").await?;
-                if guarded {
-                    stage.set("guard");
-                    c.client.execute(&c.guard, &[&name, &tok]).await?;
-                }
-                stage.set("insert");
-                c.client.execute(&c.insert, &[&run, &h, &seq, &tok]).await?;
+                let v = body(c, &stage).await?;
                 stage.set("commit");
                 c.client.batch_execute("COMMIT").await?;
-                Ok::<(), tokio_postgres::Error>(())
+                Ok::<T, tokio_postgres::Error>(v)
             })
             .await
         });
         let at = stage.get();
-        let outcome = match r {
-            Ok(Ok(())) => Outcome {
-                out: "ok",
-                code: String::new(),
-                msg: String::new(),
-            },
+        let (outcome, value) = match r {
+            Ok(Ok(v)) => (
+                Outcome {
+                    out: "ok",
+                    code: String::new(),
+                    msg: String::new(),
+                    at: now(),
+                },
+                Some(v),
+            ),
             Ok(Err(e)) => {
                 let code = e
                     .as_db_error()
@@ -435,17 +562,26 @@ impl GuardedWriter {
                 } else {
                     "error"
                 };
-                Outcome {
-                    out,
-                    code,
-                    msg: format!("{at}: {e}"),
-                }
+                let msg = format!("{at}: {e}");
+                (
+                    Outcome {
+                        out,
+                        code,
+                        msg,
+                        at: now(),
+                    },
+                    None,
+                )
             }
-            Err(_) => Outcome {
-                out: if at == "commit" { "unknown" } else { "error" },
-                code: "timeout".into(),
-                msg: format!("{at}: no answer in {within:?}"),
-            },
+            Err(_) => (
+                Outcome {
+                    out: if at == "commit" { "unknown" } else { "error" },
+                    code: "timeout".into(),
+                    msg: format!("{at}: no answer in {within:?}"),
+                    at: now(),
+                },
+                None,
+            ),
         };
         // After a refusal the transaction is aborted: roll it back and keep
         // the connection; after anything else but success, drop it (the
@@ -464,7 +600,7 @@ impl GuardedWriter {
             }
             _ => {}
         }
-        outcome
+        (outcome, value)
     }
 }
 

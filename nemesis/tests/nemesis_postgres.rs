@@ -11,6 +11,11 @@
 //!   `DLOCK_NEMESIS_PG_SECONDS` (120), Rust and C holders in turn
 //!   (`DLOCK_NEMESIS_PG_HOLDER_CMDS`, else Rust and `DLOCK_NEMESIS_C_HOLDER`
 //!   when set);
+//! - `nemesis_postgres_rwlock`: the read/write mode (issue 30), writers
+//!   and readers of one read/write lock on the two-key register
+//!   `app.register` under `dlock.guard_write` / `guard_read`, for
+//!   `DLOCK_NEMESIS_PG_RWLOCK_SECONDS` (25); the checker adds RW1 and
+//!   RW2;
 //! - `postgres_paused_past_ttl`: a holder stops itself inside a unit past
 //!   its TTL, a contender takes over, the holder resumes into its
 //!   transaction: the database refuses it (DL001). Its control, the same
@@ -122,6 +127,7 @@ fn nemesis_postgres() {
         env_num("DLOCK_NEMESIS_PG_SECONDS", 120),
         mix_holders(),
         0,
+        false,
     );
 }
 
@@ -139,14 +145,49 @@ fn nemesis_postgres_semaphore() {
         println!("nemesis postgres_semaphore: not run (DLOCK_NEMESIS_PG_SEMAPHORE_SECONDS=0)");
         return;
     }
-    pg_mix("postgres_semaphore", secs, mix_holders(), 2);
+    pg_mix("postgres_semaphore", secs, mix_holders(), 2, false);
 }
 
-fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore: u32) {
+/// The read/write mode on PostgreSQL (issue 30): at least 4 holders of
+/// one read/write lock, odd ones starting as writers and even ones as
+/// readers, each switching mode at every handover (the mix's commands in
+/// the order 1..n, n..1, so with Rust and C each face starts in both
+/// modes), every PostgreSQL fault for
+/// `DLOCK_NEMESIS_PG_RWLOCK_SECONDS` (25). A writer's transaction updates
+/// the two keys of `app.register` under `dlock.guard_write`, a reader's
+/// selects them under `dlock.guard_read`, one statement per key: the
+/// checker's RW1 (no torn read) and RW2 (no read older than a lower write
+/// before it) judge the holders' records. Fails on any violation, or when
+/// no read or no write was admitted.
+#[test]
+fn nemesis_postgres_rwlock() {
+    let secs = env_num("DLOCK_NEMESIS_PG_RWLOCK_SECONDS", 25);
+    if secs == 0 {
+        println!("nemesis postgres_rwlock: not run (DLOCK_NEMESIS_PG_RWLOCK_SECONDS=0)");
+        return;
+    }
+    let mut holder = mix_holders();
+    let back: Vec<_> = holder.iter().rev().cloned().collect();
+    holder.extend(back);
+    pg_mix("postgres_rwlock", secs, holder, 0, true);
+}
+
+fn pg_mix(
+    case: &str,
+    secs: u64,
+    holder: Vec<(PathBuf, Vec<String>)>,
+    semaphore: u32,
+    rwlock: bool,
+) {
     let _x = exclusive();
     let backend = backend();
     let d = dir(case);
-    let n_faces = holder.len();
+    // The faces: the read/write mode lists each command twice.
+    let n_faces = if rwlock {
+        holder.len() / 2
+    } else {
+        holder.len()
+    };
     let faults = backend.default_faults();
     let cfg = driver::Config {
         dir: d.clone(),
@@ -164,7 +205,7 @@ fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore:
         locks: 1,
         election: false,
         semaphore,
-        rwlock: false,
+        rwlock,
         backend,
     };
     println!("nemesis {case}: seed {}, history {}", cfg.seed, d.display());
@@ -205,7 +246,15 @@ fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore:
     // The ground truth was read and compared: rows, and acknowledged
     // writes found among them (the checker's "acknowledged writes kept").
     let rows = recs.iter().filter(|v| s(v, "ev") == "pg_row").count();
-    if rows == 0 || report.accepted.0 == 0 {
+    if rwlock {
+        // The register: reads and writes admitted.
+        let (reads, writes, _) = report.rw_ops;
+        if reads == 0 || writes == 0 {
+            broken.push(format!(
+                "register: {reads} reads and {writes} writes admitted (want both)"
+            ));
+        }
+    } else if rows == 0 || report.accepted.0 == 0 {
         broken.push(format!(
             "{rows} rows of app.writes read back, {} acknowledged",
             report.accepted.0
@@ -219,6 +268,36 @@ fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore:
             report.semaphore, report.max_valid_holders
         ));
     }
+    let rw = if rwlock {
+        // Admitted reads and writes by face (the holders' own records).
+        let face_of: std::collections::HashMap<&str, &str> = recs
+            .iter()
+            .filter(|v| s(v, "ev") == "start")
+            .map(|v| (s(v, "p"), s(v, "face")))
+            .collect();
+        let mut per: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+        for v in &recs {
+            let f = face_of.get(s(v, "p")).copied().unwrap_or("?");
+            match s(v, "ev") {
+                "rw_read" => per.entry(f).or_default().0 += 1,
+                "rw_write" => per.entry(f).or_default().1 += 1,
+                _ => {}
+            }
+        }
+        let per: Vec<String> = per
+            .iter()
+            .map(|(f, (r, w))| format!("{f} {r} / {w}"))
+            .collect();
+        format!(
+            ", register reads / writes admitted / refused {} / {} / {} (reads / writes by face: {})",
+            report.rw_ops.0,
+            report.rw_ops.1,
+            report.rw_ops.2,
+            per.join(", ")
+        )
+    } else {
+        String::new()
+    };
     let sem = if semaphore > 0 {
         format!(
             ", semaphore of {semaphore} slots, {} holders: at most {} with valid permits at once",
@@ -236,7 +315,7 @@ fn pg_mix(case: &str, secs: u64, holder: Vec<(PathBuf, Vec<String>)>, semaphore:
         })
         .collect();
     println!(
-        "NEMESIS|{case}|1|{secs} s: {total} faults of {kinds} kinds, {} fences, {} rows, writes accepted {} / {} (app.writes / gate), stale refused {} / {}, unknown {} (committed {}), min G1 lead {:.1} ms (by face: {}){sem}",
+        "NEMESIS|{case}|1|{secs} s: {total} faults of {kinds} kinds, {} fences, {} rows, writes accepted {} / {} (app.writes / gate), stale refused {} / {}, unknown {} (committed {}), min G1 lead {:.1} ms (by face: {}){sem}{rw}",
         report.fences,
         rows,
         report.accepted.0,
