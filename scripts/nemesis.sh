@@ -23,10 +23,11 @@
 #                           holder takes it)
 #                           [--rwlock 1]    (the read/write mode: holders of
 #                           one read/write lock, on the gate's two-key
-#                           register, odd ones starting as writers, even
-#                           ones as readers, each switching mode at every
-#                           handover; the Rust, Python, Node and `dlock run`
-#                           holders take it, not the C one yet)
+#                           register (on PostgreSQL: app.register under
+#                           dlock.guard_write / guard_read), odd ones
+#                           starting as writers, even ones as readers, each
+#                           switching mode at every handover; every face's
+#                           holder takes it, Rust and C on PostgreSQL)
 #                           [--backend postgres] (the PostgreSQL mode: the
 #                           primary + synchronous standby of
 #                           scripts/pg-cluster.sh, started here unless
