@@ -1,9 +1,11 @@
 //! Shared test support of the dlock workspace (a dev-dependency of the
 //! core, the command and the nemesis): the etcd test cluster and the one
-//! switch that says it exists ([`etcd::cluster`]), the TCP fault proxy, the
+//! switch that says it exists ([`etcd::cluster`]), the embedded tests'
+//! client ([`embedded`]), the TCP fault proxy, the
 //! examples' typed stories, and the parity suite of both backends.
 
 pub mod bench;
+pub mod embedded;
 pub mod etcd;
 pub mod parity;
 pub mod pg;
