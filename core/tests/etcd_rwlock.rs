@@ -33,19 +33,11 @@ fn options() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+    env.client(options())
 }
 
 fn name(test: &str) -> String {
     dlock_testkit::fresh(&format!("dlock-test/rw-{test}"))
-}
-
-fn etcdctl_cmd(env: &Cluster) -> Command {
-    let mut c = Command::new("etcdctl");
-    c.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s");
-    c
 }
 
 /// The keys under `name/`, oldest first.
@@ -109,7 +101,8 @@ fn etcdctl_lock_waits_for_either_mode() {
         let c = client(&env);
         let held = c.rwlock(&name).unwrap().holder(mode).unwrap();
         held.acquire(EVENT).unwrap();
-        let mut ctl = etcdctl_cmd(&env)
+        let mut ctl = env
+            .etcdctl_cmd()
             .args(["lock", &name, "echo", "etcdctl-got-it"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -132,7 +125,8 @@ fn etcdctl_lock_waits_for_either_mode() {
 fn a_dlock_reader_waits_for_an_etcdctl_holder() {
     let env = cluster();
     let name = name("ctl-holds");
-    let mut ctl = etcdctl_cmd(&env)
+    let mut ctl = env
+        .etcdctl_cmd()
         .args(["lock", &name])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -34,27 +34,18 @@ fn options() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+    env.client(options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:
 /// a 0.5 s keepalive timeout under CI's load could fence a holder and free
 /// its slot for a waiter the case does not expect.
 fn calm(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), Options::default()).expect("connect to etcd")
+    env.client(Options::default())
 }
 
 fn name(test: &str) -> String {
     dlock_testkit::fresh(&format!("dlock-test/sem-{test}"))
-}
-
-/// `etcdctl` on the plaintext members, to spawn.
-fn etcdctl_cmd(env: &Cluster) -> Command {
-    let mut c = Command::new("etcdctl");
-    c.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s");
-    c
 }
 
 /// The keys under `prefix`.
@@ -185,7 +176,8 @@ fn etcdctl_lock_on_a_slot_waits_for_a_dlock_holder() {
     let sem = client(&env).semaphore(&name, 1).unwrap();
     let held = sem.acquire(EVENT).unwrap();
     assert_eq!(held.name(), sem.slot_name(0));
-    let mut ctl: Child = etcdctl_cmd(&env)
+    let mut ctl: Child = env
+        .etcdctl_cmd()
         .args(["lock", &sem.slot_name(0), "echo", "etcdctl-got-it"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -210,7 +202,8 @@ fn a_dlock_waiter_waits_for_an_etcdctl_holder_of_a_slot() {
     let env = cluster();
     let name = name("dlock-waits");
     let sem = client(&env).semaphore(&name, 1).unwrap();
-    let mut ctl = etcdctl_cmd(&env)
+    let mut ctl = env
+        .etcdctl_cmd()
         .args(["lock", &sem.slot_name(0)])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
