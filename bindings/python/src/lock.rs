@@ -179,9 +179,7 @@ impl Lock {
     /// The session the lock is held under.
     #[getter]
     fn _session(&self) -> Session {
-        Session {
-            inner: self.inner.session().clone(),
-        }
+        Session::from(self.inner.session())
     }
 
     /// Acquires, waiting up to `timeout` seconds (None: as long as it

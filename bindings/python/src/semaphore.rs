@@ -139,9 +139,7 @@ impl Semaphore {
     /// The session its slots are held under.
     #[getter]
     fn _session(&self) -> Session {
-        Session {
-            inner: self.inner.session().clone(),
-        }
+        Session::from(self.inner.session())
     }
 
     /// Takes a slot, waiting up to `timeout` seconds (None: as long as it
