@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Error, Options, State, Token};
 
-use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, fresh, pg};
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -344,18 +344,6 @@ fn blackhole_drains_then_fences_before_the_contender() {
         }
         let _ = h.release();
     }
-    let stat = |mut xs: Vec<f64>| -> String {
-        if xs.is_empty() {
-            return "-".into();
-        }
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{:.0}/{:.0}/{:.0}",
-            xs[0],
-            xs[xs.len() / 2],
-            xs[xs.len() - 1]
-        )
-    };
     let lead = leads
         .iter()
         .copied()
@@ -363,7 +351,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
         .map_or("n/a".into(), |l| format!("{l:.0}"));
     println!(
         "FAULT|pg blackhole|{runs}|{}|{}/{runs}|{lead}|",
-        stat(drains.clone()),
+        faults::spread(drains.clone()),
         drains.len()
     );
     assert!(broken.is_empty(), "{}", broken.join("\n"));

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod embedded;
 pub mod etcd;
+pub mod faults;
 pub mod parity;
 pub mod pg;
 pub mod proxy;
