@@ -603,17 +603,7 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
         .unwrap();
     let mut longer = key.clone();
     longer.push(b'k');
-    let refused = |r: Result<(), Error>, limit: &str| match r {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
-        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
-    };
-    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
-    refused(
-        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
-        "MAX_VALUE_LEN",
-    );
-    lock.guarded_delete(token, &key).unwrap();
-    lock.release().unwrap();
+    dlock_testkit::over_the_size_limits_refused(&lock, token, &key, &longer);
 }
 
 /// Issue 32, item 6: on a cluster with a smaller `--max-request-bytes`

@@ -491,17 +491,7 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
     lock.guarded_put(token, &key, b"again").unwrap();
     let mut longer = key.clone();
     longer.push(0);
-    let refused = |r: Result<(), Error>, limit: &str| match r {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
-        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
-    };
-    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
-    refused(
-        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
-        "MAX_VALUE_LEN",
-    );
-    lock.guarded_delete(token, &key).unwrap();
-    lock.release().unwrap();
+    dlock_testkit::over_the_size_limits_refused(&lock, token, &key, &longer);
 }
 
 /// Holder identity (issue 31) on the primary: the lease row records it in

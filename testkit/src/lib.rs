@@ -60,3 +60,24 @@ pub fn short() -> dlock::Options {
         reacquire: true,
     }
 }
+
+/// The refusals at the guarded-write size limits, after a write at them
+/// committed: `longer` (a key one byte over `MAX_KEY_LEN`) and a value one
+/// byte over `MAX_VALUE_LEN` are refused naming their limit; then `key` is
+/// deleted and `lock` released. Every engine checks them alike.
+pub fn over_the_size_limits_refused(
+    lock: &dlock::Lock,
+    token: dlock::Token,
+    key: &[u8],
+    longer: &[u8],
+) {
+    let refused = |r: Result<(), dlock::Error>, limit: &str| match r {
+        Err(dlock::Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
+        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
+    };
+    refused(lock.guarded_put(token, longer, b"v"), "MAX_KEY_LEN");
+    let over = vec![b'v'; dlock::election::MAX_VALUE_LEN + 1];
+    refused(lock.guarded_put(token, key, &over), "MAX_VALUE_LEN");
+    lock.guarded_delete(token, key).unwrap();
+    lock.release().unwrap();
+}
