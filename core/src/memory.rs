@@ -121,9 +121,7 @@ impl MemoryService {
 
     fn check_up(&self) -> Result<(), BackendError> {
         if self.lock().down {
-            Err(BackendError::Unavailable(
-                "the embedded service is down (outage)".into(),
-            ))
+            Err(outage())
         } else {
             Ok(())
         }
@@ -197,6 +195,25 @@ impl MemoryService {
         crate::sync::lock(&self.0.state)
     }
 
+    /// The state with the expired leases gone, waking the waiters when any
+    /// went (their keys went with them).
+    fn lock_expired(&self) -> MutexGuard<'_, ServiceState> {
+        let mut st = self.lock();
+        if st.expire(self.0.clock.now()) {
+            self.0.changed.notify_waiters();
+        }
+        st
+    }
+
+    /// [`Self::lock_expired`] for a request: refused during an outage.
+    fn lock_up(&self) -> Result<MutexGuard<'_, ServiceState>, BackendError> {
+        let st = self.lock_expired();
+        if st.down {
+            return Err(outage());
+        }
+        Ok(st)
+    }
+
     fn grant(&self, ttl: Duration, identity: Option<&Identity>) -> Grant {
         let identity = identity.map(|i| Arc::new(i.clone()));
         self.lock().grant(self.0.clock.now(), ttl, identity)
@@ -238,15 +255,7 @@ impl MemoryService {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let next_expiry = {
-                let mut st = self.lock();
-                if st.expire(self.0.clock.now()) {
-                    self.0.changed.notify_waiters();
-                }
-                if st.down {
-                    return Err(BackendError::Unavailable(
-                        "the embedded service is down (outage)".into(),
-                    ));
-                }
+                let mut st = self.lock_up()?;
                 if !st.leases.contains_key(&lease) {
                     return Err(BackendError::LeaseNotFound);
                 }
@@ -307,10 +316,7 @@ impl MemoryService {
         value: &[u8],
     ) -> Result<(), BackendError> {
         let key = lock_key(name, lease);
-        let mut st = self.lock();
-        if st.expire(self.0.clock.now()) {
-            self.0.changed.notify_waiters();
-        }
+        let mut st = self.lock_expired();
         st.proclaim(key, lease, token, value)?;
         drop(st);
         self.0.changed.notify_waiters();
@@ -329,15 +335,7 @@ impl MemoryService {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let next_expiry = {
-                let mut st = self.lock();
-                if st.expire(self.0.clock.now()) {
-                    self.0.changed.notify_waiters();
-                }
-                if st.down {
-                    return Err(BackendError::Unavailable(
-                        "the embedded service is down (outage)".into(),
-                    ));
-                }
+                let st = self.lock_up()?;
                 let leader = st.holder_of(name).map(|(key, token)| Leader {
                     value: st.values.get(&key).cloned().unwrap_or_default(),
                     lease: st.keys.get(&key).map_or(0, |(l, _)| *l),
@@ -721,6 +719,11 @@ impl Drop for MemoryKeyWatch {
 /// `permit()` refuses after the deadline on the clock alone.
 pub fn stall_driver(d: Duration) {
     crate::driver::runtime().spawn(async move { std::thread::sleep(d) });
+}
+
+/// What every request gets while the service is down.
+fn outage() -> BackendError {
+    BackendError::Unavailable("the embedded service is down (outage)".into())
 }
 
 #[cfg(test)]
