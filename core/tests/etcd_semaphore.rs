@@ -85,16 +85,7 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
         })
         .collect();
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let held: Vec<&Lock> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let failed: Vec<&Error> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
-    assert_eq!(failed, [&Error::Timeout]);
+    let held = dlock_testkit::exactly_n_hold(&results, n);
     let mut slots: Vec<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     slots.sort();
     assert_eq!(slots, [0, 1, 2]);

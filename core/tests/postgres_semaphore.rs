@@ -128,16 +128,7 @@ fn n_plus_one_contenders_exactly_n_hold() {
         })
         .collect();
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let held: Vec<&Lock> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let failed: Vec<&Error> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
-    assert_eq!(failed, [&Error::Timeout]);
+    let held = dlock_testkit::exactly_n_hold(&results, n);
     let sql = pg::Sql::connect(&url);
     let rows = slot_rows(&sql, &name);
     assert_eq!(rows.len(), n as usize, "one row per slot: {rows:?}");

@@ -81,3 +81,23 @@ pub fn over_the_size_limits_refused(
     lock.guarded_delete(token, key).unwrap();
     lock.release().unwrap();
 }
+
+/// The outcomes of N + 1 contenders for a semaphore of limit `n`, each
+/// beside its client: exactly `n` hold and the other timed out. The
+/// holders' locks.
+pub fn exactly_n_hold<C>(
+    results: &[(C, Result<dlock::Lock, dlock::Error>)],
+    n: u32,
+) -> Vec<&dlock::Lock> {
+    let held: Vec<&dlock::Lock> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let failed: Vec<&dlock::Error> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
+    assert_eq!(failed, [&dlock::Error::Timeout]);
+    held
+}
