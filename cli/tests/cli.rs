@@ -1,32 +1,11 @@
 //! Bad input that needs no lock service: each is one line on stderr and a
 //! documented exit code (docs/cli.md).
 
+mod usage;
+
 use std::process::Command;
 
-fn dlock(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(args)
-        .env_remove("DLOCK_ENDPOINTS")
-        .output()
-        .expect("run dlock");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().expect("exited"), stderr)
-}
-
-fn one_line_error(args: &[&str], code: i32, needle: &str) {
-    let (got, stderr) = dlock(args);
-    assert_eq!(got, code, "dlock {args:?}: {stderr}");
-    assert_eq!(
-        stderr.lines().count(),
-        1,
-        "dlock {args:?}: not one line: {stderr}"
-    );
-    assert!(stderr.starts_with("dlock: "), "{stderr}");
-    assert!(
-        stderr.contains(needle),
-        "dlock {args:?}: {stderr:?} lacks {needle:?}"
-    );
-}
+use usage::one_line_error;
 
 #[test]
 fn usage_errors_are_one_line_and_exit_2_or_123() {

@@ -1,24 +1,9 @@
 //! `dlock elect` bad input that needs no lock service: one line on stderr
 //! and exit 2 (usage) or 123 (invalid).
 
-use std::process::Command;
+mod usage;
 
-fn dlock(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dlock"))
-        .args(args)
-        .env_remove("DLOCK_ENDPOINTS")
-        .output()
-        .expect("run dlock");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().expect("exited"), stderr)
-}
-
-fn one_line_error(args: &[&str], code: i32, needle: &str) {
-    let (got, stderr) = dlock(args);
-    assert_eq!(got, code, "dlock {args:?}: {stderr}");
-    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
-    assert!(stderr.contains(needle), "{stderr:?} lacks {needle:?}");
-}
+use usage::one_line_error;
 
 #[test]
 fn elect_usage_errors_are_one_line() {

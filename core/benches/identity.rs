@@ -20,17 +20,9 @@
 use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, EtcdConfig, Options, PostgresConfig};
-use dlock_testkit::bench::median;
+use dlock_testkit::bench::{median, setting};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(default)
-}
 
 /// The engines the environment names, each as (with identity, without).
 fn engines() -> Vec<(&'static str, ClientConfig)> {

@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Lock, Options, PostgresConfig};
-use dlock_testkit::bench::{median, thread_round_trip};
+use dlock_testkit::bench::{median, rss_kib, thread_round_trip};
 use tokio_postgres::types::Type;
 
 fn setting(name: &str, default: usize) -> usize {
@@ -166,16 +166,6 @@ fn main() {
         .status()
         .expect("the --many child");
     assert!(status.success(), "the --many child failed: {status}");
-}
-
-/// VmRSS of this process, in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS in /proc/self/status")
 }
 
 /// The server's next transaction id and WAL position in bytes: both move

@@ -26,17 +26,9 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, EtcdConfig, Options, PostgresConfig};
-use dlock_testkit::bench::median;
+use dlock_testkit::bench::{median, setting};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(default)
-}
 
 /// Keepalives far apart: none during a count.
 fn quiet() -> Options {

@@ -26,15 +26,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use dlock::{Client, EtcdConfig, Options};
-use dlock_testkit::bench::median;
-
-fn setting(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(default)
-}
+use dlock_testkit::bench::{median, setting};
 
 /// Request messages the members received so far, keepalives left out.
 fn requests(members: &[String]) -> u64 {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use dlock::memory::MemoryService;
 use dlock::{Client, ClientConfig, EtcdConfig, Lock, Options};
-use dlock_testkit::bench::{median, thread_round_trip};
+use dlock_testkit::bench::{median, rss_kib, thread_round_trip};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -77,16 +77,6 @@ fn members() -> Option<Vec<String>> {
         .ok()
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.split(',').map(|m| m.trim().to_owned()).collect())
-}
-
-/// VmRSS of this process, in KiB.
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS in /proc/self/status")
 }
 
 fn runtime() -> tokio::runtime::Runtime {

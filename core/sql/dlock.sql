@@ -97,6 +97,47 @@ END $$;
 CREATE OR REPLACE TRIGGER locks_changed AFTER DELETE OR UPDATE ON dlock.locks
     FOR EACH ROW EXECUTE FUNCTION dlock.locks_changed();
 
+-- What dlock.acquire and dlock.acquire_rw do first: lock the name's row
+-- (false: a guarded transaction holds it, look again shortly), then check
+-- that lease `p_lease` is alive, locking it against a concurrent expiry
+-- sweep (SQLSTATE DL002 if not). The locks last until the caller's
+-- transaction ends.
+CREATE OR REPLACE FUNCTION dlock.enter_name(p_name text, p_lease bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM 1 FROM dlock.names WHERE name = p_name FOR UPDATE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN false;
+        END;
+        EXIT WHEN FOUND;
+        INSERT INTO dlock.names (name) VALUES (p_name) ON CONFLICT DO NOTHING;
+    END LOOP;
+    PERFORM 1 FROM dlock.leases WHERE id = p_lease AND expires_at > clock_timestamp() FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'DL002', MESSAGE = 'dlock: lease ' || p_lease || ' not found';
+    END IF;
+    RETURN true;
+END $$;
+
+-- Deletes the expired leases holding rows under `p_name` (their rows go
+-- with them). The holders' leases are read first with a lock that waits
+-- for an in-flight keepalive, so a lease being extended is never taken as
+-- expired.
+CREATE OR REPLACE FUNCTION dlock.sweep(p_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM dlock.leases l
+        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
+                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
+        ORDER BY l.id FOR SHARE;
+    DELETE FROM dlock.leases l
+        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
+                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
+          AND l.expires_at <= clock_timestamp();
+END $$;
+
 -- Acquires `p_name` (key `p_key`) under lease `p_lease`, without waiting:
 -- token set: held (also when this key already held); token NULL: busy,
 -- retry_ms is when to look again (the holder's remaining TTL, or a short
@@ -106,35 +147,15 @@ CREATE OR REPLACE FUNCTION dlock.acquire(p_name text, p_key text, p_lease bigint
                                          OUT token bigint, OUT retry_ms float8)
 LANGUAGE plpgsql AS $$
 BEGIN
-    LOOP
-        BEGIN
-            PERFORM 1 FROM dlock.names WHERE name = p_name FOR UPDATE NOWAIT;
-        EXCEPTION WHEN lock_not_available THEN
-            retry_ms := 20;
-            RETURN;
-        END;
-        EXIT WHEN FOUND;
-        INSERT INTO dlock.names (name) VALUES (p_name) ON CONFLICT DO NOTHING;
-    END LOOP;
-    -- Our own lease, locked against a concurrent expiry sweep.
-    PERFORM 1 FROM dlock.leases WHERE id = p_lease AND expires_at > clock_timestamp() FOR SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'DL002', MESSAGE = 'dlock: lease ' || p_lease || ' not found';
+    IF NOT dlock.enter_name(p_name, p_lease) THEN
+        retry_ms := 20;
+        RETURN;
     END IF;
     SELECT k.token INTO token FROM dlock.locks k WHERE k.key = p_key AND k.lease = p_lease;
     IF FOUND THEN
         RETURN;
     END IF;
-    -- The holders' leases, read with a lock that waits for an in-flight
-    -- keepalive, so a lease being extended is never taken as expired.
-    PERFORM 1 FROM dlock.leases l
-        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
-                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
-        ORDER BY l.id FOR SHARE;
-    DELETE FROM dlock.leases l
-        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
-                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
-          AND l.expires_at <= clock_timestamp();
+    PERFORM dlock.sweep(p_name);
     SELECT extract(epoch FROM min(l.expires_at) - clock_timestamp()) * 1000
         INTO retry_ms
         FROM dlock.locks k JOIN dlock.leases l ON l.id = k.lease
@@ -274,28 +295,11 @@ DECLARE
     v_value bytea := CASE WHEN p_read THEN 'dlock:read'::bytea END;
 BEGIN
     held := false;
-    LOOP
-        BEGIN
-            PERFORM 1 FROM dlock.names WHERE name = p_name FOR UPDATE NOWAIT;
-        EXCEPTION WHEN lock_not_available THEN
-            retry_ms := 20;
-            RETURN;
-        END;
-        EXIT WHEN FOUND;
-        INSERT INTO dlock.names (name) VALUES (p_name) ON CONFLICT DO NOTHING;
-    END LOOP;
-    PERFORM 1 FROM dlock.leases WHERE id = p_lease AND expires_at > clock_timestamp() FOR SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'DL002', MESSAGE = 'dlock: lease ' || p_lease || ' not found';
+    IF NOT dlock.enter_name(p_name, p_lease) THEN
+        retry_ms := 20;
+        RETURN;
     END IF;
-    PERFORM 1 FROM dlock.leases l
-        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
-                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
-        ORDER BY l.id FOR SHARE;
-    DELETE FROM dlock.leases l
-        WHERE l.id IN (SELECT k.lease FROM dlock.locks k
-                       WHERE k.key >= p_name || '/' AND k.key < p_name || '0')
-          AND l.expires_at <= clock_timestamp();
+    PERFORM dlock.sweep(p_name);
     SELECT k.token INTO token FROM dlock.locks k WHERE k.key = p_key AND k.lease = p_lease;
     IF NOT FOUND THEN
         token := nextval('dlock.tokens');

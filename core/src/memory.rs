@@ -121,9 +121,7 @@ impl MemoryService {
 
     fn check_up(&self) -> Result<(), BackendError> {
         if self.lock().down {
-            Err(BackendError::Unavailable(
-                "the embedded service is down (outage)".into(),
-            ))
+            Err(outage())
         } else {
             Ok(())
         }
@@ -197,6 +195,25 @@ impl MemoryService {
         crate::sync::lock(&self.0.state)
     }
 
+    /// The state with the expired leases gone, waking the waiters when any
+    /// went (their keys went with them).
+    fn lock_expired(&self) -> MutexGuard<'_, ServiceState> {
+        let mut st = self.lock();
+        if st.expire(self.0.clock.now()) {
+            self.0.changed.notify_waiters();
+        }
+        st
+    }
+
+    /// [`Self::lock_expired`] for a request: refused during an outage.
+    fn lock_up(&self) -> Result<MutexGuard<'_, ServiceState>, BackendError> {
+        let st = self.lock_expired();
+        if st.down {
+            return Err(outage());
+        }
+        Ok(st)
+    }
+
     fn grant(&self, ttl: Duration, identity: Option<&Identity>) -> Grant {
         let identity = identity.map(|i| Arc::new(i.clone()));
         self.lock().grant(self.0.clock.now(), ttl, identity)
@@ -238,15 +255,7 @@ impl MemoryService {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let next_expiry = {
-                let mut st = self.lock();
-                if st.expire(self.0.clock.now()) {
-                    self.0.changed.notify_waiters();
-                }
-                if st.down {
-                    return Err(BackendError::Unavailable(
-                        "the embedded service is down (outage)".into(),
-                    ));
-                }
+                let mut st = self.lock_up()?;
                 if !st.leases.contains_key(&lease) {
                     return Err(BackendError::LeaseNotFound);
                 }
@@ -307,10 +316,7 @@ impl MemoryService {
         value: &[u8],
     ) -> Result<(), BackendError> {
         let key = lock_key(name, lease);
-        let mut st = self.lock();
-        if st.expire(self.0.clock.now()) {
-            self.0.changed.notify_waiters();
-        }
+        let mut st = self.lock_expired();
         st.proclaim(key, lease, token, value)?;
         drop(st);
         self.0.changed.notify_waiters();
@@ -329,15 +335,7 @@ impl MemoryService {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let next_expiry = {
-                let mut st = self.lock();
-                if st.expire(self.0.clock.now()) {
-                    self.0.changed.notify_waiters();
-                }
-                if st.down {
-                    return Err(BackendError::Unavailable(
-                        "the embedded service is down (outage)".into(),
-                    ));
-                }
+                let st = self.lock_up()?;
                 let leader = st.holder_of(name).map(|(key, token)| Leader {
                     value: st.values.get(&key).cloned().unwrap_or_default(),
                     lease: st.keys.get(&key).map_or(0, |(l, _)| *l),
@@ -723,6 +721,11 @@ pub fn stall_driver(d: Duration) {
     crate::driver::runtime().spawn(async move { std::thread::sleep(d) });
 }
 
+/// What every request gets while the service is down.
+fn outage() -> BackendError {
+    BackendError::Unavailable("the embedded service is down (outage)".into())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
@@ -753,6 +756,46 @@ mod tests {
     async fn grant(b: &MemoryBackend) -> LeaseId {
         let anon = crate::Identity::of_process(&Default::default());
         b.grant(TTL, BOUNDS, Some(&anon)).await.unwrap().lease
+    }
+
+    /// A service, a link to it and a lease granted over that link.
+    async fn linked() -> (MemoryService, MemoryBackend, LeaseId) {
+        let s = MemoryService::new();
+        let b = s.link();
+        let l = grant(&b).await;
+        (s, b, l)
+    }
+
+    /// [`linked`] with a key watch on the lease and its report channel.
+    struct Watched {
+        s: MemoryService,
+        b: MemoryBackend,
+        l: LeaseId,
+        rx: UnboundedReceiver<KeyGone>,
+        w: Box<dyn KeyWatch>,
+    }
+
+    async fn watched() -> Watched {
+        let (s, b, l) = linked().await;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let w = b.watch_keys(l, BOUNDS, tx);
+        Watched { s, b, l, rx, w }
+    }
+
+    /// Locks each of `names` under `l`, each key added to `w`: their tokens.
+    async fn lock_watched<const N: usize>(
+        b: &MemoryBackend,
+        l: LeaseId,
+        w: &dyn KeyWatch,
+        names: [&'static str; N],
+    ) -> BTreeMap<&'static str, Token> {
+        let mut t = BTreeMap::new();
+        for name in names {
+            let tok = b.lock(name, l, false).await.unwrap();
+            w.add(name, tok);
+            t.insert(name, tok);
+        }
+        t
     }
 
     async fn next(rx: &mut UnboundedReceiver<KeyGone>) -> KeyGone {
@@ -786,9 +829,7 @@ mod tests {
     #[test]
     fn unlock_with_token_deletes() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
+            let (s, b, l) = linked().await;
             let t = b.lock("a", l, false).await.unwrap();
             assert_eq!(s.holder("a"), Some(t));
             b.unlock("a", l, Some(t)).await.unwrap();
@@ -809,9 +850,7 @@ mod tests {
     #[test]
     fn unlock_with_old_token_keeps_newer_key() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
+            let (s, b, l) = linked().await;
             let t1 = b.lock("a", l, false).await.unwrap();
             b.unlock("a", l, Some(t1)).await.unwrap();
             let t2 = b.lock("a", l, false).await.unwrap();
@@ -864,9 +903,7 @@ mod tests {
     #[test]
     fn unlock_crosses_the_link() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
+            let (s, b, l) = linked().await;
             let t = b.lock("a", l, false).await.unwrap();
             b.partition();
             let held = {
@@ -898,9 +935,7 @@ mod tests {
     #[test]
     fn dropped_lock_request_never_puts_after_unlock() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
+            let (s, b, l) = linked().await;
             b.partition();
             let req = {
                 let b = b.clone();
@@ -927,11 +962,7 @@ mod tests {
     #[test]
     fn key_watch_reports_the_deleted_key_then_the_lease_lost() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
+            let Watched { s, b, l, mut rx, w } = watched().await;
             let mut tokens = BTreeMap::new();
             for i in 0..1000 {
                 let name = format!("k{i}");
@@ -987,17 +1018,8 @@ mod tests {
     #[test]
     fn key_watch_remove_stops_reports() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
-            let mut t = BTreeMap::new();
-            for name in ["a", "b", "c"] {
-                let tok = b.lock(name, l, false).await.unwrap();
-                w.add(name, tok);
-                t.insert(name, tok);
-            }
+            let Watched { s, b, l, mut rx, w } = watched().await;
+            let t = lock_watched(&b, l, &*w, ["a", "b", "c"]).await;
             w.remove(t["a"]);
             w.remove(Token(999_999)); // unknown: ignored
             assert!(s.delete_lock_key("a"));
@@ -1012,11 +1034,9 @@ mod tests {
     #[test]
     fn key_watch_reports_a_release_of_a_watched_key() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
+            let Watched {
+                b, l, mut rx, w, ..
+            } = watched().await;
             let t = b.lock("a", l, false).await.unwrap();
             w.add("a", t);
             b.unlock("a", l, Some(t)).await.unwrap();
@@ -1033,11 +1053,7 @@ mod tests {
     #[test]
     fn key_watch_add_of_a_gone_key_reports_at_once() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
+            let Watched { s, b, l, mut rx, w } = watched().await;
             let old = b.lock("a", l, false).await.unwrap();
             b.unlock("a", l, Some(old)).await.unwrap();
             let new = b.lock("a", l, false).await.unwrap();
@@ -1088,17 +1104,8 @@ mod tests {
     #[test]
     fn partition_holds_the_report_until_healed() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
-            let mut t = BTreeMap::new();
-            for name in ["a", "b", "c"] {
-                let tok = b.lock(name, l, false).await.unwrap();
-                w.add(name, tok);
-                t.insert(name, tok);
-            }
+            let Watched { s, b, l, mut rx, w } = watched().await;
+            let t = lock_watched(&b, l, &*w, ["a", "b", "c"]).await;
             b.partition();
             assert!(s.delete_lock_key("a"));
             assert!(s.delete_lock_key("b"));
@@ -1120,15 +1127,8 @@ mod tests {
     #[test]
     fn drop_of_the_key_watch_unregisters() {
         run(async {
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
-            for name in ["a", "b"] {
-                let tok = b.lock(name, l, false).await.unwrap();
-                w.add(name, tok);
-            }
+            let Watched { s, b, l, mut rx, w } = watched().await;
+            lock_watched(&b, l, &*w, ["a", "b"]).await;
             b.partition();
             assert!(s.delete_lock_key("a"));
             drop(w);
@@ -1148,11 +1148,7 @@ mod tests {
     fn ten_thousand_keys_on_one_lease_are_cheap() {
         run(async {
             const N: usize = 10_000;
-            let s = MemoryService::new();
-            let b = s.link();
-            let l = grant(&b).await;
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let w = b.watch_keys(l, BOUNDS, tx);
+            let Watched { s, b, l, mut rx, w } = watched().await;
             let start = std::time::Instant::now();
             let mut tokens = Vec::with_capacity(N);
             for i in 0..N {

@@ -5,24 +5,10 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock::{
-    Client, ClientConfig, Error, MemoryService, Observed, Observer, Options, Refused, State,
-};
+use dlock::{Error, MemoryService, Observed, Observer, Options, Refused, State};
 
 use dlock_testkit as common;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(service: &MemoryService) -> Client {
-    client_with(service, common::short())
-}
-
-fn client_with(service: &MemoryService, options: Options) -> Client {
-    Client::connect(ClientConfig::embedded_in(service.clone()).with_options(options))
-        .expect("embedded client")
-}
+use dlock_testkit::embedded::{client, client_with, ms};
 
 /// The observer's next event, within 5 s.
 fn next(o: &mut Observer) -> Observed {

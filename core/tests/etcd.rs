@@ -30,7 +30,7 @@ fn short() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), short()).expect("connect to etcd")
+    env.client(short())
 }
 
 /// A lock name of this run only.
@@ -40,15 +40,6 @@ fn name(test: &str) -> String {
         .unwrap()
         .as_nanos();
     format!("dlock-test/{test}-{}-{t}", std::process::id())
-}
-
-/// `etcdctl` on the plaintext members, to spawn.
-fn etcdctl_cmd(env: &Cluster) -> Command {
-    let mut c = Command::new("etcdctl");
-    c.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s");
-    c
 }
 
 /// The lock keys under `name/` as (key, create_revision, lease), oldest first.
@@ -267,7 +258,7 @@ fn etcdctl_lock_waits_for_a_dlock_holder() {
     let lock = client(&env).lock(&name).unwrap();
     let token = lock.acquire(Duration::from_secs(5)).unwrap();
     let mut ctl: Child = {
-        let mut c = etcdctl_cmd(&env);
+        let mut c = env.etcdctl_cmd();
         c.args(["lock", &name, "echo", "etcdctl-got-it"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -292,7 +283,7 @@ fn dlock_waits_for_an_etcdctl_holder() {
     let env = cluster();
     let name = name("dlock-waits");
     let mut ctl = {
-        let mut c = etcdctl_cmd(&env);
+        let mut c = env.etcdctl_cmd();
         c.args(["lock", &name])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -612,17 +603,7 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
         .unwrap();
     let mut longer = key.clone();
     longer.push(b'k');
-    let refused = |r: Result<(), Error>, limit: &str| match r {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
-        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
-    };
-    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
-    refused(
-        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
-        "MAX_VALUE_LEN",
-    );
-    lock.guarded_delete(token, &key).unwrap();
-    lock.release().unwrap();
+    dlock_testkit::over_the_size_limits_refused(&lock, token, &key, &longer);
 }
 
 /// Issue 32, item 6: on a cluster with a smaller `--max-request-bytes`
@@ -721,7 +702,8 @@ fn request_too_large_on_a_small_cluster_is_final() {
 fn identity_record(env: &Cluster, lease: i64) -> Option<(Vec<u8>, i64)> {
     use std::os::unix::ffi::OsStrExt;
     let key = dlock::identity::identity_key(lease);
-    let out = etcdctl_cmd(env)
+    let out = env
+        .etcdctl_cmd()
         .args(["get", "-w", "json"])
         .arg(std::ffi::OsStr::from_bytes(&key))
         .output()
@@ -797,7 +779,7 @@ fn an_etcdctl_holder_has_a_lease_and_no_identity() {
     let env = cluster();
     let name = name("identity-ctl");
     let mut ctl = {
-        let mut c = etcdctl_cmd(&env);
+        let mut c = env.etcdctl_cmd();
         c.args(["lock", &name])
             .stdout(Stdio::piped())
             .stderr(Stdio::null());

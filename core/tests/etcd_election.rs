@@ -32,7 +32,7 @@ fn options() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+    env.client(options())
 }
 
 /// A client whose every connection goes through one proxy per member.

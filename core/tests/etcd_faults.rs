@@ -20,6 +20,7 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
+use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
 
@@ -64,17 +65,6 @@ fn unique(case: &str, run: usize) -> String {
         std::process::id(),
         system_now().as_nanos()
     )
-}
-
-/// `b − a` in milliseconds, negative when `b` is earlier.
-fn ms(a: Instant, b: Instant) -> f64 {
-    (b.as_nanos() as f64 - a.as_nanos() as f64) / 1e6
-}
-
-/// A pseudo-random point in the keepalive cycle, so cuts do not always
-/// fall at the same phase.
-fn random_phase() -> Duration {
-    Duration::from_nanos(system_now().as_nanos() % INTERVAL.as_nanos() as u64)
 }
 
 /// What the holder's callbacks reported.
@@ -296,68 +286,10 @@ fn lock_key(cluster: &Cluster, name: &str, token: Token) -> (i64, String) {
     (lease, format!("{name}/{lease:x}"))
 }
 
-/// One run of a case: the instants it recorded.
-#[derive(Debug, Default)]
-struct Run {
-    /// Figures: cut→drain, the on_fence lead over the contender, and one
-    /// case-specific duration.
-    drain: Option<f64>,
-    lead: Option<f64>,
-    other: Option<f64>,
-    /// Broken rules, with the evidence.
-    broken: Vec<String>,
-}
-
-impl Run {
-    fn check(&mut self, ok: bool, what: impl Into<String>) {
-        if !ok {
-            self.broken.push(what.into());
-        }
-    }
-}
-
 /// Runs `case` `runs()` times, prints its figures line, then fails with
 /// every broken rule of every run.
-fn repeat(case: &str, other: &str, mut run: impl FnMut(usize) -> Run) {
-    let n = runs();
-    let results: Vec<Run> = (0..n).map(&mut run).collect();
-    let stats = |xs: Vec<f64>| -> String {
-        if xs.is_empty() {
-            return "-".into();
-        }
-        let mut xs = xs;
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{:.0}/{:.0}/{:.0}",
-            xs[0],
-            xs[xs.len() / 2],
-            xs[xs.len() - 1]
-        )
-    };
-    let drains: Vec<f64> = results.iter().filter_map(|r| r.drain).collect();
-    let leads: Vec<f64> = results.iter().filter_map(|r| r.lead).collect();
-    let others: Vec<f64> = results.iter().filter_map(|r| r.other).collect();
-    let lead = leads
-        .iter()
-        .copied()
-        .min_by(f64::total_cmp)
-        .map_or("n/a (no fence)".into(), |l| format!("{l:.0}"));
-    let other = if others.is_empty() {
-        String::new()
-    } else {
-        format!("{other} {}", stats(others))
-    };
-    println!(
-        "FAULT|{case}|{n}|{}|{}/{n}|{lead}|{other}",
-        stats(drains.clone()),
-        drains.len()
-    );
-    let broken: Vec<String> = results
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| r.broken.iter().map(move |b| format!("run {i}: {b}")))
-        .collect();
-    assert!(broken.is_empty(), "{case}: {}", broken.join("\n"));
+fn repeat(case: &str, other: &str, run: impl FnMut(usize) -> Run) {
+    faults::repeat("", case, runs(), other, run);
 }
 
 /// A cut that takes the lock away: the holder must drain within one
@@ -418,10 +350,6 @@ fn cut_until_fenced(case: &'static str, mode: Mode) {
         }
         r
     });
-}
-
-fn ms_of(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 /// A fault the holder must ride out, observed for `window` from the cut:

@@ -33,19 +33,11 @@ fn options() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+    env.client(options())
 }
 
 fn name(test: &str) -> String {
     dlock_testkit::fresh(&format!("dlock-test/rw-{test}"))
-}
-
-fn etcdctl_cmd(env: &Cluster) -> Command {
-    let mut c = Command::new("etcdctl");
-    c.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s");
-    c
 }
 
 /// The keys under `name/`, oldest first.
@@ -109,7 +101,8 @@ fn etcdctl_lock_waits_for_either_mode() {
         let c = client(&env);
         let held = c.rwlock(&name).unwrap().holder(mode).unwrap();
         held.acquire(EVENT).unwrap();
-        let mut ctl = etcdctl_cmd(&env)
+        let mut ctl = env
+            .etcdctl_cmd()
             .args(["lock", &name, "echo", "etcdctl-got-it"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -132,7 +125,8 @@ fn etcdctl_lock_waits_for_either_mode() {
 fn a_dlock_reader_waits_for_an_etcdctl_holder() {
     let env = cluster();
     let name = name("ctl-holds");
-    let mut ctl = etcdctl_cmd(&env)
+    let mut ctl = env
+        .etcdctl_cmd()
         .args(["lock", &name])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -162,29 +156,16 @@ fn a_dlock_reader_waits_for_an_etcdctl_holder() {
 fn an_operator_deleting_a_readers_key_fences_that_reader_alone() {
     let env = cluster();
     let name = name("operator");
-    let (a, b) = (client(&env), client(&env));
-    let ra = a.rwlock(&name).unwrap().read().unwrap();
-    let rb = b.rwlock(&name).unwrap().read().unwrap();
-    let ta = ra.try_acquire().unwrap();
-    let tb = rb.try_acquire().unwrap();
-    let (tx, fa) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    ra.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    let (tx, fb) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    rb.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    let oldest = queue(&env, &name).remove(0);
-    env.etcdctl(&["del", &oldest]);
-    assert_eq!(fa.recv_timeout(EVENT).unwrap(), ta);
-    until("reader a reads again", || ra.state() == State::Holding);
-    assert!(ra.token().unwrap() > tb);
-    assert_eq!(ra.mode(), Some(Mode::Read));
-    assert!(fb.try_recv().is_err(), "reader b was not fenced");
-    assert_eq!(rb.token(), Some(tb));
+    rw_cases::an_operator_deleting_a_readers_key_fences_that_reader_alone(
+        &|| client(&env),
+        &name,
+        // Reader a queued first: its key is the oldest.
+        &|_| {
+            let oldest = queue(&env, &name).remove(0);
+            env.etcdctl(&["del", &oldest]);
+        },
+        &|| {},
+    );
 }
 
 /// A holder whose every member is blackholed (one fault proxy per member)

@@ -23,6 +23,7 @@ use dlock::{Client, Error, EtcdConfig, Lock, Options, State, Token};
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
+mod sem_cases;
 mod sem_faults;
 
 const TTL: Duration = Duration::from_secs(4);
@@ -34,27 +35,18 @@ fn options() -> Options {
 }
 
 fn client(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), options()).expect("connect to etcd")
+    env.client(options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:
 /// a 0.5 s keepalive timeout under CI's load could fence a holder and free
 /// its slot for a waiter the case does not expect.
 fn calm(env: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(env.members.clone()), Options::default()).expect("connect to etcd")
+    env.client(Options::default())
 }
 
 fn name(test: &str) -> String {
     dlock_testkit::fresh(&format!("dlock-test/sem-{test}"))
-}
-
-/// `etcdctl` on the plaintext members, to spawn.
-fn etcdctl_cmd(env: &Cluster) -> Command {
-    let mut c = Command::new("etcdctl");
-    c.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={}", env.members.join(",")))
-        .arg("--dial-timeout=2s");
-    c
 }
 
 /// The keys under `prefix`.
@@ -93,16 +85,7 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
         })
         .collect();
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let held: Vec<&Lock> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let failed: Vec<&Error> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
-    assert_eq!(failed, [&Error::Timeout]);
+    let held = dlock_testkit::exactly_n_hold(&results, n);
     let mut slots: Vec<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     slots.sort();
     assert_eq!(slots, [0, 1, 2]);
@@ -133,48 +116,7 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
 fn a_release_wakes_one_waiter_onto_that_slot() {
     let env = cluster();
     let name = name("wake");
-    let a = calm(&env)
-        .semaphore(&name, 2)
-        .unwrap()
-        .acquire(EVENT)
-        .unwrap();
-    let b = calm(&env)
-        .semaphore(&name, 2)
-        .unwrap()
-        .acquire(EVENT)
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let waiters: Vec<_> = (0..2)
-        .map(|i| {
-            let sem = calm(&env).semaphore(&name, 2).unwrap();
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let l = sem.acquire(EVENT).unwrap();
-                tx.send((i, l.slot().unwrap(), l.token().unwrap())).unwrap();
-                l
-            })
-        })
-        .collect();
-    thread::sleep(Duration::from_millis(500));
-    assert!(rx.try_recv().is_err(), "both slots held: nobody wakes");
-    let (slot, token) = (a.slot().unwrap(), a.token().unwrap());
-    a.release().unwrap();
-    let (first, woke_slot, woke_token) = rx.recv_timeout(EVENT).unwrap();
-    assert_eq!(woke_slot, slot);
-    assert!(woke_token > token, "tokens rise per slot");
-    assert!(
-        rx.recv_timeout(Duration::from_millis(700)).is_err(),
-        "one release, one waiter"
-    );
-    drop(b);
-    let (second, _, _) = rx.recv_timeout(EVENT).unwrap();
-    assert_ne!(first, second);
-    drop(
-        waiters
-            .into_iter()
-            .map(|w| w.join().unwrap())
-            .collect::<Vec<_>>(),
-    );
+    sem_cases::a_release_wakes_one_waiter_onto_that_slot(&|| calm(&env), &name, EVENT);
     env.etcdctl(&["del", &format!("{name}/limit")]);
 }
 
@@ -185,7 +127,8 @@ fn etcdctl_lock_on_a_slot_waits_for_a_dlock_holder() {
     let sem = client(&env).semaphore(&name, 1).unwrap();
     let held = sem.acquire(EVENT).unwrap();
     assert_eq!(held.name(), sem.slot_name(0));
-    let mut ctl: Child = etcdctl_cmd(&env)
+    let mut ctl: Child = env
+        .etcdctl_cmd()
         .args(["lock", &sem.slot_name(0), "echo", "etcdctl-got-it"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -210,7 +153,8 @@ fn a_dlock_waiter_waits_for_an_etcdctl_holder_of_a_slot() {
     let env = cluster();
     let name = name("dlock-waits");
     let sem = client(&env).semaphore(&name, 1).unwrap();
-    let mut ctl = etcdctl_cmd(&env)
+    let mut ctl = env
+        .etcdctl_cmd()
         .args(["lock", &sem.slot_name(0)])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -19,6 +19,7 @@ use dlock::clock::system_now;
 use dlock::{Client, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
 // This binary uses only a part of the proxy.
+use dlock_testkit::faults::ms;
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN};
 
@@ -57,10 +58,6 @@ fn unique(case: &str) -> String {
         std::process::id(),
         system_now().as_nanos()
     )
-}
-
-fn ms(a: Instant, b: Instant) -> f64 {
-    (b.as_nanos() as f64 - a.as_nanos() as f64) / 1e6
 }
 
 fn direct(cluster: &Cluster) -> Client {

@@ -10,22 +10,14 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use dlock::{Client, ClientConfig, Error, MemoryService, Refused, State, Token};
+use dlock::{Client, Error, MemoryService, Refused, State, Token};
 
 use dlock_testkit as common;
+use dlock_testkit::embedded::{client, ms};
 
 /// `dlock::shutdown()` ends every session of the process: the test that
 /// calls it runs alone (write), the others share (read).
 static PROCESS: RwLock<()> = RwLock::new(());
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(service: &MemoryService) -> Client {
-    Client::connect(ClientConfig::embedded_in(service.clone()).with_options(common::short()))
-        .expect("embedded client")
-}
 
 type Outcome = Result<Token, Error>;
 

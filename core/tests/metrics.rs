@@ -7,29 +7,10 @@
 use std::time::{Duration, Instant};
 
 use dlock::metrics::{Family, Kind, Value};
-use dlock::{Client, ClientConfig, MemoryService, Refused, State};
+use dlock::{Client, MemoryService, Refused, State};
 
 use dlock_testkit as common;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(service: &MemoryService) -> Client {
-    Client::connect(ClientConfig::embedded_in(service.clone()).with_options(common::short()))
-        .expect("embedded client")
-}
-
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(ms(5));
-    }
-    f()
-}
+use dlock_testkit::embedded::{client, eventually, ms};
 
 fn family<'a>(fs: &'a [Family], name: &str) -> &'a Family {
     fs.iter()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Error, Options, State, Token};
 
-use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, fresh, pg};
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -146,24 +146,10 @@ fn operator_delete_fences_within_one_round_trip() {
     let lock = c.lock(&name).unwrap();
     let fenced = fences(&lock);
     let t1 = lock.acquire(EVENT).unwrap();
-    let deleted = Instant::now();
-    let n = sql
-        .query(
-            "DELETE FROM dlock.locks WHERE name = $1 RETURNING token",
-            &[&name],
-        )
-        .unwrap();
-    assert_eq!(n.len(), 1);
-    let (at, t) = fenced.recv_timeout(EVENT).expect("fenced by the key watch");
-    assert_eq!(t, t1);
-    let took = at.saturating_duration_since(deleted);
+    let took = pg::operator_delete_fences(&sql, &name, &fenced, t1, EVENT);
     println!(
         "FAULT|pg operator deletes the lock row|1|-|-|n/a|delete->fence {:.0}",
         took.as_secs_f64() * 1e3
-    );
-    assert!(
-        took < Duration::from_millis(250),
-        "fenced {took:?} after the delete"
     );
     let end = Instant::now() + EVENT;
     while lock.token().is_none_or(|t| t <= t1) {
@@ -344,18 +330,6 @@ fn blackhole_drains_then_fences_before_the_contender() {
         }
         let _ = h.release();
     }
-    let stat = |mut xs: Vec<f64>| -> String {
-        if xs.is_empty() {
-            return "-".into();
-        }
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{:.0}/{:.0}/{:.0}",
-            xs[0],
-            xs[xs.len() / 2],
-            xs[xs.len() - 1]
-        )
-    };
     let lead = leads
         .iter()
         .copied()
@@ -363,7 +337,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
         .map_or("n/a".into(), |l| format!("{l:.0}"));
     println!(
         "FAULT|pg blackhole|{runs}|{}|{}/{runs}|{lead}|",
-        stat(drains.clone()),
+        faults::spread(drains.clone()),
         drains.len()
     );
     assert!(broken.is_empty(), "{}", broken.join("\n"));
@@ -503,17 +477,7 @@ fn guarded_writes_at_the_size_limits_commit_and_over_them_are_refused() {
     lock.guarded_put(token, &key, b"again").unwrap();
     let mut longer = key.clone();
     longer.push(0);
-    let refused = |r: Result<(), Error>, limit: &str| match r {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
-        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
-    };
-    refused(lock.guarded_put(token, &longer, b"v"), "MAX_KEY_LEN");
-    refused(
-        lock.guarded_put(token, &key, &vec![b'v'; MAX_VALUE_LEN + 1]),
-        "MAX_VALUE_LEN",
-    );
-    lock.guarded_delete(token, &key).unwrap();
-    lock.release().unwrap();
+    dlock_testkit::over_the_size_limits_refused(&lock, token, &key, &longer);
 }
 
 /// Holder identity (issue 31) on the primary: the lease row records it in

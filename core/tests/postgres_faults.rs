@@ -20,6 +20,7 @@ use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, Reason, State};
 use dlock::{StateChange, Token};
 
+use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
@@ -43,20 +44,6 @@ fn unique(case: &str, run: usize) -> String {
         std::process::id(),
         system_now().as_nanos()
     )
-}
-
-/// `b − a` in milliseconds, negative when `b` is earlier.
-fn ms(a: Instant, b: Instant) -> f64 {
-    (b.as_nanos() as f64 - a.as_nanos() as f64) / 1e6
-}
-
-fn ms_of(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// A pseudo-random point in the keepalive cycle.
-fn random_phase() -> Duration {
-    Duration::from_nanos(system_now().as_nanos() % INTERVAL.as_nanos() as u64)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -240,63 +227,10 @@ fn server_expiry(sql: &pg::Sql, lease: i64) -> Option<Instant> {
     Some(Instant::from_nanos(at.max(0.0) as u64))
 }
 
-#[derive(Debug, Default)]
-struct Run {
-    drain: Option<f64>,
-    lead: Option<f64>,
-    other: Option<f64>,
-    broken: Vec<String>,
-}
-
-impl Run {
-    fn check(&mut self, ok: bool, what: impl Into<String>) {
-        if !ok {
-            self.broken.push(what.into());
-        }
-    }
-}
-
 /// Runs `case` `DLOCK_FAULT_RUNS` times, prints its figures line, then
 /// fails with every broken rule of every run.
-fn repeat(case: &str, other: &str, mut run: impl FnMut(usize) -> Run) {
-    let n = pg::fault_runs();
-    let results: Vec<Run> = (0..n).map(&mut run).collect();
-    let stats = |mut xs: Vec<f64>| -> String {
-        if xs.is_empty() {
-            return "-".into();
-        }
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{:.0}/{:.0}/{:.0}",
-            xs[0],
-            xs[xs.len() / 2],
-            xs[xs.len() - 1]
-        )
-    };
-    let drains: Vec<f64> = results.iter().filter_map(|r| r.drain).collect();
-    let leads: Vec<f64> = results.iter().filter_map(|r| r.lead).collect();
-    let others: Vec<f64> = results.iter().filter_map(|r| r.other).collect();
-    let lead = leads
-        .iter()
-        .copied()
-        .min_by(f64::total_cmp)
-        .map_or("n/a (no fence)".into(), |l| format!("{l:.0}"));
-    let other = if others.is_empty() {
-        String::new()
-    } else {
-        format!("{other} {}", stats(others))
-    };
-    println!(
-        "FAULT|pg {case}|{n}|{}|{}/{n}|{lead}|{other}",
-        stats(drains.clone()),
-        drains.len()
-    );
-    let broken: Vec<String> = results
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| r.broken.iter().map(move |b| format!("run {i}: {b}")))
-        .collect();
-    assert!(broken.is_empty(), "{case}: {}", broken.join("\n"));
+fn repeat(case: &str, other: &str, run: impl FnMut(usize) -> Run) {
+    faults::repeat("pg ", case, pg::fault_runs(), other, run);
 }
 
 /// A fault that takes the lock away. Requests still reach the server (the

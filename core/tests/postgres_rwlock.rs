@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use dlock::rwlock::Mode;
-use dlock::{Client, Error, Options, State};
+use dlock::{Client, Error, Options};
 use dlock_testkit::pg;
 use dlock_testkit::proxy::{self, Proxy};
 
@@ -144,35 +144,22 @@ fn the_guards_admit_by_mode_and_refuse_a_readers_write() {
 fn an_operator_deleting_a_readers_row_fences_that_reader_alone() {
     let url = pg::servers().url;
     let name = name("operator");
-    let (a, b) = (client(&url), client(&url));
-    let ra = a.rwlock(&name).unwrap().read().unwrap();
-    let rb = b.rwlock(&name).unwrap().read().unwrap();
-    let ta = ra.try_acquire().unwrap();
-    let tb = rb.try_acquire().unwrap();
-    let (tx, fa) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    ra.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    let (tx, fb) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    rb.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
     let sql = pg::Sql::connect(&url);
-    sql.query(
-        "DELETE FROM dlock.locks WHERE name = $1 AND token = $2",
-        &[&name, &(ta.get() as i64)],
-    )
-    .unwrap();
-    assert_eq!(fa.recv_timeout(EVENT).unwrap(), ta);
-    until("reader a reads again", || ra.state() == State::Holding);
-    assert!(ra.token().unwrap() > tb);
-    assert_eq!(ra.mode(), Some(Mode::Read));
-    assert!(fb.try_recv().is_err(), "reader b was not fenced");
-    assert_eq!(rb.token(), Some(tb));
-    let w = client(&url).rwlock(&name).unwrap().write().unwrap();
-    assert_eq!(w.try_acquire(), Err(Error::WouldBlock));
+    rw_cases::an_operator_deleting_a_readers_key_fences_that_reader_alone(
+        &|| client(&url),
+        &name,
+        &|ta| {
+            sql.query(
+                "DELETE FROM dlock.locks WHERE name = $1 AND token = $2",
+                &[&name, &(ta.get() as i64)],
+            )
+            .unwrap();
+        },
+        &|| {
+            let w = client(&url).rwlock(&name).unwrap().write().unwrap();
+            assert_eq!(w.try_acquire(), Err(Error::WouldBlock));
+        },
+    );
 }
 
 fn cut_off(held: Mode, waits: Mode) {

@@ -22,6 +22,7 @@ use dlock::{Client, Error, Lock, Options, State, Token};
 use dlock_testkit::pg;
 use dlock_testkit::proxy::{Mode, Proxy};
 
+mod sem_cases;
 mod sem_faults;
 
 const TTL: Duration = Duration::from_secs(4);
@@ -127,16 +128,7 @@ fn n_plus_one_contenders_exactly_n_hold() {
         })
         .collect();
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    let held: Vec<&Lock> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let failed: Vec<&Error> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
-    assert_eq!(failed, [&Error::Timeout]);
+    let held = dlock_testkit::exactly_n_hold(&results, n);
     let sql = pg::Sql::connect(&url);
     let rows = slot_rows(&sql, &name);
     assert_eq!(rows.len(), n as usize, "one row per slot: {rows:?}");
@@ -153,48 +145,7 @@ fn n_plus_one_contenders_exactly_n_hold() {
 fn a_release_wakes_one_waiter_onto_that_slot() {
     let url = pg::servers().url;
     let name = name("wake");
-    let a = calm(&url)
-        .semaphore(&name, 2)
-        .unwrap()
-        .acquire(EVENT)
-        .unwrap();
-    let b = calm(&url)
-        .semaphore(&name, 2)
-        .unwrap()
-        .acquire(EVENT)
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let waiters: Vec<_> = (0..2)
-        .map(|i| {
-            let sem = calm(&url).semaphore(&name, 2).unwrap();
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let l = sem.acquire(EVENT).unwrap();
-                tx.send((i, l.slot().unwrap(), l.token().unwrap())).unwrap();
-                l
-            })
-        })
-        .collect();
-    thread::sleep(Duration::from_millis(500));
-    assert!(rx.try_recv().is_err(), "both slots held: nobody wakes");
-    let (slot, token) = (a.slot().unwrap(), a.token().unwrap());
-    a.release().unwrap();
-    let (first, woke_slot, woke_token) = rx.recv_timeout(EVENT).unwrap();
-    assert_eq!(woke_slot, slot);
-    assert!(woke_token > token, "tokens rise per slot");
-    assert!(
-        rx.recv_timeout(Duration::from_millis(700)).is_err(),
-        "one release, one waiter"
-    );
-    drop(b);
-    let (second, _, _) = rx.recv_timeout(EVENT).unwrap();
-    assert_ne!(first, second);
-    drop(
-        waiters
-            .into_iter()
-            .map(|w| w.join().unwrap())
-            .collect::<Vec<_>>(),
-    );
+    sem_cases::a_release_wakes_one_waiter_onto_that_slot(&|| calm(&url), &name, EVENT);
 }
 
 #[test]

@@ -78,16 +78,7 @@ fn n_plus_one_contenders_and_exactly_n_hold() {
     drop(tx);
     let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     assert_eq!(rx.iter().count(), n as usize + 1);
-    let held: Vec<&Lock> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().ok())
-        .collect();
-    let failed: Vec<&Error> = results
-        .iter()
-        .filter_map(|(_, r)| r.as_ref().err())
-        .collect();
-    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
-    assert_eq!(failed, [&Error::Timeout]);
+    let held = dlock_testkit::exactly_n_hold(&results, n);
     let slots: BTreeSet<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     assert_eq!(slots, (0..n).collect(), "one holder per slot");
     for l in &held {

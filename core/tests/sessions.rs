@@ -5,32 +5,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dlock::{Client, ClientConfig, Error, MemoryService, Options, Refused, State};
 
 use dlock_testkit as common;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn client(service: &MemoryService) -> Client {
-    Client::connect(ClientConfig::embedded_in(service.clone()).with_options(common::short()))
-        .expect("embedded client")
-}
-
-/// Polls `f` every 5 ms for up to `limit`.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(ms(5));
-    }
-    f()
-}
+use dlock_testkit::embedded::{client, eventually, ms};
 
 fn fence_counter(lock: &dlock::Lock) -> Arc<AtomicU32> {
     let n = Arc::new(AtomicU32::new(0));

@@ -228,6 +228,26 @@ fn timing(o: &lk_client_options) -> PartialOptions {
     }
 }
 
+/// The caller's options (any known version), or the defaults for NULL.
+///
+/// # Safety
+/// `o` is NULL or points to an options struct of the version it states.
+unsafe fn options_or_defaults(o: *const lk_client_options) -> Result<lk_client_options, Fail> {
+    match o.is_null() {
+        true => Ok(defaults()),
+        // SAFETY: the caller's rule.
+        false => unsafe { read_options(o) },
+    }
+}
+
+/// Stores a new client handle in `dest`; the first client of the process
+/// registers the shutdown at exit (both `lk_client_new` and
+/// `lk_client_from_env`).
+fn install(dest: &mut *mut lk_client, client: Client) {
+    boxed(dest, lk_client { client });
+    crate::at_exit::shutdown_at_exit();
+}
+
 /// The timing and `reacquire` fields of the caller's options, of any
 /// known version, the ones left out derived over `base` (the client's
 /// options, for `lk_session_new`).
@@ -275,10 +295,7 @@ pub unsafe extern "C" fn lk_client_new(
 ) -> crate::lk_status {
     ffi!({
         let dest = unsafe { out(client_out, "client_out") }?;
-        let o = match opts.is_null() {
-            true => defaults(),
-            false => unsafe { read_options(opts) }?,
-        };
+        let o = unsafe { options_or_defaults(opts) }?;
         let backend = match unsafe { opt_text(o.endpoints, "endpoints") }? {
             None => {
                 // TLS or credentials without endpoints: refused by the
@@ -316,13 +333,7 @@ pub unsafe extern "C" fn lk_client_new(
             clock: None,
             identity: identity(&o)?,
         };
-        boxed(
-            dest,
-            lk_client {
-                client: Client::connect(config)?,
-            },
-        );
-        crate::at_exit::shutdown_at_exit();
+        install(dest, Client::connect(config)?);
         Ok(())
     })
 }
@@ -339,15 +350,10 @@ pub unsafe extern "C" fn lk_client_from_env(
 ) -> crate::lk_status {
     ffi!({
         let dest = unsafe { out(client_out, "client_out") }?;
-        let o = match opts.is_null() {
-            true => defaults(),
-            false => unsafe { read_options(opts) }?,
-        };
+        let o = unsafe { options_or_defaults(opts) }?;
         let mut config = ClientConfig::from_env().with_options(timing(&o).resolve()?);
         config.identity = identity(&o)?;
-        let client = Client::connect(config)?;
-        boxed(dest, lk_client { client });
-        crate::at_exit::shutdown_at_exit();
+        install(dest, Client::connect(config)?);
         Ok(())
     })
 }

@@ -22,6 +22,17 @@ pub struct lk_election {
     lock: lk_lock,
 }
 
+/// Stores the new handle of election `e`, called `name`, in `dest` (both
+/// constructors: the client's default session and a session's own).
+fn made(dest: &mut *mut lk_election, e: Election, name: &str) {
+    boxed(
+        dest,
+        lk_election {
+            lock: lk_lock::election(e, name),
+        },
+    );
+}
+
 impl lk_election {
     fn election(&self) -> &Election {
         match &self.lock.lock {
@@ -45,13 +56,7 @@ pub unsafe extern "C" fn lk_election_new(
         let client = unsafe { arg(client, "client") }?;
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(election_out, "election_out") }?;
-        let e = client.client.election(name)?;
-        boxed(
-            dest,
-            lk_election {
-                lock: lk_lock::election(e, name),
-            },
-        );
+        made(dest, client.client.election(name)?, name);
         Ok(())
     })
 }
@@ -67,13 +72,7 @@ pub unsafe extern "C" fn lk_session_election_new(
         let session = unsafe { arg(session, "session") }?;
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(election_out, "election_out") }?;
-        let e = session.session().election(name)?;
-        boxed(
-            dest,
-            lk_election {
-                lock: lk_lock::election(e, name),
-            },
-        );
+        made(dest, session.session().election(name)?, name);
         Ok(())
     })
 }

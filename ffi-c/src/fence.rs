@@ -2,10 +2,10 @@
 
 use std::ffi::c_char;
 
-use dlock_core::{FenceGate, Token};
+use dlock_core::{FenceGate, Stale, Token};
 
 use crate::lk_status::{self, LK_STALE};
-use crate::{Fail, arg, boxed, ffi, out, text};
+use crate::{Fail, Res, arg, boxed, ffi, out, text};
 
 /// Accepts a write only if its token is at least the highest seen for its
 /// lock name (atomic; share one gate between threads).
@@ -39,6 +39,19 @@ pub unsafe extern "C" fn lk_fence_gate_free(gate: *mut lk_fence_gate) {
     })
 }
 
+/// What the three admit exports share; `check` is the gate's method for
+/// the export's mode. Called inside each export's own `ffi!` boundary.
+unsafe fn admit(
+    gate: *const lk_fence_gate,
+    name: *const c_char,
+    token: u64,
+    check: fn(&FenceGate, &str, Token) -> Result<(), Stale>,
+) -> Res {
+    let gate = unsafe { arg(gate, "gate") }?;
+    let name = unsafe { text(name, "name") }?;
+    check(&gate.gate, name, Token(token)).map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
+}
+
 /// Admits a write carrying `token` for the lock `name` (and remembers the
 /// token), or refuses it with `LK_STALE` if a higher token was seen: its
 /// writer lost the lock.
@@ -48,13 +61,7 @@ pub unsafe extern "C" fn lk_fence_gate_admit(
     name: *const c_char,
     token: u64,
 ) -> lk_status {
-    ffi!({
-        let gate = unsafe { arg(gate, "gate") }?;
-        let name = unsafe { text(name, "name") }?;
-        gate.gate
-            .admit(name, Token(token))
-            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
-    })
+    ffi!({ unsafe { admit(gate, name, token, FenceGate::admit) } })
 }
 
 /// Admits a read carrying `token` for the read/write lock `name` (and
@@ -66,13 +73,7 @@ pub unsafe extern "C" fn lk_fence_gate_admit_read(
     name: *const c_char,
     token: u64,
 ) -> lk_status {
-    ffi!({
-        let gate = unsafe { arg(gate, "gate") }?;
-        let name = unsafe { text(name, "name") }?;
-        gate.gate
-            .admit_read(name, Token(token))
-            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
-    })
+    ffi!({ unsafe { admit(gate, name, token, FenceGate::admit_read) } })
 }
 
 /// Admits a write carrying `token` for the read/write lock `name` iff it
@@ -84,13 +85,7 @@ pub unsafe extern "C" fn lk_fence_gate_admit_write(
     name: *const c_char,
     token: u64,
 ) -> lk_status {
-    ffi!({
-        let gate = unsafe { arg(gate, "gate") }?;
-        let name = unsafe { text(name, "name") }?;
-        gate.gate
-            .admit_write(name, Token(token))
-            .map_err(|stale| Fail::new(LK_STALE, stale.to_string()))
-    })
+    ffi!({ unsafe { admit(gate, name, token, FenceGate::admit_write) } })
 }
 
 /// The two watermarks of `name`: the highest write and the highest read

@@ -1,7 +1,28 @@
-//! What the benchmarks share: the median they quote and the floor of a
-//! blocking call answered by another thread, measured in the same run.
+//! What the benchmarks share: the median they quote, the floor of a
+//! blocking call answered by another thread (measured in the same run),
+//! their count settings and the process's resident memory.
 
 use std::time::{Duration, Instant};
+
+/// The count in the environment variable `name`; `default` when it is
+/// unset, not a number or 0.
+pub fn setting(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default)
+}
+
+/// VmRSS of this process, in KiB.
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
 
 /// The median of `xs` (the mean of the middle two of an even count).
 pub fn median(xs: &[f64]) -> f64 {

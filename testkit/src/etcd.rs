@@ -101,6 +101,22 @@ impl Cluster {
         run_etcdctl(&[&format!("--endpoints={}", self.members.join(","))], args)
     }
 
+    /// `etcdctl` on the plaintext members, to spawn (a watch, a held
+    /// `etcdctl lock`).
+    pub fn etcdctl_cmd(&self) -> Command {
+        let mut c = Command::new("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.members.join(",")))
+            .arg("--dial-timeout=2s");
+        c
+    }
+
+    /// A client of the plaintext members with `options`.
+    pub fn client(&self, options: dlock::Options) -> dlock::Client {
+        dlock::Client::etcd(dlock::EtcdConfig::new(self.members.clone()), options)
+            .expect("connect to etcd")
+    }
+
     /// Runs `etcdctl` against the TLS member as the root user.
     pub fn etcdctl_tls(&self, args: &[&str]) -> String {
         let tls = [

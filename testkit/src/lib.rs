@@ -1,10 +1,13 @@
 //! Shared test support of the dlock workspace (a dev-dependency of the
 //! core, the command and the nemesis): the etcd test cluster and the one
-//! switch that says it exists ([`etcd::cluster`]), the TCP fault proxy, the
+//! switch that says it exists ([`etcd::cluster`]), the embedded tests'
+//! client ([`embedded`]), the TCP fault proxy, the
 //! examples' typed stories, and the parity suite of both backends.
 
 pub mod bench;
+pub mod embedded;
 pub mod etcd;
+pub mod faults;
 pub mod parity;
 pub mod pg;
 pub mod proxy;
@@ -56,4 +59,45 @@ pub fn short() -> dlock::Options {
         margin: Duration::from_millis(500),
         reacquire: true,
     }
+}
+
+/// The refusals at the guarded-write size limits, after a write at them
+/// committed: `longer` (a key one byte over `MAX_KEY_LEN`) and a value one
+/// byte over `MAX_VALUE_LEN` are refused naming their limit; then `key` is
+/// deleted and `lock` released. Every engine checks them alike.
+pub fn over_the_size_limits_refused(
+    lock: &dlock::Lock,
+    token: dlock::Token,
+    key: &[u8],
+    longer: &[u8],
+) {
+    let refused = |r: Result<(), dlock::Error>, limit: &str| match r {
+        Err(dlock::Error::InvalidArgument(m)) => assert!(m.contains(limit), "{m}"),
+        other => panic!("expected InvalidArgument naming {limit}, got {other:?}"),
+    };
+    refused(lock.guarded_put(token, longer, b"v"), "MAX_KEY_LEN");
+    let over = vec![b'v'; dlock::election::MAX_VALUE_LEN + 1];
+    refused(lock.guarded_put(token, key, &over), "MAX_VALUE_LEN");
+    lock.guarded_delete(token, key).unwrap();
+    lock.release().unwrap();
+}
+
+/// The outcomes of N + 1 contenders for a semaphore of limit `n`, each
+/// beside its client: exactly `n` hold and the other timed out. The
+/// holders' locks.
+pub fn exactly_n_hold<C>(
+    results: &[(C, Result<dlock::Lock, dlock::Error>)],
+    n: u32,
+) -> Vec<&dlock::Lock> {
+    let held: Vec<&dlock::Lock> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .collect();
+    let failed: Vec<&dlock::Error> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err())
+        .collect();
+    assert_eq!(held.len(), n as usize, "exactly N hold: {failed:?}");
+    assert_eq!(failed, [&dlock::Error::Timeout]);
+    held
 }

@@ -9,6 +9,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
 
 /// The running test servers.
 #[derive(Clone, Debug)]
@@ -133,4 +135,36 @@ pub fn fault_runs() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
         .unwrap_or(3)
+}
+
+/// Deletes the lock row of `name` as an operator would (exactly one row)
+/// and waits up to `within` for the fence of `token` on `fenced` (the
+/// holder's `on_fence` reports: when, which token); the time from the
+/// delete to the fence, which must be under 250 ms: the key watch, not a
+/// keepalive, noticed it.
+pub fn operator_delete_fences(
+    sql: &Sql,
+    name: &str,
+    fenced: &Receiver<(Instant, dlock::Token)>,
+    token: dlock::Token,
+    within: Duration,
+) -> Duration {
+    let deleted = Instant::now();
+    let n = sql
+        .query(
+            "DELETE FROM dlock.locks WHERE name = $1 RETURNING token",
+            &[&name],
+        )
+        .unwrap();
+    assert_eq!(n.len(), 1);
+    let (at, t) = fenced
+        .recv_timeout(within)
+        .expect("fenced by the key watch");
+    assert_eq!(t, token);
+    let took = at.saturating_duration_since(deleted);
+    assert!(
+        took < Duration::from_millis(250),
+        "fenced {took:?} after the delete"
+    );
+    took
 }

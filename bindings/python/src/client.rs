@@ -192,9 +192,7 @@ impl Client {
     /// The default session, shared by `client.lock(name)`'s locks.
     #[getter]
     fn _default_session(&self) -> Session {
-        Session {
-            inner: self.inner.default_session().clone(),
-        }
+        Session::from(self.inner.default_session())
     }
 
     /// A new session (its own lease); settings default to the client's.

@@ -19,7 +19,7 @@ use crate::convert::{bytes_arg, seconds, timeout_arg, type_name};
 use crate::error::{OrRaise, not_forked};
 use crate::lock::{Lock, LockHandle};
 use crate::session::Session;
-use crate::wait::wait_interruptible;
+use crate::wait::blocking;
 
 /// The leader of an election as the service saw it (see `dlock.Leader`).
 #[pyclass(module = "dlock._dlock", frozen, eq, hash)]
@@ -159,9 +159,7 @@ impl Election {
     ) -> PyResult<u64> {
         let value = value_arg(value)?;
         let timeout = timeout_arg(py, timeout)?;
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.campaign_async(&value, timeout))?;
-        got.map(|t| t.get()).or_raise(py)
+        blocking(py, || self.inner.campaign_async(&value, timeout)).map(|t| t.get())
     }
 
     /// Puts a new value in the leader's key (same token); `Fenced` once
@@ -178,9 +176,7 @@ impl Election {
     /// flight. Returns once the delete had its first try.
     fn resign(&self, py: Python<'_>, grace: f64) -> PyResult<()> {
         let grace = seconds(py, "grace", grace)?;
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.resign_async(grace))?;
-        got.or_raise(py)
+        blocking(py, || self.inner.resign_async(grace))
     }
 
     /// The current leader (one read), or None when nobody leads.

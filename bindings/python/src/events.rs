@@ -1,17 +1,15 @@
 //! `dlock._dlock.Event` and `EventStream`: a lock's events, read blocking
 //! (Ctrl-C interruptible) or from asyncio, losing none to a cancelled read.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
 use dlock::Code;
 use pyo3::prelude::*;
 
-use crate::complete::{Outcome, spawn};
+use crate::complete::Outcome;
 use crate::convert::{instant_secs, timeout_arg};
 use crate::error::{error, invalid_argument};
+use crate::reads::{self, ReadSlot, lock_slot};
 use crate::wait::SLICE;
 
 /// One event of a lock; `str(event)` is the scenario trace line.
@@ -75,67 +73,7 @@ impl Event {
     }
 }
 
-struct StreamSlot {
-    /// None while a read has it.
-    stream: Option<dlock::EventStream>,
-    /// An event an async read got, waiting to be taken (kept if the read
-    /// was cancelled, for the next read).
-    ready: Option<dlock::LockEvent>,
-    /// The stream gave its end.
-    ended: bool,
-    /// Bumped when an async read is done; wakes the reads that joined it.
-    reads_done: u64,
-    joined: Vec<Waker>,
-}
-
-impl StreamSlot {
-    fn new(stream: dlock::EventStream) -> StreamSlot {
-        StreamSlot {
-            stream: Some(stream),
-            ready: None,
-            ended: false,
-            reads_done: 0,
-            joined: Vec::new(),
-        }
-    }
-
-    /// Puts the stream back with what a read got.
-    fn read_done(&mut self, stream: dlock::EventStream, got: Option<dlock::LockEvent>) {
-        self.stream = Some(stream);
-        match got {
-            Some(e) => self.ready = Some(e),
-            None => self.ended = true,
-        }
-        self.reads_done += 1;
-        for w in self.joined.drain(..) {
-            w.wake();
-        }
-    }
-}
-
-fn lock_slot(slot: &Mutex<StreamSlot>) -> std::sync::MutexGuard<'_, StreamSlot> {
-    slot.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Completes once the async read in progress when it was made is done (a
-/// read that a cancelled `async for` step left behind, say).
-struct ReadDone {
-    slot: Arc<Mutex<StreamSlot>>,
-    seen: u64,
-}
-
-impl Future for ReadDone {
-    type Output = Outcome;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let mut slot = lock_slot(&self.slot);
-        if slot.reads_done != self.seen {
-            return Poll::Ready(Outcome::Ready);
-        }
-        slot.joined.push(cx.waker().clone());
-        Poll::Pending
-    }
-}
+type StreamSlot = ReadSlot<dlock::EventStream, dlock::LockEvent>;
 
 /// A lock's events, in order (see `dlock.Lock.events`).
 #[pyclass(module = "dlock._dlock", frozen)]
@@ -171,7 +109,7 @@ impl EventStream {
         if slot.ended {
             return Ok(None);
         }
-        let Some(mut stream) = slot.stream.take() else {
+        let Some(mut stream) = slot.reader.take() else {
             return Err(busy(py));
         };
         drop(slot);
@@ -195,7 +133,7 @@ impl EventStream {
             }
         };
         let mut slot = lock_slot(&self.slot);
-        slot.stream = Some(stream);
+        slot.reader = Some(stream);
         let got = got?;
         slot.ended |= got.is_none();
         Ok(got.as_ref().map(Event::from))
@@ -205,22 +143,8 @@ impl EventStream {
     /// ready for `_take_ready`, the stream ended (`_ended`), or the read in
     /// progress that this one joined is done (then read again).
     fn _next_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
-        let mut slot = lock_slot(&self.slot);
-        if slot.ready.is_some() || slot.ended {
-            drop(slot);
-            return spawn(py, r#loop, fut, async { Outcome::Ready });
-        }
-        let Some(mut stream) = slot.stream.take() else {
-            let done = ReadDone {
-                slot: self.slot.clone(),
-                seen: slot.reads_done,
-            };
-            drop(slot);
-            return spawn(py, r#loop, fut, done);
-        };
-        drop(slot);
         let shared = self.slot.clone();
-        spawn(py, r#loop, fut, async move {
+        reads::start(py, &self.slot, r#loop, fut, |mut stream| async move {
             let got = stream.recv().await;
             lock_slot(&shared).read_done(stream, got);
             Outcome::Ready
@@ -235,7 +159,6 @@ impl EventStream {
     /// Whether the stream ended (and every event was taken).
     #[getter]
     fn _ended(&self) -> bool {
-        let slot = lock_slot(&self.slot);
-        slot.ended && slot.ready.is_none()
+        lock_slot(&self.slot).ended()
     }
 }

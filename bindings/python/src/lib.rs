@@ -23,6 +23,7 @@ mod observer;
 mod options;
 mod permit;
 mod process;
+mod reads;
 mod rwlock;
 mod semaphore;
 mod session;

@@ -18,7 +18,7 @@ use crate::error::{OrRaise, not_forked, refused};
 use crate::events::{Event, EventStream};
 use crate::permit::Permit;
 use crate::session::Session;
-use crate::wait::wait_interruptible;
+use crate::wait::blocking;
 
 /// What `Lock.stats()` reports; durations in seconds.
 #[pyclass(module = "dlock._dlock", frozen, get_all)]
@@ -179,9 +179,7 @@ impl Lock {
     /// The session the lock is held under.
     #[getter]
     fn _session(&self) -> Session {
-        Session {
-            inner: self.inner.session().clone(),
-        }
+        Session::from(self.inner.session())
     }
 
     /// Acquires, waiting up to `timeout` seconds (None: as long as it
@@ -190,16 +188,12 @@ impl Lock {
     #[pyo3(signature = (timeout=None))]
     fn acquire(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u64> {
         let timeout = timeout_arg(py, timeout)?;
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.acquire_async(timeout))?;
-        got.map(|t| t.get()).or_raise(py)
+        blocking(py, || self.inner.acquire_async(timeout)).map(|t| t.get())
     }
 
     /// Acquires if nobody holds the lock, else raises `WouldBlock`.
     fn try_acquire(&self, py: Python<'_>) -> PyResult<u64> {
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.try_acquire_async())?;
-        got.map(|t| t.get()).or_raise(py)
+        blocking(py, || self.inner.try_acquire_async()).map(|t| t.get())
     }
 
     /// Releases the lock (deletes its key); no permit is valid from now on.

@@ -4,9 +4,9 @@
 //! `close` ends a read in progress.
 
 use std::future::{Future, poll_fn};
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use dlock::Code;
 use pyo3::exceptions::PyTypeError;
@@ -14,10 +14,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::client::Client;
-use crate::complete::{Outcome, spawn};
+use crate::complete::Outcome;
 use crate::convert::{timeout_arg, type_name};
 use crate::election::Leader;
 use crate::error::{OrRaise, error, invalid_argument, not_forked};
+use crate::reads::{self, ReadSlot, lock_slot};
 use crate::wait::SLICE;
 
 /// One event of an observer (see `dlock.Observed`).
@@ -63,66 +64,7 @@ impl Observed {
     }
 }
 
-struct Slot {
-    /// None while a read has it.
-    observer: Option<dlock::Observer>,
-    /// An event an async read got, waiting to be taken (kept if the read
-    /// was cancelled, for the next read).
-    ready: Option<dlock::Observed>,
-    /// The stream gave its end.
-    ended: bool,
-    /// `close` was called: a read in progress closes the core's observer.
-    closing: bool,
-    /// Bumped when an async read is done; wakes the reads that joined it.
-    reads_done: u64,
-    /// Joined reads and the read in progress's close watch.
-    wakers: Vec<Waker>,
-}
-
-impl Slot {
-    fn wake(&mut self) {
-        for w in self.wakers.drain(..) {
-            w.wake();
-        }
-    }
-
-    /// Puts the observer back with what a read got.
-    fn read_done(&mut self, observer: dlock::Observer, got: Option<dlock::Observed>) {
-        if self.closing {
-            observer.close();
-        }
-        self.observer = Some(observer);
-        match got {
-            Some(e) => self.ready = Some(e),
-            None => self.ended = true,
-        }
-        self.reads_done += 1;
-        self.wake();
-    }
-}
-
-fn lock_slot(slot: &Mutex<Slot>) -> std::sync::MutexGuard<'_, Slot> {
-    slot.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Completes once the async read in progress when it was made is done.
-struct ReadDone {
-    slot: Arc<Mutex<Slot>>,
-    seen: u64,
-}
-
-impl Future for ReadDone {
-    type Output = Outcome;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let mut slot = lock_slot(&self.slot);
-        if slot.reads_done != self.seen {
-            return Poll::Ready(Outcome::Ready);
-        }
-        slot.wakers.push(cx.waker().clone());
-        Poll::Pending
-    }
-}
+type Slot = ReadSlot<dlock::Observer, dlock::Observed>;
 
 /// Completes once `close` was called.
 fn closing(slot: &Mutex<Slot>, cx: &mut Context<'_>) -> bool {
@@ -156,7 +98,7 @@ impl Observer {
     fn end(&self) {
         let mut slot = lock_slot(&self.slot);
         slot.closing = true;
-        if let Some(o) = &slot.observer {
+        if let Some(o) = &slot.reader {
             o.close();
         }
         slot.wake();
@@ -190,14 +132,7 @@ impl Observer {
         let c = &client.get().inner;
         let observer = py.detach(|| c.observe(&name)).or_raise(py)?;
         Ok(Observer {
-            slot: Arc::new(Mutex::new(Slot {
-                observer: Some(observer),
-                ready: None,
-                ended: false,
-                closing: false,
-                reads_done: 0,
-                wakers: Vec::new(),
-            })),
+            slot: Arc::new(Mutex::new(Slot::new(observer))),
             name,
         })
     }
@@ -223,7 +158,7 @@ impl Observer {
         if slot.ended {
             return Ok(None);
         }
-        let Some(observer) = slot.observer.take() else {
+        let Some(observer) = slot.reader.take() else {
             return Err(busy(py));
         };
         drop(slot);
@@ -251,7 +186,7 @@ impl Observer {
         if slot.closing {
             observer.close();
         }
-        slot.observer = Some(observer);
+        slot.reader = Some(observer);
         let got = got?;
         slot.ended |= got.is_none();
         drop(slot);
@@ -262,22 +197,8 @@ impl Observer {
     /// ready for `_take_ready`, the observer ended (`_ended`), or the read
     /// in progress that this one joined is done (then read again).
     fn _next_start(&self, py: Python<'_>, r#loop: Py<PyAny>, fut: Py<PyAny>) -> PyResult<()> {
-        let mut slot = lock_slot(&self.slot);
-        if slot.ready.is_some() || slot.ended {
-            drop(slot);
-            return spawn(py, r#loop, fut, async { Outcome::Ready });
-        }
-        let Some(observer) = slot.observer.take() else {
-            let done = ReadDone {
-                slot: self.slot.clone(),
-                seen: slot.reads_done,
-            };
-            drop(slot);
-            return spawn(py, r#loop, fut, done);
-        };
-        drop(slot);
         let shared = self.slot.clone();
-        spawn(py, r#loop, fut, async move {
+        reads::start(py, &self.slot, r#loop, fut, |observer| async move {
             let first = {
                 let mut recv = pin!(observer.recv());
                 poll_fn(|cx| {
@@ -299,7 +220,11 @@ impl Observer {
                     observer.recv().await
                 }
             };
-            lock_slot(&shared).read_done(observer, got);
+            let mut slot = lock_slot(&shared);
+            if slot.closing {
+                observer.close();
+            }
+            slot.read_done(observer, got);
             Outcome::Ready
         })
     }
@@ -313,8 +238,7 @@ impl Observer {
     /// Whether the observer ended (and every event was taken).
     #[getter]
     fn _ended(&self) -> bool {
-        let slot = lock_slot(&self.slot);
-        slot.ended && slot.ready.is_none()
+        lock_slot(&self.slot).ended()
     }
 
     /// Ends the observation (its watch stops): the events already queued

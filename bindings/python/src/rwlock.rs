@@ -89,9 +89,7 @@ impl RwLock {
     /// The session its holders are held under.
     #[getter]
     fn _session(&self) -> Session {
-        Session {
-            inner: self.inner.session().clone(),
-        }
+        Session::from(self.inner.session())
     }
 
     /// A reader, not acquired yet.

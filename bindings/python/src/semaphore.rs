@@ -21,7 +21,7 @@ use crate::complete::{Outcome, Pending};
 use crate::convert::{timeout_arg, type_name, u64_arg};
 use crate::error::{OrRaise, not_forked};
 use crate::session::Session;
-use crate::wait::wait_interruptible;
+use crate::wait::{blocking, wait_interruptible};
 
 /// A counting semaphore (see `dlock.Semaphore`).
 #[pyclass(module = "dlock._dlock", subclass, frozen)]
@@ -139,9 +139,7 @@ impl Semaphore {
     /// The session its slots are held under.
     #[getter]
     fn _session(&self) -> Session {
-        Session {
-            inner: self.inner.session().clone(),
-        }
+        Session::from(self.inner.session())
     }
 
     /// Takes a slot, waiting up to `timeout` seconds (None: as long as it
@@ -150,16 +148,12 @@ impl Semaphore {
     #[pyo3(signature = (timeout=None))]
     fn _acquire(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<HeldSlot> {
         let timeout = timeout_arg(py, timeout)?;
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.acquire_async(timeout))?;
-        got.map(HeldSlot::new).or_raise(py)
+        blocking(py, || self.inner.acquire_async(timeout)).map(HeldSlot::new)
     }
 
     /// Takes a free slot, else raises `WouldBlock`.
     fn _try_acquire(&self, py: Python<'_>) -> PyResult<HeldSlot> {
-        not_forked(py)?;
-        let got = wait_interruptible(py, self.inner.try_acquire_async())?;
-        got.map(HeldSlot::new).or_raise(py)
+        blocking(py, || self.inner.try_acquire_async()).map(HeldSlot::new)
     }
 
     /// Starts an acquire on the core's driver; its outcome (None, or the

@@ -13,6 +13,13 @@ pub(crate) struct Session {
     pub(crate) inner: dlock::Session,
 }
 
+/// Another handle to the core's session (a lock's, the client's default).
+impl From<&dlock::Session> for Session {
+    fn from(s: &dlock::Session) -> Session {
+        Session { inner: s.clone() }
+    }
+}
+
 #[pymethods]
 impl Session {
     /// The lease, while one is granted.

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
+use crate::error::{OrRaise, not_forked};
+
 struct ThreadWaker(std::thread::Thread);
 
 impl Wake for ThreadWaker {
@@ -59,4 +61,17 @@ where
             return Err(e);
         }
     }
+}
+
+/// A blocking call of the core (an acquire, a campaign, a resign):
+/// refused in a forked child before `start` makes the future, which is
+/// then waited for as [`wait_interruptible`] does; the core's error is
+/// raised.
+pub(crate) fn blocking<T, F>(py: Python<'_>, start: impl FnOnce() -> F) -> PyResult<T>
+where
+    F: Future<Output = Result<T, dlock::Error>> + Send,
+    T: Send,
+{
+    not_forked(py)?;
+    wait_interruptible(py, start())?.or_raise(py)
 }

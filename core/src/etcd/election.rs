@@ -5,8 +5,7 @@
 //! the proclaim and the leader's reads and watches.
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp, WatchOptions,
+    EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, TxnOp, WatchOptions,
 };
 
 use super::conn::EtcdBackend;
@@ -26,27 +25,12 @@ impl EtcdBackend {
         value: &[u8],
     ) -> Result<(), BackendError> {
         let key = lock_key(name, lease);
-        let resp = self
-            .unary(self.0.request_timeout, |mut c| {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        key.clone(),
-                        CompareOp::Equal,
-                        token.0 as i64,
-                    )])
-                    .and_then([TxnOp::put(
-                        key.clone(),
-                        value,
-                        Some(PutOptions::new().with_lease(lease)),
-                    )]);
-                async move { c.txn(txn).await }
-            })
-            .await?;
-        if resp.succeeded() {
-            Ok(())
-        } else {
-            Err(BackendError::Fenced)
-        }
+        let op = TxnOp::put(
+            key.clone(),
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        );
+        self.txn_while_held(key, token, op).await
     }
 
     /// The leader of `name` and the revision it was read at.

@@ -19,13 +19,23 @@ impl EtcdBackend {
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<(), BackendError> {
-        // The service decides: the lock key must still exist with the token
-        // as its create revision.
-        let lock_key = lock_key(name, lease).into_bytes();
-        let op = || match value {
+        let op = match value {
             Some(v) => TxnOp::put(key, v, None),
             None => TxnOp::delete(key, None),
         };
+        self.txn_while_held(lock_key(name, lease), token, op).await
+    }
+
+    /// Runs `op` in one transaction only while the lock key `lock_key`
+    /// still exists with `token` as its create revision, else
+    /// [`BackendError::Fenced`]: the service decides (guarded writes, and
+    /// an election's proclaim).
+    pub(super) async fn txn_while_held(
+        &self,
+        lock_key: String,
+        token: Token,
+        op: TxnOp,
+    ) -> Result<(), BackendError> {
         let resp = self
             .unary(self.0.request_timeout, |mut c| {
                 let txn = Txn::new()
@@ -34,7 +44,7 @@ impl EtcdBackend {
                         CompareOp::Equal,
                         token.0 as i64,
                     )])
-                    .and_then([op()]);
+                    .and_then([op.clone()]);
                 async move { c.txn(txn).await }
             })
             .await?;

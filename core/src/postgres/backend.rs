@@ -61,6 +61,22 @@ impl PostgresBackend {
             timeout,
         })))
     }
+
+    /// A mutex's lock or, with `value`, a candidate's campaign: one
+    /// protocol ([`mutex::lock`]).
+    fn mutex_lock<'a>(
+        &'a self,
+        name: &'a str,
+        lease: LeaseId,
+        value: Option<&'a [u8]>,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Token, BackendError>> {
+        let s = &self.0;
+        let wake = s.listener.wake();
+        Box::pin(mutex::lock(
+            &s.ops, wake, name, lease, value, wait, s.timeout,
+        ))
+    }
 }
 
 impl Backend for PostgresBackend {
@@ -102,16 +118,7 @@ impl Backend for PostgresBackend {
         lease: LeaseId,
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
-        let s = &self.0;
-        Box::pin(mutex::lock(
-            &s.ops,
-            s.listener.wake(),
-            name,
-            lease,
-            None,
-            wait,
-            s.timeout,
-        ))
+        self.mutex_lock(name, lease, None, wait)
     }
 
     fn lock_rw<'a>(
@@ -140,16 +147,7 @@ impl Backend for PostgresBackend {
         value: &'a [u8],
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
-        let s = &self.0;
-        Box::pin(mutex::lock(
-            &s.ops,
-            s.listener.wake(),
-            name,
-            lease,
-            Some(value),
-            wait,
-            s.timeout,
-        ))
+        self.mutex_lock(name, lease, Some(value), wait)
     }
 
     fn put_if_absent<'a>(

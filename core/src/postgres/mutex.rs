@@ -3,9 +3,11 @@
 //! ones, and only then draws a token; a waiter looks again when a lock row
 //! goes (NOTIFY) or at the holder's remaining TTL (nothing fires at expiry).
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
 use tokio_postgres::types::Type;
 
 use super::conn::Slot;
@@ -74,16 +76,28 @@ pub(crate) async fn lock(
         if let Some(t) = token {
             return Ok(Token(t as u64));
         }
-        if !wait {
-            return Err(BackendError::Busy);
-        }
-        let pause =
-            Duration::from_secs_f64(retry_ms.unwrap_or(20.0).max(1.0) / 1000.0).min(MAX_PAUSE);
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(pause) => {}
-        }
+        look_again(notified, retry_ms, wait).await?;
     }
+}
+
+/// Between two looks of a lock request the service did not grant: `Busy`
+/// if it may not wait, else a wait for a row change (`notified`) or the
+/// service's `retry_ms`, at most [`MAX_PAUSE`]. Mutexes, candidates and
+/// read/write locks wait alike.
+pub(super) async fn look_again(
+    notified: Pin<&mut Notified<'_>>,
+    retry_ms: Option<f64>,
+    wait: bool,
+) -> Result<(), BackendError> {
+    if !wait {
+        return Err(BackendError::Busy);
+    }
+    let pause = Duration::from_secs_f64(retry_ms.unwrap_or(20.0).max(1.0) / 1000.0).min(MAX_PAUSE);
+    tokio::select! {
+        _ = notified => {}
+        _ = tokio::time::sleep(pause) => {}
+    }
+    Ok(())
 }
 
 /// Deletes the lock row of `name` under `lease` (with `token`: only that

@@ -11,14 +11,10 @@ use tokio::sync::Notify;
 use tokio_postgres::types::Type;
 
 use super::conn::Slot;
-use super::mutex::lock_key;
+use super::mutex::{lock_key, look_again};
 use crate::backend::BackendError;
 use crate::machine::{LeaseId, Token};
 use crate::rwlock::Mode;
-
-/// The longest a waiter sleeps between looks (notifications lost while the
-/// listener reconnects are caught up by then).
-const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 /// Acquires `name` under `lease` in `mode` (see [`crate::Backend::lock_rw`]).
 pub(crate) async fn lock_rw(
@@ -60,14 +56,6 @@ pub(crate) async fn lock_rw(
         if let (Some(t), true) = (token, held) {
             return Ok(Token(t as u64));
         }
-        if !wait {
-            return Err(BackendError::Busy);
-        }
-        let pause =
-            Duration::from_secs_f64(retry_ms.unwrap_or(20.0).max(1.0) / 1000.0).min(MAX_PAUSE);
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(pause) => {}
-        }
+        look_again(notified, retry_ms, wait).await?;
     }
 }

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use dlock::Instant;
+use dlock_testkit::faults::ms;
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
 
 /// The session's TTL.
@@ -23,11 +24,6 @@ pub struct Judged {
     pub drain: Option<f64>,
     pub fence: Option<f64>,
     pub broken: Vec<String>,
-}
-
-/// `b − a` in milliseconds, negative when `b` is earlier.
-fn ms(a: Instant, b: Instant) -> f64 {
-    (b.as_nanos() as f64 - a.as_nanos() as f64) / 1e6
 }
 
 /// Prints the run's figures (`OWN|engine|run n|…`) and judges them.

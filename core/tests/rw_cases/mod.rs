@@ -200,3 +200,37 @@ pub fn cut_off(
         acquired,
     }
 }
+
+/// Two readers on clients of their own; an operator deletes reader a's key
+/// (`delete`, given a's token): a fences, reads again with a higher
+/// token, and reader b is untouched. `then` runs with both still held.
+pub fn an_operator_deleting_a_readers_key_fences_that_reader_alone(
+    client: &dyn Fn() -> Client,
+    name: &str,
+    delete: &dyn Fn(Token),
+    then: &dyn Fn(),
+) {
+    let (a, b) = (client(), client());
+    let ra = a.rwlock(name).unwrap().read().unwrap();
+    let rb = b.rwlock(name).unwrap().read().unwrap();
+    let ta = ra.try_acquire().unwrap();
+    let tb = rb.try_acquire().unwrap();
+    let (tx, fa) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    ra.on_fence(move |t, _| {
+        let _ = tx.lock().unwrap().send(t);
+    });
+    let (tx, fb) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    rb.on_fence(move |t, _| {
+        let _ = tx.lock().unwrap().send(t);
+    });
+    delete(ta);
+    assert_eq!(fa.recv_timeout(EVENT).unwrap(), ta);
+    until("reader a reads again", || ra.state() == State::Holding);
+    assert!(ra.token().unwrap() > tb);
+    assert_eq!(ra.mode(), Some(Mode::Read));
+    assert!(fb.try_recv().is_err(), "reader b was not fenced");
+    assert_eq!(rb.token(), Some(tb));
+    then();
+}

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, State, StateChange, Token};
+use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, TIMEOUT};
 
@@ -123,20 +124,6 @@ impl Recorder {
     }
 }
 
-/// `b − a` in milliseconds, negative when `b` is earlier.
-fn ms(a: Instant, b: Instant) -> f64 {
-    (b.as_nanos() as f64 - a.as_nanos() as f64) / 1e6
-}
-
-fn ms_of(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// A pseudo-random point in the keepalive cycle.
-fn random_phase() -> Duration {
-    Duration::from_nanos(system_now().as_nanos() % INTERVAL.as_nanos() as u64)
-}
-
 /// One of the N − 1 holders the fault must not touch: it asks for a
 /// permit every [`PERMIT_EVERY`] until stopped.
 struct Untouched {
@@ -225,23 +212,6 @@ impl Contender {
     }
 }
 
-/// What one run measured (ms) and the rules it broke.
-#[derive(Debug, Default)]
-struct Run {
-    drain: Option<f64>,
-    lead: Option<f64>,
-    other: Option<f64>,
-    broken: Vec<String>,
-}
-
-impl Run {
-    fn check(&mut self, ok: bool, what: impl Into<String>) {
-        if !ok {
-            self.broken.push(what.into());
-        }
-    }
-}
-
 /// Case (a) with `Mode::Blackhole` and no permit in flight, case (b) with
 /// `Mode::DropReplies` and one.
 pub fn slot_holder_cut_off(engine: &Engine, case: &str, mode: Mode, in_flight: bool) {
@@ -249,25 +219,12 @@ pub fn slot_holder_cut_off(engine: &Engine, case: &str, mode: Mode, in_flight: b
     let results: Vec<Run> = (0..runs)
         .map(|_| one_run(engine, mode, in_flight))
         .collect();
-    let stats = |mut xs: Vec<f64>| -> String {
-        if xs.is_empty() {
-            return "-".into();
-        }
-        xs.sort_by(f64::total_cmp);
-        format!(
-            "{:.0}/{:.0}/{:.0}",
-            xs[0],
-            xs[xs.len() / 2],
-            xs[xs.len() - 1]
-        )
-    };
-    let drains: Vec<f64> = results.iter().filter_map(|r| r.drain).collect();
-    let lead = results
-        .iter()
-        .filter_map(|r| r.lead)
+    let drains = faults::each(&results, |r| r.drain);
+    let lead = faults::each(&results, |r| r.lead)
+        .into_iter()
         .min_by(f64::total_cmp)
         .map_or("-".into(), |l| format!("{l:.0}"));
-    let others: Vec<f64> = results.iter().filter_map(|r| r.other).collect();
+    let others = faults::each(&results, |r| r.other);
     let other = if in_flight {
         "work end->contender"
     } else {
@@ -276,16 +233,11 @@ pub fn slot_holder_cut_off(engine: &Engine, case: &str, mode: Mode, in_flight: b
     println!(
         "FAULT|{}semaphore {case}|{runs}|{}|{}/{runs}|{lead}|{other} {}",
         engine.label,
-        stats(drains.clone()),
+        faults::spread(drains.clone()),
         drains.len(),
-        stats(others)
+        faults::spread(others)
     );
-    let broken: Vec<String> = results
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| r.broken.iter().map(move |b| format!("run {i}: {b}")))
-        .collect();
-    assert!(broken.is_empty(), "{case}: {}", broken.join("\n"));
+    faults::assert_unbroken(case, &results);
 }
 
 fn one_run(engine: &Engine, mode: Mode, in_flight: bool) -> Run {

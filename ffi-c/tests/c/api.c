@@ -557,11 +557,7 @@ static void lost_on_acquired(void *ud, uint64_t token) {
  * a higher token. */
 static void lock_lost(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
   struct lk_lock *l;
   OK(lk_lock_new(c, "lost", &l));
   struct lost seen = {0, -1, 0};
@@ -806,11 +802,7 @@ static void count_call(void *ud, enum lk_state from, enum lk_state to, enum lk_r
 
 static void close_and_stats(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
   struct lk_lock *l;
   OK(lk_lock_new(c, "closing", &l));
   OK(lk_set_on_state_change(l, count_call, NULL));

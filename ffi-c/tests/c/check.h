@@ -69,6 +69,17 @@ static inline struct lk_client_options short_options(void) {
   return o;
 }
 
+/* A new embedded service in `*mem` and a client of it with the short
+ * settings: the set-up most tests start with. */
+static inline struct lk_client *memory_client(struct lk_memory **mem) {
+  OK(lk_memory_new(mem));
+  struct lk_client_options o = short_options();
+  o.memory = *mem;
+  struct lk_client *c = NULL;
+  OK(lk_client_new(&o, &c));
+  return c;
+}
+
 static inline int finish(const char *name) {
   if (failures) {
     fprintf(stderr, "%s: %d check(s) failed\n", name, failures);

@@ -73,11 +73,7 @@ static int child(struct lk_memory *mem, struct lk_client *c, struct lk_lock *l,
 
 int main(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
   struct lk_lock *l;
   OK(lk_lock_new(c, "fork", &l));
   uint64_t token = 0;

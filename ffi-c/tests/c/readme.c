@@ -15,16 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-#define CHECK(cond)                                                \
-  do {                                                             \
-    if (cond) {                                                    \
-      ++passed;                                                    \
-    } else {                                                       \
-      ++failed;                                                    \
-      printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);       \
-    }                                                              \
-  } while (0)
+#include "tally.h"
 
 static uint64_t units[64];
 static int n_units;

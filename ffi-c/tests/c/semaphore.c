@@ -57,11 +57,7 @@ static struct lk_session *session_of(struct lk_client *c) {
 
 static void n_hold_and_one_waits(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
   struct lk_session *sa = session_of(c), *sb = session_of(c), *sw = session_of(c);
 
   /* One handle per contender; the first records the limit. */
@@ -159,11 +155,7 @@ static void n_hold_and_one_waits(void) {
 /* Bad input: refused with the core's status, out-parameters untouched. */
 static void bad_input(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
 
   struct lk_semaphore *s = SENTINEL;
   EXPECT(lk_semaphore_new(c, "s", 0, &s), LK_INVALID_ARGUMENT);

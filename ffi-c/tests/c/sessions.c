@@ -176,11 +176,7 @@ static void free_locks(struct lk_lock **locks, int n) {
  * together, one fenced alone by a deleted key. */
 static void one_lease_for_many(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options so = long_ttl();
   struct lk_session *s;
   OK(lk_session_new(c, &so, &s));

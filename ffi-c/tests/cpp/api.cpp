@@ -19,18 +19,9 @@
 #include <type_traits>
 #include <vector>
 
-using namespace std::chrono_literals;
+#include "check.hpp"
 
-static int passed, failed;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++passed;                                                       \
-    } else {                                                          \
-      ++failed;                                                       \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-    }                                                                 \
-  } while (0)
+using namespace std::chrono_literals;
 
 // The handles are move-only; the permit is a value of C storage.
 static_assert(!std::is_copy_constructible_v<dlock::client>);
@@ -56,14 +47,9 @@ static_assert(std::is_nothrow_move_assignable_v<dlock::observer>);
 static_assert(!std::is_convertible_v<dlock::election *, dlock::lock *>);
 static_assert(noexcept(std::declval<const dlock::election &>().permit()));
 
-// Short timings (the rules: ttl >= 2000 and > keepalive_interval + margin).
+// The shared short timings, without reacquire.
 static dlock::options quick() {
-  dlock::options o;
-  o.ttl = 2s;
-  o.keepalive_interval = 500ms;
-  o.keepalive_timeout = 200ms;
-  o.retry_interval = 100ms;
-  o.margin = 500ms;
+  dlock::options o = dlock_test::quick();
   o.reacquire = false;
   return o;
 }

@@ -15,18 +15,9 @@
 #include <mutex>
 #include <string>
 
-using namespace std::chrono_literals;
+#include "check.hpp"
 
-static int passed, failed;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++passed;                                                       \
-    } else {                                                          \
-      ++failed;                                                       \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-    }                                                                 \
-  } while (0)
+using namespace std::chrono_literals;
 
 // The fault tests' short timings on etcd (ttl 4 s, keepalive 1 s).
 static dlock::client connect(const char *members) {

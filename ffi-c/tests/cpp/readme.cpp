@@ -27,16 +27,7 @@
 #include <thread>
 #include <vector>
 
-static int passed, failed;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++passed;                                                       \
-    } else {                                                          \
-      ++failed;                                                       \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-    }                                                                 \
-  } while (0)
+#include "check.hpp"
 
 static std::vector<std::uint64_t> units;
 static int fences;

@@ -17,18 +17,9 @@
 #include <type_traits>
 #include <utility>
 
-using namespace std::chrono_literals;
+#include "check.hpp"
 
-static int passed, failed;
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (cond) {                                                       \
-      ++passed;                                                       \
-    } else {                                                          \
-      ++failed;                                                       \
-      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
-    }                                                                 \
-  } while (0)
+using namespace std::chrono_literals;
 
 static_assert(!std::is_copy_constructible_v<dlock::rwlock>);
 static_assert(std::is_nothrow_move_constructible_v<dlock::rwlock>);
@@ -36,26 +27,8 @@ static_assert(std::is_nothrow_move_assignable_v<dlock::rwlock>);
 static_assert(std::is_same_v<decltype(std::declval<dlock::rwlock &>().reader()), dlock::lock>);
 static_assert(std::is_same_v<decltype(std::declval<dlock::lock &>().mode()), lk_mode>);
 
-static dlock::options quick() {
-  dlock::options o;
-  o.ttl = 2s;
-  o.keepalive_interval = 500ms;
-  o.keepalive_timeout = 200ms;
-  o.retry_interval = 100ms;
-  o.margin = 500ms;
-  return o;
-}
-
-// The status a call threw, errc::ok if none.
-template <class F>
-static dlock::errc thrown(F f) {
-  try {
-    f();
-  } catch (const dlock::error &e) {
-    return e.status();
-  }
-  return dlock::errc::ok;
-}
+using dlock_test::quick;
+using dlock_test::thrown;
 
 static void readers_share_writers_exclude() {
   dlock::client c = dlock::client::memory();

@@ -34,8 +34,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import enum
-from types import TracebackType
-from typing import Any, Callable, Dict, Generator, Optional, Type, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, Generic, Optional, TypeVar, Union
 
 from . import _dlock
 from ._dlock import (
@@ -137,6 +136,71 @@ RESIGN_GRACE: float = _dlock.RESIGN_GRACE
 #: Seconds ``Lock.healthy()`` allows past the deadline when given none: the
 #: core's value (0), the same in every face.
 DEFAULT_MAX_OVERDUE: float = _dlock.DEFAULT_MAX_OVERDUE
+
+
+_E = TypeVar("_E", bound="_EndsOnLeaving")
+
+
+class _EndsOnLeaving:
+    """``with`` for a handle that leaving the block ends: ``_end()``. One
+    place for the protocol of every such handle."""
+
+    __slots__ = ()
+
+    def _end(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _E) -> _E:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._end()
+
+
+_A = TypeVar("_A", bound="_AlsoAsync")
+
+
+class _AlsoAsync(_EndsOnLeaving):
+    """``async with`` too, leaving by ``_end_async()`` (by default
+    ``_end()``)."""
+
+    __slots__ = ()
+
+    async def _end_async(self) -> None:
+        self._end()
+
+    async def __aenter__(self: _A) -> _A:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._end_async()
+
+
+_R = TypeVar("_R", bound=_AlsoAsync)
+
+
+class _StartsWhenAwaited(Generic[_R]):
+    """An acquire that starts when awaited: ``await`` it for the held
+    handle, or ``async with`` it (the handle ends on leaving)."""
+
+    __slots__ = ("_result",)
+
+    def __init__(self) -> None:
+        self._result: Optional[_R] = None
+
+    def _wait(self) -> Awaitable[_R]:
+        raise NotImplementedError
+
+    def __await__(self) -> Generator[Any, None, _R]:
+        return self._wait().__await__()
+
+    async def __aenter__(self) -> _R:
+        self._result = await self
+        return self._result
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._result is not None:
+            await self._result._end_async()
 
 
 # The core's state names by their upper-case spelling: a name the core
@@ -242,7 +306,7 @@ class Client(_dlock.Client):
         return Session(self._default_session)
 
 
-class Session:
+class Session(_EndsOnLeaving):
     """One lease shared by any number of locks: they drain and fence
     together."""
 
@@ -292,15 +356,7 @@ class Session:
         """Releases every lock of the session and revokes its lease."""
         self._native.close()
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _end(self) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -348,7 +404,7 @@ class Events:
             # joined a read that another (cancelled) step began: read again
 
 
-class Lock(_dlock.Lock):
+class Lock(_dlock.Lock, _AlsoAsync):
     """One named lock; made by ``client.lock(name)`` or
     ``session.lock(name)``.
 
@@ -450,25 +506,15 @@ class Lock(_dlock.Lock):
             self.acquire()
         return self
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.release()
-
     async def __aenter__(self) -> "Lock":
         if not self._came_held():
             await self.acquire_async()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _end(self) -> None:
+        self.release()
+
+    async def _end_async(self) -> None:
         await self.release_async()
 
 
@@ -542,32 +588,19 @@ class Semaphore(_dlock.Semaphore):
         return _slot_lock(acquisition._take())
 
 
-class SlotAcquire:
+class SlotAcquire(_StartsWhenAwaited[Lock]):
     """``sem.acquire_async(...)``: await it for the slot's held ``Lock``, or
     ``async with`` it (releases on leaving). Starts when awaited."""
 
-    __slots__ = ("_sem", "_timeout", "_held")
+    __slots__ = ("_sem", "_timeout")
 
     def __init__(self, sem: Semaphore, timeout: Optional[float]) -> None:
+        super().__init__()
         self._sem = sem
         self._timeout = timeout
-        self._held: Optional[Lock] = None
 
-    def __await__(self) -> Generator[Any, None, Lock]:
-        return self._sem._acquire_wait(self._timeout).__await__()
-
-    async def __aenter__(self) -> Lock:
-        self._held = await self
-        return self._held
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._held is not None:
-            await self._held.release_async()
+    def _wait(self) -> Awaitable[Lock]:
+        return self._sem._acquire_wait(self._timeout)
 
 
 class RwLock(_dlock.RwLock):
@@ -666,16 +699,16 @@ class Election(_dlock.Election, Lock):
         self._resign_start(grace, loop, fut)
         await fut
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> "Election":
         raise TypeError("an election is entered through its campaign: with election.campaign(value) as lead:")
 
-    async def __aenter__(self) -> "Lock":
+    async def __aenter__(self) -> "Election":
         raise TypeError(
             "an election is entered through its campaign: async with election.campaign_async(value) as lead:"
         )
 
 
-class Leadership:
+class Leadership(_AlsoAsync):
     """A won campaign: ``lead.token`` (the leader key's create revision,
     the fencing token of this term), ``lead.permit()``,
     ``lead.proclaim(v)``, ``lead.resign()``. A context manager (sync and
@@ -711,63 +744,34 @@ class Leadership:
         """``resign`` without blocking the loop."""
         await self.election.resign_async(self.grace if grace is None else grace)
 
-    def __enter__(self) -> "Leadership":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _end(self) -> None:
         self.resign()
 
-    async def __aenter__(self) -> "Leadership":
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def _end_async(self) -> None:
         await self.resign_async()
 
     def __repr__(self) -> str:
         return f"Leadership(election={self.election.name!r}, token={self.token}, grace={self.grace})"
 
 
-class Campaign:
+class Campaign(_StartsWhenAwaited[Leadership]):
     """``election.campaign_async(...)``: await it for the ``Leadership``, or
     ``async with`` it (resigns on leaving). Starts when awaited."""
 
-    __slots__ = ("_election", "_value", "_timeout", "_grace", "_lead")
+    __slots__ = ("_election", "_value", "_timeout", "_grace")
 
     def __init__(self, election: Election, value: _Value, timeout: Optional[float], grace: float) -> None:
+        super().__init__()
         self._election = election
         self._value = value
         self._timeout = timeout
         self._grace = grace
-        self._lead: Optional[Leadership] = None
 
-    def __await__(self) -> Generator[Any, None, Leadership]:
-        return self._election._campaign_wait(self._value, self._timeout, self._grace).__await__()
-
-    async def __aenter__(self) -> Leadership:
-        self._lead = await self
-        return self._lead
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        if self._lead is not None:
-            await self._lead.resign_async()
+    def _wait(self) -> Awaitable[Leadership]:
+        return self._election._campaign_wait(self._value, self._timeout, self._grace)
 
 
-class Observer(_dlock.Observer):
+class Observer(_dlock.Observer, _AlsoAsync):
     """An election's leaders as they change; made by
     ``client.observe(name)``. Needs no lease and puts no key.
 
@@ -817,26 +821,7 @@ class Observer(_dlock.Observer):
             if e.kind != "reconnecting":
                 return e.leader
 
-    def __enter__(self) -> "Observer":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> "Observer":
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _end(self) -> None:
         self.close()
 
 
