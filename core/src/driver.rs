@@ -76,6 +76,7 @@ pub(crate) fn spawn_session(
         closes: HashMap::new(),
         next_close: 0,
         publish_acks: Vec::new(),
+        cancelled: Vec::new(),
         touched: BTreeSet::new(),
         published_deadline: None,
         span: span.clone(),
@@ -114,6 +115,10 @@ struct SessionTask {
     next_close: u64,
     /// Dropped handles, answered once their release is published.
     publish_acks: Vec<Reply<()>>,
+    /// Cancelled waits, answered `Released` once the state their cancel
+    /// led to is published: a caller reading the state on the answer sees
+    /// it (Python's cancelled `acquire_async` read `Acquiring` under load).
+    cancelled: Vec<Acquirer>,
     /// Locks an event or notice named since the last step.
     touched: BTreeSet<LockId>,
     published_deadline: Option<Instant>,
@@ -262,7 +267,7 @@ impl SessionTask {
         };
         let token = match e.remove_acquire(&ticket) {
             Some(waiting) => {
-                waiting.send(Err(Error::Released));
+                self.cancelled.push(waiting);
                 None
             }
             None => match *crate::sync::lock(&ticket.won) {
@@ -356,6 +361,9 @@ impl SessionTask {
             self.request(r);
         }
         finish(std::mem::take(&mut self.publish_acks));
+        for waiting in std::mem::take(&mut self.cancelled) {
+            waiting.send(Err(Error::Released));
+        }
     }
 
     /// Arms or disarms the gates' drain watches the machine asks for;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use dlock::Code;
 use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::error::{OrRaise, error};
 
@@ -50,9 +50,14 @@ pub(crate) fn bytes_arg(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
-    v.extract::<Vec<u8>>().map_err(|_| {
-        PyTypeError::new_err(format!("{what} must be bytes or str, not {}", type_name(v)))
-    })
+    let refuse =
+        || PyTypeError::new_err(format!("{what} must be bytes or str, not {}", type_name(v)));
+    // A list or tuple of ints would pass as bytes below and be stored as
+    // bytes the caller never wrote (`[]` as `b""`): bytes-like only.
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        return Err(refuse());
+    }
+    v.extract::<Vec<u8>>().map_err(|_| refuse())
 }
 
 /// The name of `v`'s type, for a `TypeError`.

@@ -197,6 +197,11 @@ def test_bad_arguments() -> None:
     assert e2.value.code == "already_held"
     with pytest.raises(TypeError):
         lock.guarded_put(lock.token or 0, 5, b"v")  # type: ignore[arg-type]
+    # A list of ints is no bytes: refused, not stored as b"" (a property
+    # test found `[]` stored as b"").
+    for not_bytes in ([], [118], (118,)):
+        with pytest.raises(TypeError):
+            lock.guarded_put(lock.token or 0, b"k", not_bytes)  # type: ignore[arg-type]
     with pytest.raises(dlock.InvalidArgument):
         lock.guarded_put(lock.token or 0, b"", b"v")
     assert lock.state is dlock.State.HOLDING
