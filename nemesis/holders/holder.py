@@ -43,6 +43,8 @@ import time
 
 import dlock
 
+from handover import rw_rng, rw_units
+
 NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
            "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
            "semaphore": 0}
@@ -57,28 +59,6 @@ def now() -> int:
 
 def ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
-
-
-M64 = (1 << 64) - 1
-
-
-def rw_rng(who):
-    """The Rust holder's generator of hold lengths (xorshift64*), seeded
-    with FNV-1a of the id: the same sequence for the same id."""
-    h = 0xCBF29CE484222325
-    for b in who.encode():
-        h = ((h ^ b) * 0x100000001B3) & M64
-    return [h or 0x9E3779B97F4A7C15]
-
-
-def rw_units(st):
-    """Units to hold for before the handover, in [20, 200]."""
-    x = st[0]
-    x ^= x >> 12
-    x ^= (x << 25) & M64
-    x ^= x >> 27
-    st[0] = x
-    return 20 + ((x * 0x2545F4914F6CDD1D) & M64) % 181
 
 
 def flags(argv):
