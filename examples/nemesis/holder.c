@@ -156,6 +156,14 @@ static void on_acquired(void *u, uint64_t token) {
   record("acquired", "\"at\":%" PRIu64 ",\"token\":%" PRIu64, now_ns(), token);
 }
 
+/* The holder's records of a lock's events (its first lock, and each
+ * handover's new one). */
+static void watch_events(const struct lk_lock *l) {
+  lk_set_on_state_change(l, on_state, NULL);
+  lk_set_on_fence(l, on_fence, NULL);
+  lk_set_on_acquired(l, on_acquired, NULL);
+}
+
 static void *watch_stdin(void *u) {
   (void)u;
   char buf[256];
@@ -518,9 +526,7 @@ int main(int argc, char **argv) {
     if (lk_lock_new(client, name, &l) != LK_OK) die(lk_last_error());
     lock = l;
   }
-  lk_set_on_state_change(lock, on_state, NULL);
-  lk_set_on_fence(lock, on_fence, NULL);
-  lk_set_on_acquired(lock, on_acquired, NULL);
+  watch_events(lock);
   if (!semaphore) pthread_create(&t, NULL, watch_stdin, NULL);
 
   uint64_t seq = 0, refused_n = 0, permits = 0;
@@ -637,9 +643,7 @@ int main(int argc, char **argv) {
              s == LK_OK ? "ok" : lk_status_name(s));
       rw = rw == 'r' ? 'w' : 'r';
       if ((rw == 'r' ? lk_rwlock_reader(rwl, &l) : lk_rwlock_writer(rwl, &l)) != LK_OK) die(lk_last_error());
-      lk_set_on_state_change(l, on_state, NULL);
-      lk_set_on_fence(l, on_fence, NULL);
-      lk_set_on_acquired(l, on_acquired, NULL);
+      watch_events(l);
       __atomic_store_n(&lock, l, __ATOMIC_RELEASE);
       record("mode", "\"mode\":\"%c\"", rw);
       rw_left = rw_units();
