@@ -142,7 +142,7 @@
 
 // The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
 // larger limits are `LK_INVALID_ARGUMENT`.
-#define LK_MAX_SEMAPHORE_LIMIT 64
+#define LK_MAX_SEMAPHORE_LIMIT 1024
 
 // The version of `struct lk_holder` this header describes.
 #define LK_HOLDER_VERSION 1

@@ -228,8 +228,8 @@ impl Held for dlock::Lock {
 }
 
 /// A slot of a semaphore (`-n N`): the core's `Semaphore` acquires it (a
-/// wait on every slot at once, or a try of each); the slot's lock is
-/// known from then on.
+/// wait in the semaphore's one queue, or a try of a free slot); the
+/// slot's lock is known from then on.
 struct Slot {
     semaphore: dlock::Semaphore,
     won: Arc<OnceLock<dlock::Lock>>,

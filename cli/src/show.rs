@@ -90,6 +90,9 @@ struct SemaphoreShown {
     held: usize,
     /// The held slots, lowest first.
     slots: Vec<SlotShown>,
+    /// The semaphore's one queue (`NAME/queue`), its head first: on etcd
+    /// every waiter; on PostgreSQL (waiters hold no rows) the head alone.
+    queue: Vec<Key>,
 }
 
 #[derive(Serialize, Debug)]
@@ -98,7 +101,8 @@ struct SlotShown {
     /// The slot's lock name, `NAME/slot/<i>`.
     name: String,
     holder: Holder,
-    /// On etcd a waiter of the semaphore waits on every slot at once.
+    /// Keys queued on this slot itself (an `etcdctl lock` of the slot's
+    /// name); dlock's waiters queue in the semaphore's one queue instead.
     waiters: Vec<Key>,
 }
 
@@ -237,10 +241,13 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
         None => {
             let limit = reader.semaphore_limit(&args.name).map_err(read_failed)?;
             let slots = slots(&reader, &args.name, &keys)?;
+            let queue_name = dlock::semaphore::queue_name(&args.name);
+            let queue = keys.iter().filter(|k| k.name == queue_name).map(key);
             (limit.is_some() || !slots.is_empty()).then_some(SemaphoreShown {
                 limit,
                 held: slots.len(),
                 slots,
+                queue: queue.collect(),
             })
         }
     };
@@ -279,6 +286,10 @@ pub fn show(args: ShowArgs) -> Result<i32, Fail> {
             ),
         }
         println!("held      {} slot(s)", sem.held);
+        match shown.waiters_known {
+            true => println!("queued    {}", sem.queue.len()),
+            false => println!("queued    {} (PostgreSQL: the head alone)", sem.queue.len()),
+        }
         for s in &sem.slots {
             let waiters = match shown.waiters_known {
                 true => s.waiters.len().to_string(),

@@ -169,7 +169,7 @@ fn a_limit_mismatch_exits_invalid_argument() {
         "{e}"
     );
     assert!(other.stdout.is_empty(), "CMD ran");
-    for bad in ["0", "65"] {
+    for bad in ["0", "1025"] {
         let o = dlock(&c, &["run", "-n", bad, &unique("bad"), "--", "true"])
             .output()
             .unwrap();
@@ -242,8 +242,9 @@ fn show_list_try_and_one_slot_fenced_alone() {
 }
 
 /// A signal while waiting for a slot cancels the wait (the core's cancel:
-/// the dropped acquisition leaves nothing held, no key queued on any
-/// slot) and dlock exits 128 + n without running CMD.
+/// the dropped acquisition leaves nothing held, no key queued in the
+/// semaphore's queue or on any slot) and dlock exits 128 + n without
+/// running CMD.
 #[test]
 fn a_signal_while_waiting_leaves_no_key_queued() {
     let c = etcd_cluster::cluster();
@@ -254,11 +255,7 @@ fn a_signal_while_waiting_leaves_no_key_queued() {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let (_, v) = show(&c, &name);
-        if v["semaphore"]["slots"][0]["waiters"]
-            .as_array()
-            .map_or(0, Vec::len)
-            == 1
-        {
+        if v["semaphore"]["queue"].as_array().map_or(0, Vec::len) == 1 {
             break;
         }
         assert!(Instant::now() < end, "no waiter queued: {v}");
@@ -276,11 +273,12 @@ fn a_signal_while_waiting_leaves_no_key_queued() {
     assert!(out.stdout.is_empty(), "CMD ran");
     let (_, v) = show(&c, &name);
     assert_eq!(v["semaphore"]["held"], 1, "{v}");
-    assert_eq!(
-        v["semaphore"]["slots"][0]["waiters"],
-        serde_json::json!([]),
-        "{v}"
-    );
+    for queued in [
+        &v["semaphore"]["queue"],
+        &v["semaphore"]["slots"][0]["waiters"],
+    ] {
+        assert_eq!(queued, &serde_json::json!([]), "{v}");
+    }
     holder.kill().unwrap();
     let _ = holder.wait();
 }

@@ -213,6 +213,28 @@ pub trait Backend: std::any::Any + Send + Sync + 'static {
         })
     }
 
+    /// A slot of the semaphore `name` (of `limit` slots) with no key under
+    /// it (docs/design.md §26): `Some(i)` at once when one is free; when
+    /// none is, with `wait`, once a key under `<name>/slot/` goes (a
+    /// release, an expiry, a revoke) and one is free, else `None`. Read,
+    /// not taken: the caller tries slot `i` as a lock's `try_acquire`, and
+    /// asks again if someone took it first. Only the head of the
+    /// semaphore's one queue waits here, so a release wakes one waiter, not
+    /// every waiter of every slot. The caller bounds the wait.
+    fn free_slot<'a>(
+        &'a self,
+        name: &'a str,
+        limit: u32,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Option<u32>, BackendError>> {
+        let _ = (name, limit, wait);
+        Box::pin(async {
+            Err(BackendError::Unavailable(
+                "this backend has no semaphores".into(),
+            ))
+        })
+    }
+
     /// [`Backend::lock`] for a read/write lock's holder (docs/design.md
     /// §27): the key `<name>/<lease>` is put holding `mode`'s value
     /// ([`crate::rwlock::READ_MARKER`] for a reader, empty for a writer, as

@@ -307,6 +307,37 @@ impl MemoryService {
         }
     }
 
+    /// The lowest slot of the semaphore `name` with no key under it, once
+    /// there is one (with `wait`): woken by every change and expiry.
+    async fn free_slot(
+        &self,
+        name: &str,
+        limit: u32,
+        wait: bool,
+    ) -> Result<Option<u32>, BackendError> {
+        loop {
+            let changed = self.0.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let next_expiry = {
+                let st = self.lock_up()?;
+                let free =
+                    (0..limit).find(|&i| st.owner(&crate::semaphore::slot_name(name, i)).is_none());
+                if free.is_some() || !wait {
+                    return Ok(free);
+                }
+                st.next_expiry()
+            };
+            match next_expiry {
+                Some(t) => tokio::select! {
+                    _ = &mut changed => {}
+                    _ = self.0.clock.sleep_until(t) => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
+
     /// `Election.Proclaim`: the value of our key, while it holds `token`.
     fn proclaim(
         &self,
@@ -660,6 +691,19 @@ impl Backend for MemoryBackend {
         Box::new(MemoryKeyWatch {
             service: self.service.clone(),
             id,
+        })
+    }
+
+    fn free_slot<'a>(
+        &'a self,
+        name: &'a str,
+        limit: u32,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Option<u32>, BackendError>> {
+        Box::pin(async move {
+            self.cross().await;
+            self.service.check_up()?;
+            self.service.free_slot(name, limit, wait).await
         })
     }
 

@@ -18,23 +18,44 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use crate::{Client, Error, Lock, MAX_NAME_LEN, Session};
 
-use crate::driver::Reply;
-use crate::machine::Token;
-use crate::{Acquisition, Client, Error, Lock, MAX_NAME_LEN, Session};
-
-/// The largest limit a semaphore may have. A waiter queues on every slot
-/// at once (one ordinary acquisition per slot on its session), so the
-/// limit bounds what one wait costs the engine; larger limits are refused
-/// ([`Error::InvalidArgument`]).
-pub const MAX_SEMAPHORE_LIMIT: u32 = 64;
+/// The largest limit a semaphore may have. Waiting costs the same at
+/// any limit (one key in the semaphore's queue per waiter, one head
+/// reading the slots); the bound keeps a head's read of every slot's
+/// keys, and `try_acquire`'s, to one small reply.
+pub const MAX_SEMAPHORE_LIMIT: u32 = 1024;
 
 /// The lock name of slot `slot` of the semaphore `name`:
 /// `<name>/slot/<slot>`. The one definition: `FenceGate`, guarded writes,
 /// `dlock.guard` and `etcdctl lock` take this name.
 pub fn slot_name(name: &str, slot: u32) -> String {
     format!("{name}/slot/{slot}")
+}
+
+/// The lock name of the semaphore `name`'s one queue: `<name>/queue`. A
+/// waiter queues there as an ordinary lock; its holder, the head, alone
+/// waits for a free slot ([`crate::Backend::free_slot`]), and lets the next
+/// waiter be head once it has its slot (or gives up).
+pub fn queue_name(name: &str) -> String {
+    format!("{name}/queue")
+}
+
+/// The slot a key under `<name>/slot/` (`<name>/slot/<i>/<lease>`) is of.
+pub(crate) fn slot_of_key(name: &str, key: &str) -> Option<u32> {
+    let rest = key.strip_prefix(name)?.strip_prefix("/slot/")?;
+    rest.split('/').next()?.parse().ok()
+}
+
+/// The lowest slot below `limit` that is not `taken`.
+pub(crate) fn first_free(limit: u32, taken: impl IntoIterator<Item = u32>) -> Option<u32> {
+    let mut free = vec![true; limit as usize];
+    for t in taken {
+        if let Some(f) = free.get_mut(t as usize) {
+            *f = false;
+        }
+    }
+    free.iter().position(|f| *f).map(|i| i as u32)
 }
 
 /// The key the limit of the semaphore `name` is recorded under:
@@ -193,69 +214,6 @@ impl Client {
     }
 }
 
-/// One wait queued on every slot at once. Dropped (a timeout, an error, a
-/// dropped future), it cancels every acquisition and drops every handle,
-/// so nothing stays held, even a slot won just then (the lock lifecycle's
-/// cancel rule); [`Race::win`] keeps the winner out of that.
-struct Race {
-    locks: Vec<Option<Lock>>,
-    acquisitions: Vec<Option<Acquisition>>,
-}
-
-impl Race {
-    /// The winner's lock; every other slot's acquisition is cancelled.
-    fn win(mut self, slot: usize) -> Lock {
-        self.acquisitions[slot] = None;
-        self.locks[slot].take().expect("the winner's lock is there")
-    }
-}
-
-impl Drop for Race {
-    fn drop(&mut self) {
-        for a in self.acquisitions.iter().flatten() {
-            a.cancel();
-        }
-        // Dropping a handle releases whatever it may still hold.
-        self.locks.clear();
-    }
-}
-
-type Answer = oneshot::Receiver<Result<Token, Error>>;
-
-/// The first slot won, once any is; when every slot's acquisition failed,
-/// the first failure that is not a timeout (it says more), else
-/// [`Error::Timeout`].
-struct FirstOf {
-    answers: Vec<Option<Answer>>,
-    failed: Option<Error>,
-}
-
-impl Future for FirstOf {
-    type Output = Result<usize, Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        for (i, slot) in this.answers.iter_mut().enumerate() {
-            let Some(rx) = slot else { continue };
-            let Poll::Ready(answer) = Pin::new(rx).poll(cx) else {
-                continue;
-            };
-            *slot = None;
-            match answer.unwrap_or(Err(Error::Shutdown)) {
-                Ok(_) => return Poll::Ready(Ok(i)),
-                Err(Error::Timeout | Error::WouldBlock) => {}
-                Err(e) => {
-                    this.failed.get_or_insert(e);
-                }
-            }
-        }
-        if this.answers.iter().all(Option::is_none) {
-            return Poll::Ready(Err(this.failed.take().unwrap_or(Error::Timeout)));
-        }
-        Poll::Pending
-    }
-}
-
 impl Semaphore {
     /// The core's rule for a semaphore's name and limit, without a
     /// session: what a face checks before it connects (the command's
@@ -303,38 +261,14 @@ impl Semaphore {
         std::process::id().wrapping_add(turn) % self.limit
     }
 
-    /// Queues one ordinary acquisition on every slot, each with `timeout`.
-    fn start(&self, timeout: Option<Duration>) -> Result<(Race, FirstOf), Error> {
-        let n = self.limit as usize;
-        let mut race = Race {
-            locks: Vec::with_capacity(n),
-            acquisitions: Vec::with_capacity(n),
-        };
-        let mut answers = Vec::with_capacity(n);
-        for slot in 0..self.limit {
-            let lock = self.slot_lock(slot)?;
-            let (reply, rx) = Reply::future();
-            let acquisition = lock
-                .acquire_start(true, timeout, reply)
-                .map_err(|(e, _)| e)?;
-            race.locks.push(Some(lock));
-            race.acquisitions.push(Some(acquisition));
-            answers.push(Some(rx));
-        }
-        let first = FirstOf {
-            answers,
-            failed: None,
-        };
-        Ok((race, first))
-    }
-
     /// Takes a slot, waiting up to `timeout` for one to be free (zero tries
     /// once, as [`Semaphore::try_acquire`]); returns that slot's held
     /// [`Lock`] ([`Lock::slot`], [`Lock::token`], permits, `on_fence`,
     /// release: the whole lock API). One slot is tried alone first; then
-    /// the wait is queued on every slot at once and wakes on a release or an expiry through the engine's own
-    /// watch, as a lock's does; the first slot won is kept, the others are
-    /// cancelled. A service that does not answer is waited through, as a
+    /// the wait queues in the semaphore's one queue ([`queue_name`], an
+    /// ordinary lock): its head alone waits for a free slot, woken by the
+    /// engine's own watch or notification when a slot's key goes, and
+    /// tries it. A service that does not answer is waited through, as a
     /// lock's wait does. [`Error::Timeout`]: no slot was won in time;
     /// nothing is held then. Blocks.
     pub fn acquire(&self, timeout: Duration) -> Result<Lock, Error> {
@@ -347,12 +281,15 @@ impl Semaphore {
 
     /// [`Semaphore::acquire`] for async code, on any executor (`None`: no
     /// time limit). Dropping the future before it is ready leaves nothing
-    /// held, even a slot won just then.
+    /// held, even a slot won just then, and leaves the queue.
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
         if timeout.is_some_and(|t| t.is_zero()) {
             return self.try_acquire_async().await;
         }
-        let until = timeout.map(|t| std::time::Instant::now() + t);
+        // On the session's clock, as a lock's timeout is.
+        let clock = self.session.inner.clock.clone();
+        let until = timeout.map(|t| clock.now() + t);
+        let left = || until.map(|u| u.saturating_since(clock.now()));
         let lock = self.slot_lock(self.first_try())?;
         match lock.try_acquire_async().await {
             Ok(_) => return Ok(lock),
@@ -361,30 +298,58 @@ impl Semaphore {
             Err(Error::WouldBlock | Error::Timeout | Error::Backend(_)) => drop(lock),
             Err(e) => return Err(e),
         }
-        // The queued wait has what is left of the caller's timeout.
-        let left = until.map(|u| u.saturating_duration_since(std::time::Instant::now()));
-        if left.is_some_and(|l| l.is_zero()) {
+        if left().is_some_and(|l| l.is_zero()) {
             return Err(Error::Timeout);
         }
-        let (race, first) = self.start(left)?;
-        let slot = first.await?;
-        Ok(race.win(slot))
-    }
-
-    /// Takes a free slot if there is one, else [`Error::WouldBlock`]. The
-    /// slots are tried one after the other (never two at once, so a try
-    /// never holds a slot it does not keep). Blocks for at most about two
-    /// keepalive timeouts per slot tried.
-    pub fn try_acquire(&self) -> Result<Lock, Error> {
-        for slot in 0..self.limit {
-            let lock = self.slot_lock(slot)?;
-            match lock.try_acquire() {
-                Ok(_) => return Ok(lock),
-                Err(Error::WouldBlock) => {}
-                Err(e) => return Err(e),
+        // The head of the queue is the one waiter that looks for a slot.
+        // Dropped (won, failed, or this future dropped), the queue's key
+        // goes and the next waiter is head.
+        let head = self.session.lock_in(&queue_name(&self.name), None)?;
+        head.acquire_async(left()).await?;
+        let retry = self.session.options().retry_interval;
+        loop {
+            let free = self
+                .session
+                .backend()
+                .free_slot(&self.name, self.limit, true);
+            let free = match until {
+                Some(u) => tokio::select! {
+                    free = free => free,
+                    _ = clock.sleep_until(u) => return Err(Error::Timeout),
+                },
+                None => free.await,
+            };
+            match free {
+                Ok(Some(slot)) => {
+                    let lock = self.slot_lock(slot)?;
+                    match lock.try_acquire_async().await {
+                        Ok(_) => return Ok(lock),
+                        // Someone took it first, or no answer: look again.
+                        Err(Error::WouldBlock | Error::Timeout | Error::Backend(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(None) => {}
+                Err(crate::backend::BackendError::Unavailable(_)) => {
+                    // Waited through, as a lock's wait is.
+                    let pause = left().map_or(retry, |l| l.min(retry));
+                    clock.sleep(pause).await;
+                }
+                Err(e) => return Err(Error::Backend(format!("the lock service failed: {e}"))),
+            }
+            if left().is_some_and(|l| l.is_zero()) {
+                return Err(Error::Timeout);
             }
         }
-        Err(Error::WouldBlock)
+    }
+
+    /// Takes a free slot if there is one, else [`Error::WouldBlock`]: one
+    /// read of the slots' keys, then a try of a free slot (never two at
+    /// once, so a try never holds a slot it does not keep), read again if
+    /// someone took it first. Blocks for about two round trips.
+    pub fn try_acquire(&self) -> Result<Lock, Error> {
+        let sem = self.clone();
+        crate::driver::block_on(async move { sem.try_acquire_async().await })?
     }
 
     /// The completion form of [`Semaphore::acquire_async`] (`Some(ZERO)`:
@@ -427,7 +392,23 @@ impl Semaphore {
 
     /// [`Semaphore::try_acquire`] for async code.
     pub async fn try_acquire_async(&self) -> Result<Lock, Error> {
-        for slot in 0..self.limit {
+        // Bounded: each lost race means a slot was taken meanwhile.
+        for _ in 0..self.limit {
+            let free = self
+                .session
+                .backend()
+                .free_slot(&self.name, self.limit, false);
+            let bound = self.session.options().keepalive_timeout * 2;
+            let slot = match tokio::time::timeout(bound, free).await {
+                Ok(Ok(Some(slot))) => slot,
+                Ok(Ok(None)) => return Err(Error::WouldBlock),
+                Ok(Err(e)) => return Err(Error::Backend(format!("the lock service failed: {e}"))),
+                Err(_) => {
+                    return Err(Error::Backend(
+                        "the lock service did not answer in time".into(),
+                    ));
+                }
+            };
             let lock = self.slot_lock(slot)?;
             match lock.try_acquire_async().await {
                 Ok(_) => return Ok(lock),
@@ -488,7 +469,7 @@ impl SemaphoreAcquisition {
 }
 
 /// An acquire until it is cancelled: then `None`, and the acquire (its
-/// [`Race`]) is dropped on the driver.
+/// wait, its queue key and any slot won with it) is dropped on the driver.
 struct UntilCancelled<F> {
     future: Pin<Box<F>>,
     started: SemaphoreAcquisition,

@@ -252,9 +252,8 @@ fn fault_engine(env: &Cluster, run: impl FnOnce(&sem_faults::Engine)) {
     };
     let direct = || client(env);
     let queued = |name: &str| {
-        let n = 2 * sem_faults::LIMIT as usize;
-        until("the contender queued on every slot", || {
-            keys(env, &format!("{name}/slot/")).len() >= n
+        until("the contender heads the semaphore's queue", || {
+            !keys(env, &format!("{name}/queue/")).is_empty()
         });
     };
     run(&sem_faults::Engine {

@@ -217,8 +217,8 @@ fn a_slot_row_deleted_by_an_operator_fences_that_holder_alone() {
 }
 
 /// The engine of the fault cases: the cut-off holder reaches the primary
-/// through the proxy; PostgreSQL shows no queue (a waiter LISTENs), so the
-/// contender is not waited for: it acquires when the slot frees either way.
+/// through the proxy; the contender is waited for until its row heads the
+/// semaphore's queue (`<name>/queue`).
 fn fault_engine(run: impl FnOnce(&sem_faults::Engine)) {
     let url = pg::servers().url;
     let cut_off = || {
@@ -226,11 +226,20 @@ fn fault_engine(run: impl FnOnce(&sem_faults::Engine)) {
         (client(&pg::via(&url, proxy.addr())), vec![proxy])
     };
     let direct = || client(&url);
+    let sql = pg::Sql::connect(&url);
+    let queued = |name: &str| {
+        let queue = format!("{name}/queue");
+        until("the contender heads the semaphore's queue", || {
+            !sql.query("SELECT 1 FROM dlock.locks WHERE name = $1", &[&queue])
+                .unwrap()
+                .is_empty()
+        });
+    };
     run(&sem_faults::Engine {
         label: "pg ",
         cut_off: &cut_off,
         direct: &direct,
-        queued: &|_| {},
+        queued: &queued,
         reset_after_lost: true,
     });
 }

@@ -1,8 +1,7 @@
 //! Semaphores (docs/design.md §26): N holders at once, each holding one
 //! slot, an ordinary `lk_lock` named `<name>/slot/<i>`. Each function
 //! converts and calls the core's `Semaphore`; the limit's record and
-//! check, the wait on every slot and the cancel of the others are the
-//! core's.
+//! check, the queued wait and its cancel are the core's.
 
 use std::ffi::{CString, c_char};
 use std::time::Duration;
@@ -17,7 +16,7 @@ use crate::{Fail, arg, boxed, ffi, out, text};
 
 /// The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
 /// larger limits are `LK_INVALID_ARGUMENT`.
-pub const LK_MAX_SEMAPHORE_LIMIT: u32 = 64;
+pub const LK_MAX_SEMAPHORE_LIMIT: u32 = 1024;
 const _: () = assert!(LK_MAX_SEMAPHORE_LIMIT == dlock_core::MAX_SEMAPHORE_LIMIT);
 
 /// A counting semaphore: at most its limit of holders at once, each

@@ -37,6 +37,7 @@ mod lease;
 mod mutex;
 mod reader;
 mod rwlock;
+mod semaphore;
 mod watch;
 
 pub(crate) use conn::EtcdBackend;
@@ -352,6 +353,15 @@ impl Backend for EtcdBackend {
         value: &'a [u8],
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.proclaim_value(name, lease, token, value))
+    }
+
+    fn free_slot<'a>(
+        &'a self,
+        name: &'a str,
+        limit: u32,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Option<u32>, BackendError>> {
+        Box::pin(EtcdBackend::free_slot(self, name, limit, wait))
     }
 
     fn next_leader<'a>(

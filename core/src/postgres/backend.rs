@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::PostgresConfig;
 use super::conn::{Connector, Slot, listen_config};
 use super::watch::Listener;
-use super::{election, guarded, lease, mutex, schema};
+use super::{election, guarded, lease, mutex, schema, semaphore};
 use crate::Error;
 use crate::backend::{Backend, BackendError, Bounds, BoxFuture, Grant, KeyGone, KeyWatch, Leader};
 use crate::identity::{Identity, LockHolder};
@@ -177,6 +177,23 @@ impl Backend for PostgresBackend {
             token,
             value,
             self.0.timeout,
+        ))
+    }
+
+    fn free_slot<'a>(
+        &'a self,
+        name: &'a str,
+        limit: u32,
+        wait: bool,
+    ) -> BoxFuture<'a, Result<Option<u32>, BackendError>> {
+        let s = &self.0;
+        Box::pin(semaphore::free_slot(
+            &s.ops,
+            s.listener.wake(),
+            name,
+            limit,
+            wait,
+            s.timeout,
         ))
     }
 

@@ -20,6 +20,7 @@ mod mutex;
 mod reader;
 mod rwlock;
 mod schema;
+mod semaphore;
 mod watch;
 
 pub(crate) use backend::PostgresBackend;

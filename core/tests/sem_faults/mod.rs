@@ -52,8 +52,9 @@ pub struct Engine<'a> {
     pub cut_off: &'a dyn Fn() -> (Client, Vec<Proxy>),
     /// A client connected directly.
     pub direct: &'a dyn Fn() -> Client,
-    /// Returns once the contender waits on every slot of `name` (etcd: its
-    /// queued keys), or at once where the engine shows no queue.
+    /// Returns once the contender waits for a slot of `name` (etcd: its key
+    /// heads the semaphore's queue), or at once where the engine shows no
+    /// queue.
     pub queued: &'a dyn Fn(&str),
     /// Reset the proxy's connections before passing again after lost
     /// replies (PostgreSQL's protocol cannot resume mid-stream).
