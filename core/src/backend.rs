@@ -237,7 +237,7 @@ pub trait Backend: std::any::Any + Send + Sync + 'static {
 
     /// [`Backend::lock`] for a read/write lock's holder (docs/design.md
     /// §27): the key `<name>/<lease>` is put holding `mode`'s value
-    /// ([`crate::rwlock::READ_MARKER`] for a reader, empty for a writer, as
+    /// ([`crate::mode::READ_MARKER`] for a reader, empty for a writer, as
     /// `etcdctl lock` puts), in the one queue of the name. A writer holds
     /// when no earlier key is left; a reader when no earlier key is a
     /// writer (any key without the marker, so `etcdctl lock`'s and Go's
@@ -247,12 +247,12 @@ pub trait Backend: std::any::Any + Send + Sync + 'static {
         &'a self,
         name: &'a str,
         lease: LeaseId,
-        mode: crate::rwlock::Mode,
+        mode: crate::mode::Mode,
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         match mode {
-            crate::rwlock::Mode::Write => self.lock(name, lease, wait),
-            crate::rwlock::Mode::Read => Box::pin(async {
+            crate::mode::Mode::Write => self.lock(name, lease, wait),
+            crate::mode::Mode::Read => Box::pin(async {
                 Err(BackendError::Unavailable(
                     "this backend has no read/write locks".into(),
                 ))

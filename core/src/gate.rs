@@ -83,7 +83,7 @@ pub(crate) struct LockMetrics {
     pub(crate) election: AtomicBool,
     /// A read/write lock holder's mode (0: a plain lock, 1: read, 2:
     /// write): the one copy, which the handle, the driver and the snapshot
-    /// read ([`crate::rwlock::ModeCell`]). A byte in the padding: a gate
+    /// read ([`crate::Mode`]). A byte in the padding: a gate
     /// does not grow.
     pub(crate) mode: AtomicU8,
     /// The handle is a semaphore's slot: that semaphore's limit (0: a
@@ -93,8 +93,8 @@ pub(crate) struct LockMetrics {
 
 impl LockMetrics {
     /// A read/write lock holder's mode (`None`: a plain lock).
-    pub(crate) fn mode(&self) -> Option<crate::Mode> {
-        crate::Mode::of_byte(self.mode.load(Acquire))
+    pub(crate) fn mode(&self) -> Option<crate::mode::Mode> {
+        crate::mode::Mode::of_byte(self.mode.load(Acquire))
     }
 
     /// Sets the mode: a new holder's, or a committed downgrade's.

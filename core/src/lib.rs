@@ -54,6 +54,7 @@ pub mod log;
 pub mod machine;
 pub mod memory;
 pub mod metrics;
+mod mode;
 mod observer;
 pub mod options;
 mod permit;

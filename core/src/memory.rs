@@ -606,13 +606,13 @@ impl Backend for MemoryBackend {
         &'a self,
         name: &'a str,
         lease: LeaseId,
-        mode: crate::rwlock::Mode,
+        mode: crate::mode::Mode,
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         Box::pin(async move {
             self.cross().await;
             self.service.check_up()?;
-            let read = mode == crate::rwlock::Mode::Read;
+            let read = mode == crate::mode::Mode::Read;
             let value = Some(mode.value());
             self.service.acquire(name, lease, value, read, wait).await
         })

@@ -295,9 +295,9 @@ impl SessionTask {
                 "downgrade: not a read/write lock's holder".into(),
             )));
         };
-        let value = crate::rwlock::READ_MARKER.to_vec();
+        let value = crate::mode::READ_MARKER.to_vec();
         self.put_value(now, lock, token, value, "downgrade", reply, move |_| {
-            gate.metrics.set_mode(crate::rwlock::Mode::Read);
+            gate.metrics.set_mode(crate::mode::Mode::Read);
         });
     }
 

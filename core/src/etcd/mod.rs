@@ -282,7 +282,7 @@ impl Backend for EtcdBackend {
         &'a self,
         name: &'a str,
         lease: LeaseId,
-        mode: crate::rwlock::Mode,
+        mode: crate::mode::Mode,
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         Box::pin(self.acquire_rw(name, lease, mode, wait))

@@ -15,7 +15,7 @@ use super::conn::EtcdBackend;
 use crate::backend::BackendError;
 use crate::lock_key;
 use crate::machine::{LeaseId, Token};
-use crate::rwlock::{Mode, READ_MARKER, holds};
+use crate::mode::{Mode, READ_MARKER, holds};
 
 /// A reader's request: puts our key holding the read marker (under `lease`)
 /// if absent, else reads it; and reads every key under `prefix`, oldest

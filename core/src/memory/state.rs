@@ -162,7 +162,7 @@ impl ServiceState {
     /// `mine` holds: no earlier key is a writer (a key without the read
     /// marker; docs/design.md §27).
     pub(super) fn reader_holds(&self, name: &str, mine: u64) -> bool {
-        use crate::rwlock::{Mode, holds};
+        use crate::mode::{Mode, holds};
         let prefix = format!("{name}/");
         let keys = self
             .keys

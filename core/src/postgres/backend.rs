@@ -125,7 +125,7 @@ impl Backend for PostgresBackend {
         &'a self,
         name: &'a str,
         lease: LeaseId,
-        mode: crate::rwlock::Mode,
+        mode: crate::mode::Mode,
         wait: bool,
     ) -> BoxFuture<'a, Result<Token, BackendError>> {
         let s = &self.0;

@@ -14,7 +14,7 @@ use super::conn::Slot;
 use super::mutex::{lock_key, look_again};
 use crate::backend::BackendError;
 use crate::machine::{LeaseId, Token};
-use crate::rwlock::Mode;
+use crate::mode::Mode;
 
 /// Acquires `name` under `lease` in `mode` (see [`crate::Backend::lock_rw`]).
 pub(crate) async fn lock_rw(
