@@ -260,6 +260,7 @@ fn fault_engine(env: &Cluster, run: impl FnOnce(&sem_faults::Engine)) {
         label: "",
         cut_off: &cut_off,
         direct: &direct,
+        calm: &|| calm(env),
         queued: &queued,
         reset_after_lost: false,
     });

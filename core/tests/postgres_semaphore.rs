@@ -239,6 +239,7 @@ fn fault_engine(run: impl FnOnce(&sem_faults::Engine)) {
         label: "pg ",
         cut_off: &cut_off,
         direct: &direct,
+        calm: &|| calm(&url),
         queued: &queued,
         reset_after_lost: true,
     });
