@@ -6,29 +6,68 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dlock::{
     Acquisition, Client, ClientConfig, Election, EventStream, Lock, MemoryBackend, MemoryService,
-    Options, OwnedPermit,
+    Options, OwnedPermit, Semaphore,
 };
 use dlock_scenarios::{Config, Face, Fault, Observed, Role, Scenario, Step, TraceSink, WAIT_LIMIT};
 
-/// A holder's handle: a lock or an election candidate (whose lock every
-/// lock step uses).
+/// A holder's handle: a lock, an election candidate or a semaphore (whose
+/// lock, a semaphore's once it won a slot, every lock step uses).
 enum Handle {
     Lock(Lock),
     Election(Election),
+    /// The semaphore and the slot its acquire won (one per scenario).
+    Semaphore(Semaphore, OnceLock<Lock>),
 }
 
 impl Handle {
-    fn lock(&self) -> &Lock {
+    fn lock(&self) -> Result<&Lock, String> {
         match self {
-            Handle::Lock(l) => l,
-            Handle::Election(e) => e.lock(),
+            Handle::Lock(l) => Ok(l),
+            Handle::Election(e) => Ok(e.lock()),
+            Handle::Semaphore(_, won) => won.get().ok_or_else(|| "no slot won yet".into()),
         }
+    }
+
+    /// A semaphore holder's slot won (`try_acquire` or `acquire`): traced
+    /// as `took slot=I lock=NAME`, then its events as a lock's.
+    fn took(
+        &self,
+        won: Result<Lock, dlock::Error>,
+        trace: &TraceSink,
+        holder: &str,
+    ) -> &'static str {
+        let Handle::Semaphore(_, slot) = self else {
+            return "not a semaphore holder";
+        };
+        let lock = match won {
+            Ok(lock) => lock,
+            Err(e) => {
+                trace.push(format!("{holder} acquire failed: {}", e.code()));
+                return e.code();
+            }
+        };
+        let line = format!(
+            "{holder} took slot={} lock={}",
+            lock.slot().map_or(-1, i64::from),
+            lock.name()
+        );
+        // Kept before the line is traced: a `wait` on it may be followed
+        // by a step on the slot at once.
+        if slot.set(lock).is_err() {
+            return "a second slot for one holder";
+        }
+        trace.push(line);
+        let (t, n) = (trace.clone(), holder.to_string());
+        if let Some(lock) = slot.get() {
+            lock.on_event(move |e| t.push(format!("{n} {e}")));
+        }
+        "ok"
     }
 }
 
@@ -38,8 +77,9 @@ struct Held {
     acquisition: Option<Acquisition>,
     /// On the holder's session (`lock.session()`).
     handle: Arc<Handle>,
-    /// The lock's pull-style events, opened before anything happens.
-    events: EventStream,
+    /// The lock's pull-style events, opened before anything happens (not a
+    /// semaphore holder's: it has no lock then).
+    events: Option<EventStream>,
 }
 
 struct Holder {
@@ -107,13 +147,22 @@ impl RustFace {
     }
 
     fn lock(&self, name: &str) -> Result<&Lock, String> {
-        Ok(self.handle(name)?.lock())
+        self.handle(name)?
+            .lock()
+            .map_err(|e| format!("{name}: {e}"))
+    }
+
+    fn semaphore(&self, name: &str) -> Result<&Semaphore, String> {
+        match &**self.handle(name)? {
+            Handle::Semaphore(s, _) => Ok(s),
+            _ => Err(format!("{name} is not a semaphore holder")),
+        }
     }
 
     fn election(&self, name: &str) -> Result<&Election, String> {
         match &**self.handle(name)? {
             Handle::Election(e) => Ok(e),
-            Handle::Lock(_) => Err(format!("{name} is not an election candidate")),
+            _ => Err(format!("{name} is not an election candidate")),
         }
     }
 
@@ -190,12 +239,22 @@ impl Face for RustFace {
                     };
                     Some(Handle::Lock(lock.map_err(|e| e.to_string())?))
                 }
+                Role::Semaphore => {
+                    let limit = place.limit.ok_or("a semaphore holder has a limit")?;
+                    let sem = session
+                        .semaphore(&place.lock, limit)
+                        .map_err(|e| e.to_string())?;
+                    Some(Handle::Semaphore(sem, OnceLock::new()))
+                }
             };
             let held = handle.map(|handle| {
-                // The event's Display is the trace line.
-                let (t, n) = (trace.clone(), h.clone());
-                handle.lock().on_event(move |e| t.push(format!("{n} {e}")));
-                let events = handle.lock().events();
+                // The event's Display is the trace line; a semaphore
+                // holder's lock listens once it won a slot (`took`).
+                let events = handle.lock().ok().map(|lock| {
+                    let (t, n) = (trace.clone(), h.clone());
+                    lock.on_event(move |e| t.push(format!("{n} {e}")));
+                    lock.events()
+                });
                 Held {
                     handle: Arc::new(handle),
                     events,
@@ -225,11 +284,25 @@ impl Face for RustFace {
         true
     }
 
+    fn semaphores(&self) -> bool {
+        true
+    }
+
     fn perform(&mut self, step: &Step) -> Result<Observed, String> {
         Ok(match step {
             Step::Acquire { holder } => {
                 let handle = self.handle(holder)?.clone();
-                std::thread::spawn(move || handle.lock().acquire(WAIT_LIMIT));
+                let (trace, n) = (self.trace.clone().ok_or("no trace")?, holder.clone());
+                std::thread::spawn(move || match &*handle {
+                    Handle::Semaphore(sem, _) => {
+                        handle.took(sem.acquire(WAIT_LIMIT), &trace, &n);
+                    }
+                    _ => {
+                        if let Ok(lock) = handle.lock() {
+                            let _ = lock.acquire(WAIT_LIMIT);
+                        }
+                    }
+                });
                 Observed::Done
             }
             Step::Campaign { holder, value } => {
@@ -290,12 +363,39 @@ impl Face for RustFace {
                 Observed::Done
             }
             Step::TryAcquire { holder, .. } => Observed::Word(
-                match self.lock(holder)?.try_acquire() {
-                    Ok(_) => "ok",
-                    Err(e) => e.code(),
+                match &**self.handle(holder)? {
+                    Handle::Semaphore(sem, _) => {
+                        let trace = self.trace.as_ref().ok_or("no trace")?;
+                        // A refusal is no acquire that failed: not traced.
+                        match sem.try_acquire() {
+                            Ok(lock) => self.handle(holder)?.took(Ok(lock), trace, holder),
+                            Err(e) => e.code(),
+                        }
+                    }
+                    _ => match self.lock(holder)?.try_acquire() {
+                        Ok(_) => "ok",
+                        Err(e) => e.code(),
+                    },
                 }
                 .into(),
             ),
+            Step::Slot { holder, .. } => {
+                let won = self.semaphore(holder).and(self.lock(holder)).ok();
+                Observed::Slot {
+                    slot: won.and_then(|l| l.slot()),
+                    lock: won.map(|l| l.name().to_string()),
+                }
+            }
+            Step::Semaphore { holder, limit, .. } => {
+                let sem = self.semaphore(holder)?;
+                Observed::Word(
+                    match sem.session().semaphore(sem.name(), *limit) {
+                        Ok(_) => "ok",
+                        Err(e) => e.code(),
+                    }
+                    .into(),
+                )
+            }
             Step::Permit { holder, label, .. } => match self.lock(holder)?.permit_owned() {
                 Ok(p) => {
                     let token = Some(p.token().get());
@@ -379,9 +479,13 @@ impl Face for RustFace {
                     .get_mut(holder)
                     .and_then(|h| h.held.as_mut())
                     .ok_or_else(|| format!("no lock holder {holder}"))?;
+                let events = h
+                    .events
+                    .as_mut()
+                    .ok_or_else(|| format!("{holder} has no event stream"))?;
                 let mut got = Vec::new();
                 while got.len() < expect.len() {
-                    match h.events.recv_blocking(Some(WAIT_LIMIT)) {
+                    match events.recv_blocking(Some(WAIT_LIMIT)) {
                         Ok(Some(e)) => got.push(e.to_string()),
                         Ok(None) => break,
                         Err(()) => return Err(format!("no event within {WAIT_LIMIT:?}")),
@@ -396,7 +500,11 @@ impl Face for RustFace {
                     .and_then(|h| h.held.as_mut())
                     .ok_or_else(|| format!("no lock holder {holder}"))?;
                 // The outcome shows in the trace.
-                h.acquisition = Some(h.handle.lock().acquire_then(true, Some(WAIT_LIMIT), |_| {}));
+                h.acquisition = Some(
+                    h.handle
+                        .lock()?
+                        .acquire_then(true, Some(WAIT_LIMIT), |_| {}),
+                );
                 Observed::Done
             }
             Step::Cancel { holder } => {
@@ -451,8 +559,8 @@ fn scenarios() {
         .unwrap();
     let files = dlock_scenarios::scenario_files(&dir).unwrap();
     assert!(
-        files.len() >= 20,
-        "expected the twenty scenarios, found {files:?}"
+        files.len() >= 22,
+        "expected the twenty-two scenarios, found {files:?}"
     );
     let summary = dlock_scenarios::play_dir(&dir, &mut RustFace::default(), &Config::from_env());
     assert_eq!(summary.failed, 0, "\n{}", summary.failures.join("\n"));

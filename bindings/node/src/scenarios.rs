@@ -87,6 +87,7 @@ fn step_json(step: &Step) -> Value {
         Step::Events { expect, .. } => v["count"] = json!(expect.len()),
         Step::Campaign { value, .. } | Step::Proclaim { value, .. } => v["value"] = json!(value),
         Step::Resign { grace_ms, .. } => v["ms"] = json!(grace_ms),
+        Step::Semaphore { limit, .. } => v["limit"] = json!(limit),
         _ => {}
     }
     v
@@ -121,6 +122,13 @@ fn observed(v: &Value) -> std::result::Result<Observed, String> {
             value: v["value"].as_str().map(str::to_string),
             token: token(),
         },
+        Some("slot") => Observed::Slot {
+            slot: v["slot"]
+                .as_u64()
+                .map(|s| u32::try_from(s).map_err(|_| format!("slot {s}")))
+                .transpose()?,
+            lock: v["lock"].as_str().map(str::to_string),
+        },
         Some("unsupported") => Observed::Unsupported,
         _ => return Err(format!("unknown observation {v}")),
     })
@@ -145,6 +153,7 @@ impl Face for JsFace {
                     "defaultSession": p.default_session(),
                     "lock": p.lock,
                     "role": p.role.as_str(),
+                    "limit": p.limit,
                 })
             })
             .collect();
@@ -174,6 +183,10 @@ impl Face for JsFace {
         true
     }
 
+    fn semaphores(&self) -> bool {
+        true
+    }
+
     fn perform(&mut self, step: &Step) -> std::result::Result<Observed, String> {
         observed(&self.ask("perform", step_json(step))?)
     }
@@ -193,6 +206,9 @@ pub struct ScenarioSummary {
     pub files: u32,
     pub played: u32,
     pub failed: u32,
+    /// Of those played, the files skipped (a part of the format this face
+    /// does not play yet).
+    pub skipped: u32,
     pub failures: Vec<String>,
 }
 
@@ -227,6 +243,7 @@ pub fn play_scenarios<'e>(
                     files: s.files as u32,
                     played: s.played as u32,
                     failed: s.failed as u32,
+                    skipped: s.skipped as u32,
                     failures: s.failures,
                 })
             });

@@ -38,6 +38,14 @@ function withTimeout(promise, ms) {
   return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
+// A lock's (or a slot's) events as trace lines.
+function listen(lock, push) {
+  lock.on('stateChange', (c) => push(`state ${c.from}->${c.to} ${c.reason}`));
+  lock.on('acquired', (t) => push(`acquired token=${t}`));
+  lock.on('fence', (t, n) => push(`fence token=${t} in_flight=${n}`));
+  lock.on('drained', () => push('drained'));
+}
+
 const num = (t) => (t === null || t === undefined ? null : Number(t));
 
 // A step answered "ok" or the status word: a DlockError's `code`.
@@ -116,6 +124,12 @@ class Face {
         this.holders.set(h, { client, observes: p.lock, push });
         continue;
       }
+      if (p.role === 'semaphore') {
+        // No lock until its acquire wins a slot (took).
+        const semaphore = session.semaphore(p.lock, p.limit);
+        this.holders.set(h, { client, session, semaphore, lock: null, push });
+        continue;
+      }
       // An election candidate, a reader and a writer are Locks too: the
       // same listeners and steps.
       let lock;
@@ -123,12 +137,51 @@ class Face {
       else if (p.role === 'read') lock = session.rwlock(p.lock).reader();
       else if (p.role === 'write') lock = session.rwlock(p.lock).writer();
       else lock = session.lock(p.lock);
-      lock.on('stateChange', (c) => push(`state ${c.from}->${c.to} ${c.reason}`));
-      lock.on('acquired', (t) => push(`acquired token=${t}`));
-      lock.on('fence', (t, n) => push(`fence token=${t} in_flight=${n}`));
-      lock.on('drained', () => push('drained'));
+      listen(lock, push);
       // The pull-style stream, opened before anything happens.
       this.holders.set(h, { client, lock, events: lock.events() });
+    }
+  }
+
+  // A semaphore holder's slot won: kept (a step on it may follow a `wait`
+  // on the line at once), traced `took slot=I lock=NAME`, then its events
+  // traced as a lock's.
+  took(h, lock) {
+    if (h.lock) {
+      lock.release().catch(() => {});
+      throw new Error('a second slot for one holder');
+    }
+    h.lock = lock;
+    h.push(`took slot=${lock.slot} lock=${lock.name}`);
+    listen(lock, h.push);
+  }
+
+  // The steps a semaphore holder takes through its handle; undefined for
+  // the others (a lock step on the slot won, a fault on its link).
+  semaphoreStep(step) {
+    const h = this.holder(step.holder);
+    switch (step.do) {
+      case 'acquire': {
+        const acquired = h.semaphore.acquire({ timeout: 10_000 }).then(
+          (lock) => this.took(h, lock),
+          (e) => h.push(`acquire failed: ${e.code ?? e}`),
+        );
+        this.pending.push(acquired.catch(() => {}));
+        return { kind: 'done' };
+      }
+      case 'try_acquire':
+        // A refusal is no acquire that failed: not traced.
+        return okOrCode(async () => this.took(h, await h.semaphore.tryAcquire()));
+      case 'slot':
+        return { kind: 'slot', slot: h.lock ? h.lock.slot : null, lock: h.lock ? h.lock.name : null };
+      case 'semaphore':
+        // Another handle of the name on the holder's session.
+        return okOrCode(() => h.session.semaphore(h.semaphore.name, step.limit));
+      default:
+        if (!h.lock && step.do !== 'fault' && step.do !== 'shutdown') {
+          throw new Error(`${step.holder} has won no slot yet`);
+        }
+        return undefined;
     }
   }
 
@@ -145,6 +198,10 @@ class Face {
   }
 
   async perform(step) {
+    if (step.holder && this.holder(step.holder).semaphore) {
+      const done = await this.semaphoreStep(step);
+      if (done) return done;
+    }
     switch (step.do) {
       case 'acquire': {
         const acquired = this.holder(step.holder).lock.acquire({ timeout: 10_000 });

@@ -21,6 +21,7 @@ from ctypes import (
     c_char_p,
     c_int,
     c_size_t,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -50,6 +51,7 @@ class Scenario(Structure):
         ("holder_session", POINTER(c_char_p)),
         ("holder_lock", POINTER(c_char_p)),
         ("holder_role", POINTER(c_char_p)),
+        ("holder_limit", POINTER(c_uint32)),
     ]
 
 
@@ -119,10 +121,12 @@ class FaceC(Structure):
     OBSERVE,
     DOWNGRADE,
     MODE,
-) = range(22)
-SAW_DONE, SAW_WORD, SAW_BOOL, SAW_TOKEN, SAW_PERMIT, SAW_EVENTS, SAW_UNSUPPORTED, SAW_LEADER = range(8)
-# lks_play_dir_with's `plays`: this face plays elections and read/write locks
-PLAYS_ELECTIONS, PLAYS_RWLOCKS = 1, 2
+    SLOT,
+    SEMAPHORE,
+) = range(24)
+SAW_DONE, SAW_WORD, SAW_BOOL, SAW_TOKEN, SAW_PERMIT, SAW_EVENTS, SAW_UNSUPPORTED, SAW_LEADER, SAW_SLOT = range(9)
+# lks_play_dir_with's `plays`: this face plays elections, read/write locks and semaphores
+PLAYS_ELECTIONS, PLAYS_RWLOCKS, PLAYS_SEMAPHORES = 1, 2, 4
 WAIT_LIMIT = 10.0
 
 
@@ -134,12 +138,17 @@ class Holder:
         link: dlock.Link,
         events: Optional[dlock.Events],
         election: str = "",
+        semaphore: Optional[dlock.Semaphore] = None,
+        session: Optional[dlock.Session] = None,
     ) -> None:
         self.client = client
         self._lock = lock
         self.link = link
         self._events = events
         self.election = election  # an observer's election
+        # a semaphore holder's handle; _lock is the slot it won, None before
+        self.semaphore = semaphore
+        self.session = session  # a semaphore holder's (another handle's)
         self.observer: Optional[dlock.Observer] = None
         # the last acquire_start: its task on the face's loop, its acquisition
         self.task: Optional["concurrent.futures.Future[None]"] = None
@@ -147,9 +156,10 @@ class Holder:
 
     @property
     def lock(self) -> dlock.Lock:
-        """The holder's lock, or its election (which is a lock)."""
+        """The holder's lock, its election (which is a lock), or the slot
+        its semaphore won (a lock too)."""
         if self._lock is None:
-            raise ValueError("an observer has no lock")
+            raise ValueError("no slot won yet" if self.semaphore else "an observer has no lock")
         return self._lock
 
     @property
@@ -236,6 +246,10 @@ class PythonFace:
             if role == "observe":
                 self.holders[name] = Holder(client, None, link, None, lock_name)
                 continue
+            if role == "semaphore":  # no lock until its acquire wins a slot (_took)
+                sem = session.semaphore(lock_name, s.holder_limit[i])
+                self.holders[name] = Holder(client, None, link, None, semaphore=sem, session=session)
+                continue
             lock: dlock.Lock
             if role == "election":
                 lock = session.election(lock_name)
@@ -282,6 +296,8 @@ class PythonFace:
         holder = step.holder.decode() if step.holder else ""
         label = step.label.decode() if step.label else None
         what = step.what
+        if holder and self.holders[holder].semaphore is not None and self._semaphore_step(holder, step, out):
+            return
         if what == ACQUIRE:
             lock = self.holders[holder].lock
 
@@ -384,6 +400,60 @@ class PythonFace:
             self.word(out, SAW_WORD, mode)
         else:
             raise ValueError(f"unknown step {what}")
+
+    def _took(self, name: str, lock: dlock.Lock) -> None:
+        """A semaphore holder's slot won: kept (a step on it may follow a
+        ``wait`` on the line at once), traced ``took slot=I lock=NAME``, then
+        its events traced as a lock's."""
+        h = self.holders[name]
+        if h._lock is not None:
+            lock.release()
+            raise ValueError(f"{name} won a second slot")
+        h._lock = lock
+        self.lib.lks_trace(self.sink, f"{name} took slot={lock.slot} lock={lock.name}".encode())
+        lib, sink, prefix = self.lib, self.sink, name + " "
+        lock.on_event(lambda e: lib.lks_trace(sink, (prefix + str(e)).encode()))
+
+    def _semaphore_step(self, name: str, step: StepC, out: Observed) -> bool:
+        """The steps a semaphore holder takes through its handle; False for
+        the others (a lock step on the slot won, a fault on its link)."""
+        h = self.holders[name]
+        sem = h.semaphore
+        assert sem is not None
+        what = step.what
+        if what == ACQUIRE:
+
+            def acquire() -> None:
+                try:
+                    lock = sem.acquire(WAIT_LIMIT)
+                except dlock.Error as e:
+                    self.lib.lks_trace(self.sink, f"{name} acquire failed: {e.code}".encode())
+                    return
+                self._took(name, lock)
+
+            t = threading.Thread(target=acquire, daemon=True)
+            t.start()
+            self.threads.append(t)
+        elif what == TRY_ACQUIRE:
+            # A refusal is no acquire that failed: not traced.
+            self.ok_or_code(out, lambda: self._took(name, sem.try_acquire()))
+        elif what == SLOT:
+            out.kind = SAW_SLOT
+            if h._lock is not None:
+                slot = h._lock.slot
+                if slot is None:
+                    raise ValueError(f"{name}'s lock is no semaphore slot")
+                out.has_token = True
+                out.token = slot
+                self.word(out, SAW_SLOT, h._lock.name)
+        elif what == SEMAPHORE:
+            # Another handle of the name on the holder's session.
+            session = h.session
+            assert session is not None
+            self.ok_or_code(out, lambda: session.semaphore(sem.name, step.ms))
+        else:
+            return False
+        return True
 
     def _background(self, work: Callable[[], object]) -> None:
         """``work`` on a thread of its own, as an acquire step; its outcome
@@ -524,4 +594,5 @@ def play(lib_path: str, directory: str) -> int:
         PERFORM(face.perform),
         TEARDOWN(face.teardown),
     )
-    return int(lib.lks_play_dir_with(directory.encode(), ctypes.byref(vt), PLAYS_ELECTIONS | PLAYS_RWLOCKS))
+    plays = PLAYS_ELECTIONS | PLAYS_RWLOCKS | PLAYS_SEMAPHORES
+    return int(lib.lks_play_dir_with(directory.encode(), ctypes.byref(vt), plays))

@@ -18,6 +18,6 @@ def test_every_scenario_plays_with_the_expected_trace() -> None:
     if not RUNNER.exists():
         pytest.fail(f"{RUNNER} is missing: cargo build --release -p dlock-scenarios")
     files = sorted((ROOT / "scenarios").glob("*.json"))
-    assert len(files) >= 14, files
+    assert len(files) >= 22, files
     failures = play(str(RUNNER), str(ROOT / "scenarios"))
     assert failures == 0, f"{failures} scenario(s) failed: see the reports above"

@@ -63,8 +63,14 @@ struct lks_scenario {
    * lk_lock, its callbacks give the lock's events) or "observe" (an
    * observer on the client, no session: started by LKS_DO_OBSERVE; its
    * events are "observed leader value=V token=N", "observed proclaimed
-   * value=V token=N", "observed no-leader", "observed reconnecting"). */
+   * value=V token=N", "observed no-leader", "observed reconnecting"),
+   * "read" / "write" (a reader / writer of the read/write lock holder_lock)
+   * or "semaphore" (lk_session_semaphore_new(holder_lock, holder_limit) on
+   * the session: its acquire wins a slot's lk_lock, every lock step then
+   * works on that lock; see LKS_DO_SLOT). */
   const char *const *holder_role;
+  /* A semaphore holder's limit; 0 for every other holder. */
+  const uint32_t *holder_limit;
 };
 
 /* The `do` of a step. `wait` never reaches a face: the runner does it. */
@@ -92,7 +98,16 @@ enum lks_do {
   LKS_DO_OBSERVE = 19,  /* start the observer holder's observer: its events to the trace */
   /* Read/write locks (holder_role "read" or "write"). */
   LKS_DO_DOWNGRADE = 20, /* -> LKS_SAW_WORD: "ok" or the status word of lk_lock_downgrade */
-  LKS_DO_MODE = 21       /* -> LKS_SAW_WORD: "read" or "write" (lk_lock_mode) */
+  LKS_DO_MODE = 21,      /* -> LKS_SAW_WORD: "read" or "write" (lk_lock_mode) */
+  /* Semaphores (holder_role "semaphore"). Its LKS_DO_ACQUIRE (background)
+   * and LKS_DO_TRY_ACQUIRE (which answers "ok" or the status word), when
+   * they win a slot, keep its lk_lock (LKS_DO_SLOT and every lock step may
+   * follow a `wait` on the line at once), trace "took slot=I lock=NAME"
+   * (lk_lock_slot, lk_lock_name) and then set the slot lock's callbacks;
+   * an acquire that fails traces "acquire failed: STATUS". */
+  LKS_DO_SLOT = 22,     /* -> LKS_SAW_SLOT: the slot won and its lock's name */
+  LKS_DO_SEMAPHORE = 23 /* -> LKS_SAW_WORD: "ok" or the status word of another handle
+                           of the holder's semaphore asking for the limit `ms` */
 };
 
 enum lks_fault {
@@ -119,7 +134,7 @@ struct lks_step {
   int fault;              /* enum lks_fault; -1 unless LKS_DO_FAULT */
   const char *fault_name; /* "partition", ... */
   uint64_t ms;            /* stall_driver; fault delay_replies; events: how many to read;
-                             resign: the grace */
+                             resign: the grace; semaphore: the limit */
   const char *value;      /* campaign, proclaim: the value (NUL-free text) */
 };
 
@@ -132,7 +147,9 @@ enum lks_saw {
   LKS_SAW_PERMIT = 4,     /* `word` ("granted" or the refusal), `token` */
   LKS_SAW_EVENTS = 5,     /* `lines`, `n_lines` (no holder prefix) */
   LKS_SAW_UNSUPPORTED = 6, /* the face cannot do this step yet: noted, skipped */
-  LKS_SAW_LEADER = 7       /* `word` the value (NULL: nobody leads), `has_token`, `token` */
+  LKS_SAW_LEADER = 7,      /* `word` the value (NULL: nobody leads), `has_token`, `token` */
+  LKS_SAW_SLOT = 8         /* `has_token`, `token` the slot, `word` its lock's name
+                              (has_token false, word NULL: no slot won yet) */
 };
 
 /* Filled by `perform` (preset to LKS_SAW_DONE, all else zero). Strings and
@@ -174,6 +191,7 @@ int lks_play_dir(const char *dir, const struct lks_face *face);
 /* The optional parts of the format a face plays (`plays` bits). */
 #define LKS_PLAYS_ELECTIONS 1u /* holder_role "election"/"observe", LKS_DO_CAMPAIGN.. */
 #define LKS_PLAYS_RWLOCKS 2u   /* holder_role "read"/"write", LKS_DO_DOWNGRADE, LKS_DO_MODE */
+#define LKS_PLAYS_SEMAPHORES 4u /* holder_role "semaphore", LKS_DO_SLOT, LKS_DO_SEMAPHORE */
 
 /* lks_play_dir for a face that plays the parts in `plays`: a file needing a
  * part the face does not play is reported "SKIPPED, unsupported" (not a

@@ -47,7 +47,13 @@ struct holder {
   struct lk_election *election;  /* an election holder's */
   struct lk_observer *observer;  /* an observer holder's, once started */
   struct lk_acquisition *acquisition; /* the last acquire_start's */
+  struct lk_semaphore *semaphore;     /* a semaphore holder's */
+  struct lk_lock *won;                /* the slot it won (under won_mutex) */
 };
+
+/* A semaphore holder's slot is won on its acquire's thread and read by
+ * the steps: under this mutex. */
+static pthread_mutex_t won_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 struct labelled {
   char label[32];
@@ -116,6 +122,48 @@ static void on_observed(void *ud, enum lk_observed what, const struct lk_leader 
     case LK_OBSERVED_NO_LEADER: trace(ud, "observed no-leader"); return;
     case LK_OBSERVED_RECONNECTING: trace(ud, "observed reconnecting"); return;
   }
+}
+
+/* A semaphore holder's slot won: kept (a step on it may follow a `wait` on
+ * the line at once), traced "took slot=I lock=NAME", then its callbacks
+ * set. A failed acquire traces "acquire failed: STATUS". */
+static enum lk_status took(struct holder *h, enum lk_status s, struct lk_lock *lock) {
+  if (s != LK_OK) {
+    trace(h, "acquire failed: %s", lk_status_name((int)s));
+    return s;
+  }
+  uint32_t slot = 0;
+  lk_lock_slot(lock, &slot);
+  pthread_mutex_lock(&won_mutex);
+  int second = h->won != NULL;
+  if (!second) h->won = lock;
+  pthread_mutex_unlock(&won_mutex);
+  if (second) { /* one slot per holder in a file */
+    lk_lock_free(lock);
+    return LK_INVALID_ARGUMENT;
+  }
+  trace(h, "took slot=%" PRIu32 " lock=%s", slot, lk_lock_name(lock));
+  lk_set_on_state_change(lock, on_state, h);
+  lk_set_on_acquired(lock, on_acquired, h);
+  lk_set_on_fence(lock, on_fence, h);
+  lk_set_on_drained(lock, on_drained, h);
+  return LK_OK;
+}
+
+/* The slot a semaphore holder won, NULL before. */
+static struct lk_lock *won(struct holder *h) {
+  pthread_mutex_lock(&won_mutex);
+  struct lk_lock *lock = h->won;
+  pthread_mutex_unlock(&won_mutex);
+  return lock;
+}
+
+static void *semaphore_thread(void *arg) {
+  struct acquirer *a = arg;
+  struct lk_lock *lock = NULL;
+  enum lk_status s = lk_semaphore_acquire(a->holder->semaphore, WAIT_LIMIT_MS, &lock);
+  took(a->holder, s, lock);
+  return NULL;
 }
 
 static void *acquire_thread(void *arg) {
@@ -271,6 +319,12 @@ static int setup(void *ctx, const struct lks_scenario *s, const struct lks_sink 
       lk_rwlock_free(rw); /* the lock outlives its rwlock handle */
       if (st != LK_OK) return setup_failed(f, "lk_rwlock_reader/writer");
       h->lock = h->owned;
+    } else if (strcmp(role, "semaphore") == 0) {
+      /* No lock until its acquire wins a slot (took): nothing to listen to. */
+      if (lk_session_semaphore_new(h->session->session, h->lock_name, s->holder_limit[i],
+                                   &h->semaphore) != LK_OK)
+        return setup_failed(f, "lk_session_semaphore_new");
+      continue;
     } else {
       if (lk_session_lock_new(h->session->session, h->lock_name, &h->owned) != LK_OK)
         return setup_failed(f, "lk_session_lock_new");
@@ -327,7 +381,49 @@ static int perform(void *ctx, const struct lks_step *step, struct lks_observed *
   struct holder *h = holder_of(f, step->holder);
   if (step->holder && !h) return failed(f, out, "no holder %s", step->holder);
   /* The runner checks each step's holder kind: a lock step has a lock, an
-   * election step an election, `observe` an observer. */
+   * election step an election, `observe` an observer. A semaphore holder's
+   * lock steps act on the slot it won. */
+  if (h && h->semaphore) {
+    h->lock = won(h);
+    switch ((enum lks_do)step->what) {
+      case LKS_DO_ACQUIRE:
+        return in_background(f, h, semaphore_thread, NULL, 0, out);
+      case LKS_DO_TRY_ACQUIRE: {
+        struct lk_lock *lock = NULL;
+        enum lk_status s = lk_semaphore_try_acquire(h->semaphore, &lock);
+        /* A refusal is no acquire that failed: not traced. */
+        if (s == LK_OK) s = took(h, s, lock);
+        out->kind = LKS_SAW_WORD;
+        out->word = s == LK_OK ? "ok" : lk_status_name((int)s);
+        return 0;
+      }
+      case LKS_DO_SLOT: {
+        uint32_t slot = 0;
+        out->kind = LKS_SAW_SLOT;
+        if (!h->lock) return 0; /* none won yet */
+        if (lk_lock_slot(h->lock, &slot) != LK_OK) return failed(f, out, "%s", lk_last_error());
+        out->has_token = true;
+        out->token = slot;
+        out->word = lk_lock_name(h->lock);
+        return 0;
+      }
+      case LKS_DO_SEMAPHORE: {
+        /* Another handle of the name on the holder's session, asking for `ms`. */
+        struct lk_semaphore *other = NULL;
+        enum lk_status s = lk_session_semaphore_new(h->session->session, h->lock_name,
+                                                    (uint32_t)step->ms, &other);
+        lk_semaphore_free(other);
+        out->kind = LKS_SAW_WORD;
+        out->word = s == LK_OK ? "ok" : lk_status_name((int)s);
+        return 0;
+      }
+      case LKS_DO_FAULT: /* the link of its client */
+      case LKS_DO_SHUTDOWN:
+        break;
+      default:
+        if (!h->lock) return failed(f, out, "%s has won no slot yet", h->name);
+    }
+  }
   switch ((enum lks_do)step->what) {
     case LKS_DO_ACQUIRE:
       return in_background(f, h, acquire_thread, NULL, 0, out);
@@ -456,6 +552,9 @@ static int perform(void *ctx, const struct lks_step *step, struct lks_observed *
       out->word = m == LK_MODE_READ ? "read" : "write";
       return 0;
     }
+    case LKS_DO_SLOT:
+    case LKS_DO_SEMAPHORE:
+      break; /* a semaphore holder's, above */
   }
   return failed(f, out, "unknown step %s", step->do_name);
 }
@@ -465,7 +564,12 @@ static void teardown(void *ctx) {
   struct face *f = ctx;
   for (int i = 0; i < f->n_holders; i++)
     if (f->holders[i].lock) lk_lock_release(f->holders[i].lock);
+  /* A semaphore holder's acquire still waiting ends at its timeout. */
   join_acquires(f, NULL);
+  for (int i = 0; i < f->n_holders; i++) {
+    lk_lock_free(f->holders[i].won); /* releases */
+    lk_semaphore_free(f->holders[i].semaphore);
+  }
   for (int i = 0; i < MAX_PERMITS; i++) lk_permit_end(&f->permits[i].permit);
   for (int i = 0; i < f->n_holders; i++) {
     lk_acquisition_free(f->holders[i].acquisition);
@@ -529,6 +633,22 @@ static void warm_up(void *ctx) {
   }
   lk_lock_free(w);
   lk_rwlock_free(rw);
+  /* And a semaphore's: a try, a second handle's limit refused, an acquire. */
+  struct lk_semaphore *sem = NULL, *other = NULL;
+  struct lk_lock *slot = NULL, *second = NULL;
+  uint32_t n = 0;
+  if (s && lk_session_semaphore_new(s, "warm-up/sem", 2, &sem) == LK_OK &&
+      lk_semaphore_try_acquire(sem, &slot) == LK_OK &&
+      lk_semaphore_acquire(sem, WAIT_LIMIT_MS, &second) == LK_OK) {
+    lk_lock_slot(slot, &n);
+    lk_session_semaphore_new(s, "warm-up/sem", 3, &other);
+    lk_lock_release(second);
+    lk_lock_release(slot);
+  }
+  lk_lock_free(second);
+  lk_lock_free(slot);
+  lk_semaphore_free(other);
+  lk_semaphore_free(sem);
   lk_session_free(s);
   lk_client_free(c);
   lk_memory_free(m);
@@ -540,11 +660,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   int n = lks_count_files(argv[1]);
-  if (n < 20) {
-    fprintf(stderr, "expected the twenty scenarios in %s, found %d\n", argv[1], n);
+  if (n < 22) {
+    fprintf(stderr, "expected the twenty-two scenarios in %s, found %d\n", argv[1], n);
     return 1;
   }
   static struct face f;
   const struct lks_face face = {&f, warm_up, setup, perform, teardown};
-  return lks_play_dir_with(argv[1], &face, LKS_PLAYS_ELECTIONS | LKS_PLAYS_RWLOCKS) ? 1 : 0;
+  return lks_play_dir_with(argv[1], &face, LKS_PLAYS_ELECTIONS | LKS_PLAYS_RWLOCKS |
+                                                LKS_PLAYS_SEMAPHORES)
+             ? 1
+             : 0;
 }

@@ -37,8 +37,11 @@ pub struct LksScenario {
     pub holder_client: *const *const c_char,
     pub holder_session: *const *const c_char,
     pub holder_lock: *const *const c_char,
-    // Added with elections; per holder: "lock", "election" or "observe".
+    // Added with elections; per holder: "lock", "election" or "observe"
+    // (read/write locks: "read", "write"; semaphores: "semaphore").
     pub holder_role: *const *const c_char,
+    // Added with semaphores; per holder: a semaphore holder's limit, else 0.
+    pub holder_limit: *const u32,
 }
 
 // enum lks_do
@@ -65,12 +68,18 @@ pub const LKS_DO_OBSERVE: c_int = 19;
 // Added with read/write locks (a face that plays them: `LKS_PLAYS_RWLOCKS`).
 pub const LKS_DO_DOWNGRADE: c_int = 20;
 pub const LKS_DO_MODE: c_int = 21;
+// Added with semaphores (a face that plays them: `LKS_PLAYS_SEMAPHORES`).
+pub const LKS_DO_SLOT: c_int = 22;
+pub const LKS_DO_SEMAPHORE: c_int = 23;
 
 /// `lks_play_dir_with`'s `plays`: the face plays elections.
 pub const LKS_PLAYS_ELECTIONS: u32 = 1;
 /// `lks_play_dir_with`'s `plays`: the face plays read/write locks
 /// (`holder_role` `"read"` / `"write"`, `LKS_DO_DOWNGRADE`, `LKS_DO_MODE`).
 pub const LKS_PLAYS_RWLOCKS: u32 = 2;
+/// `lks_play_dir_with`'s `plays`: the face plays semaphores (`holder_role`
+/// `"semaphore"` with `holder_limit`, `LKS_DO_SLOT`, `LKS_DO_SEMAPHORE`).
+pub const LKS_PLAYS_SEMAPHORES: u32 = 4;
 
 /// `enum lks_fault`'s number of `f`.
 pub(crate) fn fault_code(f: Fault) -> c_int {
@@ -112,6 +121,7 @@ pub const LKS_SAW_PERMIT: c_int = 4;
 pub const LKS_SAW_EVENTS: c_int = 5;
 pub const LKS_SAW_UNSUPPORTED: c_int = 6;
 pub const LKS_SAW_LEADER: c_int = 7;
+pub const LKS_SAW_SLOT: c_int = 8;
 
 #[repr(C)]
 pub struct LksObserved {
@@ -183,6 +193,10 @@ impl Face for CFace<'_> {
         self.plays & LKS_PLAYS_RWLOCKS != 0
     }
 
+    fn semaphores(&self) -> bool {
+        self.plays & LKS_PLAYS_SEMAPHORES != 0
+    }
+
     fn warm_up(&mut self) {
         if let Some(f) = self.face.warm_up {
             // SAFETY: the vtable's contract.
@@ -212,6 +226,7 @@ impl Face for CFace<'_> {
         let [holders, clients, sessions, locks, roles] = columns
             .each_ref()
             .map(|v| v.iter().map(|c| c.as_ptr()).collect::<Vec<_>>());
+        let limits: Vec<u32> = layout.iter().map(|p| p.limit.unwrap_or(0)).collect();
         let s = &scenario.settings;
         let c = LksScenario {
             name: name.as_ptr(),
@@ -229,6 +244,7 @@ impl Face for CFace<'_> {
             holder_session: sessions.as_ptr(),
             holder_lock: locks.as_ptr(),
             holder_role: roles.as_ptr(),
+            holder_limit: limits.as_ptr(),
         };
         let sink = Arc::into_raw(trace.0);
         self.sink = Some(sink);
@@ -270,6 +286,9 @@ impl Face for CFace<'_> {
             Step::Observe { .. } => (LKS_DO_OBSERVE, None, None, 0),
             Step::Downgrade { .. } => (LKS_DO_DOWNGRADE, None, None, 0),
             Step::Mode { .. } => (LKS_DO_MODE, None, None, 0),
+            Step::Slot { .. } => (LKS_DO_SLOT, None, None, 0),
+            // `ms` carries the limit the other handle asks for.
+            Step::Semaphore { limit, .. } => (LKS_DO_SEMAPHORE, None, None, u64::from(*limit)),
             Step::Wait { .. } => return Err("`wait` is the runner's".into()),
         };
         let do_name = cstring(step.name());
@@ -326,6 +345,12 @@ impl Face for CFace<'_> {
             LKS_SAW_LEADER => Observed::Leader {
                 value: (!out.word.is_null()).then(word),
                 token,
+            },
+            LKS_SAW_SLOT => Observed::Slot {
+                slot: token
+                    .map(|t| u32::try_from(t).map_err(|_| format!("slot {t}")))
+                    .transpose()?,
+                lock: (!out.word.is_null()).then(word),
             },
             k => return Err(format!("the face answered kind {k}")),
         })
@@ -538,5 +563,94 @@ mod tests {
                 token: Some(7)
             }
         );
+    }
+
+    static SEEN_LIMITS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    static SEEN_SEM_MS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+    unsafe extern "C" fn sem_setup(
+        _ctx: *mut c_void,
+        scenario: *const LksScenario,
+        _sink: *const lks_sink,
+        _error: *mut *const c_char,
+    ) -> c_int {
+        // SAFETY: the runner passes a valid scenario for the call, with
+        // `n_holders` limits.
+        let s = unsafe { &*scenario };
+        let limits = unsafe { std::slice::from_raw_parts(s.holder_limit, s.n_holders) };
+        *SEEN_LIMITS.lock().unwrap() = limits.to_vec();
+        0
+    }
+
+    unsafe extern "C" fn slot(
+        _ctx: *mut c_void,
+        step: *const LksStep,
+        out: *mut LksObserved,
+    ) -> c_int {
+        // SAFETY: the runner passes valid pointers for the call.
+        let (step, out) = unsafe { (&*step, &mut *out) };
+        SEEN_SEM_MS.store(step.ms, Ordering::SeqCst);
+        if step.what == LKS_DO_SLOT {
+            out.kind = LKS_SAW_SLOT;
+            out.word = c"w/sem/slot/1".as_ptr();
+            out.has_token = true;
+            out.token = 1;
+        } else {
+            out.kind = LKS_SAW_WORD;
+            out.word = c"invalid_argument".as_ptr();
+        }
+        0
+    }
+
+    /// A C face gets each holder's limit (0: not a semaphore's), a
+    /// `semaphore` step's limit in `ms`, and answers `slot` with
+    /// LKS_SAW_SLOT (the slot in `token`, its lock in `word`).
+    #[test]
+    fn semaphore_steps_cross_the_c_abi() {
+        let vtable = LksFace {
+            ctx: std::ptr::null_mut(),
+            warm_up: None,
+            setup: Some(sem_setup),
+            perform: Some(slot),
+            teardown: None,
+        };
+        let mut face = CFace {
+            face: &vtable,
+            sink: None,
+            plays: LKS_PLAYS_SEMAPHORES,
+        };
+        assert!(face.semaphores() && !face.rwlocks() && !face.elections());
+        let s = crate::parse(
+            r#"{"name": "t", "settings": {"ttl_ms": 2000, "keepalive_interval_ms": 500, "keepalive_timeout_ms": 200, "retry_interval_ms": 200, "margin_ms": 500},
+                "holders": ["a", "p"], "layout": {"a": {"semaphore": "w/sem", "limit": 2}},
+                "steps": [], "trace": []}"#,
+        )
+        .unwrap();
+        face.setup(&s, TraceSink::new()).unwrap();
+        face.teardown();
+        assert_eq!(*SEEN_LIMITS.lock().unwrap(), [2, 0]);
+        let got = face
+            .perform(&Step::Slot {
+                holder: "a".into(),
+                expect: Some(1),
+                lock: None,
+            })
+            .unwrap();
+        assert_eq!(
+            got,
+            Observed::Slot {
+                slot: Some(1),
+                lock: Some("w/sem/slot/1".into())
+            }
+        );
+        let got = face
+            .perform(&Step::Semaphore {
+                holder: "a".into(),
+                limit: 3,
+                expect: "invalid_argument".into(),
+            })
+            .unwrap();
+        assert_eq!(SEEN_SEM_MS.load(Ordering::SeqCst), 3);
+        assert_eq!(got, Observed::Word("invalid_argument".into()));
     }
 }

@@ -77,6 +77,7 @@ impl Scenario {
             session: DEFAULT_SESSION.into(),
             lock: self.default_lock(),
             role: Role::Lock,
+            limit: None,
         })
     }
 
@@ -92,6 +93,12 @@ impl Scenario {
     pub fn uses_rwlocks(&self) -> bool {
         (0..self.holders.len())
             .any(|i| matches!(self.placement_at(i).role, Role::Reader | Role::Writer))
+    }
+
+    /// Whether a holder is a semaphore's: a face without them yet skips the
+    /// file (see [`Face::semaphores`]).
+    pub fn uses_semaphores(&self) -> bool {
+        (0..self.holders.len()).any(|i| self.placement_at(i).role == Role::Semaphore)
     }
 
     /// The holders that are observers: their trace lines are compared in
@@ -119,6 +126,10 @@ pub enum Role {
     Reader,
     /// A writer of a read/write lock (`"mode": "write"`).
     Writer,
+    /// A holder of a semaphore (`"semaphore"` with `"limit"`):
+    /// `session.semaphore(name, limit)`; its `acquire` / `try_acquire` win a
+    /// slot, an ordinary lock every lock step then works on.
+    Semaphore,
 }
 
 impl Role {
@@ -130,6 +141,7 @@ impl Role {
             Role::Observer => "observe",
             Role::Reader => "read",
             Role::Writer => "write",
+            Role::Semaphore => "semaphore",
         }
     }
 }
@@ -157,8 +169,12 @@ pub struct Placement {
     /// name every holder shares. For an election candidate or an observer:
     /// the election's name (`"election"` / `"observe"` in the layout).
     pub lock: String,
-    /// Lock, election candidate or observer.
+    /// Lock, election candidate, observer, reader, writer or semaphore
+    /// holder.
     pub role: Role,
+    /// A semaphore holder's limit (`"limit"` in the layout); `None` for
+    /// every other role.
+    pub limit: Option<u32>,
 }
 
 impl Placement {
@@ -186,6 +202,10 @@ struct RawPlacement {
     rwlock: Option<String>,
     #[serde(default)]
     mode: Option<String>,
+    #[serde(default)]
+    semaphore: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
 }
 
 /// The lock options of every holder (reacquire on), in milliseconds.
@@ -223,12 +243,16 @@ pub enum Step {
     /// `"ok"` or an error code (`"would_block"`): observe [`Observed::Word`].
     TryAcquire { holder: String, expect: String },
     /// Take a permit: observe [`Observed::Permit`]. With `label` (`"as"`),
-    /// keep it open under that label, else end it at once.
+    /// keep it open under that label, else end it at once. A granted
+    /// permit's token must be `token` (if given) and above `above` (if
+    /// given: where the order is the promise, not the number).
     Permit {
         holder: String,
         expect: String,
         #[serde(default)]
         token: Option<u64>,
+        #[serde(default)]
+        above: Option<u64>,
         #[serde(default, rename = "as")]
         label: Option<String>,
     },
@@ -306,6 +330,23 @@ pub enum Step {
     /// Starts the observer holder's `client.observe(name)`; each event it
     /// reports is a trace line (`observed leader value=v token=n`, ...).
     Observe { holder: String },
+    /// The slot a semaphore holder holds: observe [`Observed::Slot`]; `expect`
+    /// is its number (`null`: no slot won yet), `lock` (if given) the slot
+    /// lock's name (`<semaphore>/slot/<i>`).
+    Slot {
+        holder: String,
+        expect: Option<u32>,
+        #[serde(default)]
+        lock: Option<String>,
+    },
+    /// Another handle of the holder's semaphore (same name, same session)
+    /// asking for `limit`: observe [`Observed::Word`], `"ok"` or the error's
+    /// code (`"invalid_argument"` for a limit other than the recorded one).
+    Semaphore {
+        holder: String,
+        limit: u32,
+        expect: String,
+    },
 }
 
 /// A fault of a `fault` step.
@@ -377,6 +418,8 @@ impl Step {
             Step::Observe { .. } => "observe",
             Step::Downgrade { .. } => "downgrade",
             Step::Mode { .. } => "mode",
+            Step::Slot { .. } => "slot",
+            Step::Semaphore { .. } => "semaphore",
         }
     }
 
@@ -401,7 +444,9 @@ impl Step {
             | Step::Leader { holder, .. }
             | Step::Observe { holder }
             | Step::Downgrade { holder, .. }
-            | Step::Mode { holder, .. } => Some(holder),
+            | Step::Mode { holder, .. }
+            | Step::Slot { holder, .. }
+            | Step::Semaphore { holder, .. } => Some(holder),
             _ => None,
         }
     }
@@ -409,6 +454,14 @@ impl Step {
     /// The role the step's holder must have (`None`: any).
     fn needs(&self) -> Option<&'static [Role]> {
         const LOCKS: &[Role] = &[Role::Lock, Role::Election, Role::Reader, Role::Writer];
+        // A semaphore holder's slot, once won, is a lock too.
+        const HELD: &[Role] = &[
+            Role::Lock,
+            Role::Election,
+            Role::Reader,
+            Role::Writer,
+            Role::Semaphore,
+        ];
         match self {
             Step::Campaign { .. }
             | Step::Proclaim { .. }
@@ -416,13 +469,19 @@ impl Step {
             | Step::Leader { .. } => Some(&[Role::Election]),
             Step::Observe { .. } => Some(&[Role::Observer]),
             Step::Downgrade { .. } | Step::Mode { .. } => Some(&[Role::Reader, Role::Writer]),
+            Step::Slot { .. } | Step::Semaphore { .. } => Some(&[Role::Semaphore]),
+            // Not a semaphore holder's: it has no lock (so no key, no
+            // stream) before it wins a slot, and no cancellable acquire.
             Step::Fault {
                 fault: Fault::DeleteKey | Fault::RevokeLease,
                 ..
-            } => Some(LOCKS),
+            }
+            | Step::AcquireStart { .. }
+            | Step::Cancel { .. }
+            | Step::Events { .. } => Some(LOCKS),
             Step::Fault { .. } => None,
             Step::Shutdown { .. } => None,
-            _ if self.holder().is_some() => Some(LOCKS),
+            _ if self.holder().is_some() => Some(HELD),
             _ => None,
         }
     }
@@ -459,6 +518,12 @@ pub enum Observed {
         value: Option<String>,
         token: Option<u64>,
     },
+    /// slot's answer: the semaphore holder's slot and that slot lock's name
+    /// (`None`, `None`: no slot won yet).
+    Slot {
+        slot: Option<u32>,
+        lock: Option<String>,
+    },
     /// The face cannot perform this step yet; the runner notes it and goes on.
     Unsupported,
 }
@@ -485,6 +550,13 @@ pub trait Face {
     /// the `downgrade` and `mode` steps). A face that does not yet has every
     /// such file reported as SKIPPED (not failed); every face is to play them.
     fn rwlocks(&self) -> bool {
+        false
+    }
+
+    /// Whether the face plays semaphores (holders with a `semaphore`, the
+    /// `slot` and `semaphore` steps). A face that does not yet has every
+    /// such file reported as SKIPPED (not failed); every face is to play them.
+    fn semaphores(&self) -> bool {
         false
     }
 
@@ -549,17 +621,24 @@ fn layout(
                 Some(v) => Ok(v),
                 None => Ok(default),
             };
-            let (role, name) = match (p.lock, p.election, p.observe, p.rwlock) {
-                (lock, None, None, None) => {
+            let kinds = (p.lock, p.election, p.observe, p.rwlock, p.semaphore);
+            let (role, name) = match kinds {
+                (lock, None, None, None, None) => {
                     (Role::Lock, word(lock, "lock", default_lock(scenario))?)
                 }
-                (None, Some(e), None, None) => {
+                (None, Some(e), None, None, None) => {
                     (Role::Election, word(Some(e), "election", String::new())?)
                 }
-                (None, None, Some(o), None) => {
+                (None, None, Some(o), None, None) => {
                     (Role::Observer, word(Some(o), "observe", String::new())?)
                 }
-                (None, None, None, Some(r)) => {
+                (None, None, None, None, Some(s)) => {
+                    if p.limit.is_none() {
+                        return Err(format!("layout: `{h}`: a `semaphore` needs `limit`"));
+                    }
+                    (Role::Semaphore, word(Some(s), "semaphore", String::new())?)
+                }
+                (None, None, None, Some(r), None) => {
                     let role = match p.mode.as_deref() {
                         Some("read") => Role::Reader,
                         Some("write") => Role::Writer,
@@ -573,10 +652,13 @@ fn layout(
                 }
                 _ => {
                     return Err(format!(
-                        "layout: `{h}`: one of `lock`, `election`, `observe`, `rwlock`"
+                        "layout: `{h}`: one of `lock`, `election`, `observe`, `rwlock`, `semaphore`"
                     ));
                 }
             };
+            if p.limit.is_some() && role != Role::Semaphore {
+                return Err(format!("layout: `{h}`: `limit` is for a `semaphore`"));
+            }
             if p.mode.is_some() && !matches!(role, Role::Reader | Role::Writer) {
                 return Err(format!("layout: `{h}`: `mode` is for an `rwlock`"));
             }
@@ -590,6 +672,7 @@ fn layout(
                 session: word(p.session, "session", DEFAULT_SESSION.into())?,
                 lock: name,
                 role,
+                limit: p.limit,
             })
         })
         .collect()

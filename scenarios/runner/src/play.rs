@@ -106,21 +106,29 @@ pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
             }
         }
         (
-            Step::Permit { expect, token, .. },
+            Step::Permit {
+                expect,
+                token,
+                above,
+                ..
+            },
             Observed::Permit {
                 word,
                 token: got_token,
             },
         ) => {
             if &word != expect {
-                Err(format!("permit gave {word}"))
-            } else if word == "granted" && token.is_some() && got_token != *token {
-                match got_token {
-                    Some(t) => Err(format!("permit token {t}")),
-                    None => Err("permit has no token".into()),
-                }
-            } else {
-                Ok(())
+                return Err(format!("permit gave {word}"));
+            }
+            match got_token {
+                _ if word != "granted" => Ok(()),
+                None if token.is_some() || above.is_some() => Err("permit has no token".into()),
+                Some(t) if token.is_some_and(|want| want != t) => Err(format!("permit token {t}")),
+                Some(t) if above.is_some_and(|a| t <= a) => Err(format!(
+                    "permit token {t}, not above {}",
+                    above.unwrap_or_default()
+                )),
+                _ => Ok(()),
             }
         }
         (Step::Valid { expect, .. }, Observed::Bool(b)) => {
@@ -154,7 +162,8 @@ pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
         (
             Step::Downgrade { expect, .. }
             | Step::Mode { expect, .. }
-            | Step::Proclaim { expect, .. },
+            | Step::Proclaim { expect, .. }
+            | Step::Semaphore { expect, .. },
             Observed::Word(w),
         ) => {
             if &w == expect {
@@ -163,6 +172,7 @@ pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
                 let what = match step {
                     Step::Downgrade { .. } => "downgrade gave",
                     Step::Mode { .. } => "mode was",
+                    Step::Semaphore { .. } => "the semaphore handle gave",
                     _ => "proclaim gave",
                 };
                 Err(format!("{what} {w}"))
@@ -173,6 +183,21 @@ pub(crate) fn judge(step: &Step, got: Observed) -> Result<(), String> {
                 Err(format!("the leader's value was {value:?}"))
             } else if token.is_some() && got != *token {
                 Err(format!("the leader's token was {got:?}"))
+            } else {
+                Ok(())
+            }
+        }
+        (
+            Step::Slot { expect, lock, .. },
+            Observed::Slot {
+                slot,
+                lock: got_lock,
+            },
+        ) => {
+            if slot != *expect {
+                Err(format!("the slot was {slot:?}"))
+            } else if lock.is_some() && got_lock != *lock {
+                Err(format!("the slot's lock was {got_lock:?}"))
             } else {
                 Ok(())
             }
@@ -195,6 +220,10 @@ pub fn play(scenario: &Scenario, face: &mut dyn Face, config: &Config) -> Outcom
         (
             scenario.uses_rwlocks() && !face.rwlocks(),
             "read/write locks",
+        ),
+        (
+            scenario.uses_semaphores() && !face.semaphores(),
+            "semaphores",
         ),
     ];
     if let Some((_, what)) = unplayed.iter().find(|(skip, _)| *skip) {

@@ -24,6 +24,7 @@ fn place(client: &str, session: &str, lock: &str) -> Placement {
         session: session.into(),
         lock: lock.into(),
         role: Role::Lock,
+        limit: None,
     }
 }
 
@@ -95,12 +96,14 @@ fn parses_every_step() {
                 holder: h("a"),
                 expect: h("granted"),
                 token: Some(1),
+                above: None,
                 label: Some(h("p1"))
             },
             Step::Permit {
                 holder: h("a"),
                 expect: h("draining"),
                 token: None,
+                above: None,
                 label: None
             },
             Step::Valid {
@@ -982,4 +985,237 @@ fn header_rwlock_numbers() {
     }
     let plays = format!("LKS_PLAYS_RWLOCKS {}u", ffi::LKS_PLAYS_RWLOCKS);
     assert!(header.contains(&plays), "the header lacks `{plays}`");
+}
+
+/// A file with a semaphore `w/sem` of limit 2: holders `a` and `b`.
+fn semaphore_doc(steps: &str) -> String {
+    format!(
+        r#"{{"name": "t", {SETTINGS}, "holders": ["a", "b"],
+            "layout": {{"a": {{"semaphore": "w/sem", "limit": 2}}, "b": {{"semaphore": "w/sem", "limit": 2, "client": "a", "session": "s2"}}}},
+            "steps": [{steps}], "trace": []}}"#
+    )
+}
+
+#[test]
+fn parses_semaphore_layout_and_steps() {
+    let steps = r#"
+        {"do": "try_acquire", "holder": "a", "expect": "ok"},
+        {"do": "slot", "holder": "a", "expect": 0, "lock": "w/sem/slot/0"},
+        {"do": "slot", "holder": "b", "expect": null},
+        {"do": "acquire", "holder": "b"},
+        {"do": "permit", "holder": "b", "expect": "granted", "above": 2},
+        {"do": "semaphore", "holder": "b", "limit": 3, "expect": "invalid_argument"},
+        {"do": "release", "holder": "a"}
+    "#;
+    let s = parse(&semaphore_doc(steps)).unwrap();
+    let sem = |client: &str, session: &str| Placement {
+        limit: Some(2),
+        ..placed(Role::Semaphore, client, session, "w/sem")
+    };
+    assert_eq!(s.layout, [sem("a", "default"), sem("a", "s2")]);
+    assert!(s.uses_semaphores() && !s.uses_rwlocks() && !s.uses_elections());
+    let names: Vec<_> = s.steps.iter().map(|t| t.step.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "try_acquire",
+            "slot",
+            "slot",
+            "acquire",
+            "permit",
+            "semaphore",
+            "release"
+        ]
+    );
+    assert_eq!(
+        s.steps[1].step,
+        Step::Slot {
+            holder: "a".into(),
+            expect: Some(0),
+            lock: Some("w/sem/slot/0".into())
+        }
+    );
+    assert_eq!(
+        s.steps[2].step,
+        Step::Slot {
+            holder: "b".into(),
+            expect: None,
+            lock: None
+        }
+    );
+    assert_eq!(
+        s.steps[5].step,
+        Step::Semaphore {
+            holder: "b".into(),
+            limit: 3,
+            expect: "invalid_argument".into()
+        }
+    );
+    assert_eq!(Role::Semaphore.as_str(), "semaphore");
+    let plain = parse(&doc(r#"["a"]"#, "", "")).unwrap();
+    assert!(!plain.uses_semaphores());
+    assert_eq!(plain.placement_at(0).limit, None);
+}
+
+#[test]
+fn refuses_bad_semaphore_files() {
+    let bad = |l: &str| laid_out(r#"["a"]"#, l).expect_err("should not parse");
+    let e = bad(r#"{"a": {"semaphore": "x"}}"#);
+    assert!(e.contains("a `semaphore` needs `limit`"), "{e}");
+    let e = bad(r#"{"a": {"lock": "x", "limit": 2}}"#);
+    assert!(e.contains("`limit` is for a `semaphore`"), "{e}");
+    let e = bad(r#"{"a": {"semaphore": "x", "limit": -1}}"#);
+    assert!(e.contains("bad JSON"), "{e}");
+    let e = bad(r#"{"a": {"semaphore": "x", "rwlock": "x", "mode": "read", "limit": 2}}"#);
+    assert!(
+        e.contains("one of `lock`, `election`, `observe`, `rwlock`, `semaphore`"),
+        "{e}"
+    );
+    let e = bad(r#"{"a": {"semaphore": "", "limit": 2}}"#);
+    assert!(e.contains("an empty `semaphore`"), "{e}");
+    // slot and semaphore only on a semaphore holder; the handle's own
+    // steps (no lock before a slot is won) not on one.
+    let e = parse(&doc(
+        r#"["a"]"#,
+        r#"{"do": "slot", "holder": "a", "expect": 0}"#,
+        "",
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("`a` is a lock holder; `slot` needs semaphore"),
+        "{e}"
+    );
+    for step in [
+        r#"{"do": "acquire_start", "holder": "a"}"#,
+        r#"{"do": "events", "holder": "a", "expect": []}"#,
+        r#"{"do": "fault", "holder": "a", "fault": "delete_key"}"#,
+        r#"{"do": "downgrade", "holder": "a", "expect": "ok"}"#,
+    ] {
+        let e = parse(&semaphore_doc(step)).unwrap_err();
+        assert!(e.contains("`a` is a semaphore holder"), "{step}: {e}");
+    }
+    let e = parse(&semaphore_doc(
+        r#"{"do": "semaphore", "holder": "a", "expect": "ok"}"#,
+    ))
+    .unwrap_err();
+    assert!(e.contains("limit"), "{e}");
+    // A link fault and a slot's lock steps are a semaphore holder's too.
+    parse(&semaphore_doc(
+        r#"{"do": "fault", "holder": "a", "fault": "partition"},
+           {"do": "state", "holder": "a", "expect": "Holding"},
+           {"do": "token", "holder": "a", "expect": 2},
+           {"do": "close", "holder": "a"}"#,
+    ))
+    .unwrap();
+}
+
+#[test]
+fn judges_slot_semaphore_and_permit_above() {
+    let slot = |expect: Option<u32>, lock: Option<&str>| Step::Slot {
+        holder: "a".into(),
+        expect,
+        lock: lock.map(Into::into),
+    };
+    let saw = |slot: Option<u32>, lock: Option<&str>| Observed::Slot {
+        slot,
+        lock: lock.map(Into::into),
+    };
+    let name = Some("w/sem/slot/1");
+    assert_eq!(
+        play::judge(&slot(Some(1), name), saw(Some(1), name)),
+        Ok(())
+    );
+    assert_eq!(
+        play::judge(&slot(Some(1), None), saw(Some(1), name)),
+        Ok(())
+    );
+    assert_eq!(play::judge(&slot(None, None), saw(None, None)), Ok(()));
+    let e = play::judge(&slot(Some(0), None), saw(Some(1), name)).unwrap_err();
+    assert!(e.contains("the slot was Some(1)"), "{e}");
+    let e = play::judge(&slot(Some(1), Some("w/sem/slot/0")), saw(Some(1), name)).unwrap_err();
+    assert!(e.contains("the slot's lock was"), "{e}");
+    assert!(play::judge(&slot(None, None), saw(Some(0), name)).is_err());
+    assert!(play::judge(&slot(None, None), Observed::Token(None)).is_err());
+
+    let sem = Step::Semaphore {
+        holder: "a".into(),
+        limit: 3,
+        expect: "invalid_argument".into(),
+    };
+    let w = |w: &str| Observed::Word(w.into());
+    assert_eq!(play::judge(&sem, w("invalid_argument")), Ok(()));
+    let e = play::judge(&sem, w("ok")).unwrap_err();
+    assert!(e.contains("the semaphore handle gave ok"), "{e}");
+
+    let permit = |token: Option<u64>, above: Option<u64>| Step::Permit {
+        holder: "a".into(),
+        expect: "granted".into(),
+        token,
+        above,
+        label: None,
+    };
+    let granted = |t: u64| Observed::Permit {
+        word: "granted".into(),
+        token: Some(t),
+    };
+    assert_eq!(play::judge(&permit(None, Some(2)), granted(3)), Ok(()));
+    let e = play::judge(&permit(None, Some(2)), granted(2)).unwrap_err();
+    assert!(e.contains("permit token 2, not above 2"), "{e}");
+    assert!(play::judge(&permit(Some(3), Some(2)), granted(4)).is_err());
+    let e = play::judge(
+        &permit(None, Some(2)),
+        Observed::Permit {
+            word: "granted".into(),
+            token: None,
+        },
+    )
+    .unwrap_err();
+    assert!(e.contains("no token"), "{e}");
+    // A refusal has no token to compare.
+    let refused = Step::Permit {
+        holder: "a".into(),
+        expect: "fenced".into(),
+        token: None,
+        above: Some(2),
+        label: None,
+    };
+    let fenced = Observed::Permit {
+        word: "fenced".into(),
+        token: None,
+    };
+    assert_eq!(play::judge(&refused, fenced), Ok(()));
+}
+
+#[test]
+fn a_face_without_semaphores_skips_their_files_visibly() {
+    let s = parse(&semaphore_doc(r#"{"do": "acquire", "holder": "a"}"#)).unwrap();
+    let o = play(&s, &mut Toy::default(), &Config::default());
+    assert_eq!(o.result, Ok(()));
+    assert_eq!(o.skipped.as_deref(), Some("semaphores"));
+    assert!(!Toy::default().semaphores());
+    let report = o.report("w.json");
+    assert!(
+        report.starts_with("w.json: SKIPPED, unsupported: this face does not play semaphores yet"),
+        "{report}"
+    );
+}
+
+/// The C header's numbers of the semaphore steps, observation and bit.
+#[test]
+fn header_semaphore_numbers() {
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ffi-c/tests/c/scenario_runner.h"),
+    )
+    .unwrap();
+    for (name, n) in [
+        ("LKS_DO_SLOT", ffi::LKS_DO_SLOT),
+        ("LKS_DO_SEMAPHORE", ffi::LKS_DO_SEMAPHORE),
+        ("LKS_SAW_SLOT", ffi::LKS_SAW_SLOT),
+    ] {
+        let line = format!("{name} = {n}");
+        assert!(header.contains(&line), "the header lacks `{line}`");
+    }
+    let plays = format!("LKS_PLAYS_SEMAPHORES {}u", ffi::LKS_PLAYS_SEMAPHORES);
+    assert!(header.contains(&plays), "the header lacks `{plays}`");
+    assert!(header.contains("const uint32_t *holder_limit;"));
 }
