@@ -34,7 +34,7 @@ use tracing::Instrument;
 
 use command::{Call, finish};
 pub(crate) use command::{Candidate, Command, Reply, Ticket, Write};
-pub(crate) use runtime::{block_on, on_driver, on_driver_thread, runtime};
+pub(crate) use runtime::{block_on, on_driver, on_driver_thread, on_driver_until_dropped, runtime};
 use waiters::{Acquirer, Entry};
 
 use crate::backend::{Backend, KeyGone, KeyWatch, LockGone};

@@ -276,15 +276,22 @@ impl Semaphore {
             return self.try_acquire();
         }
         let sem = self.clone();
-        crate::driver::block_on(async move { sem.acquire_async(Some(timeout)).await })?
+        crate::driver::block_on(async move { sem.wait(Some(timeout)).await })?
     }
 
     /// [`Semaphore::acquire`] for async code, on any executor (`None`: no
     /// time limit). Dropping the future before it is ready leaves nothing
     /// held, even a slot won just then, and leaves the queue.
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
+        let sem = self.clone();
+        crate::driver::on_driver_until_dropped(async move { sem.wait(timeout).await }).await
+    }
+
+    /// The acquire, on the driver (its timers and the engine's I/O need
+    /// the driver's reactor).
+    async fn wait(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
         if timeout.is_some_and(|t| t.is_zero()) {
-            return self.try_acquire_async().await;
+            return self.try_once().await;
         }
         // On the session's clock, as a lock's timeout is.
         let clock = self.session.inner.clock.clone();
@@ -349,7 +356,7 @@ impl Semaphore {
     /// someone took it first. Blocks for about two round trips.
     pub fn try_acquire(&self) -> Result<Lock, Error> {
         let sem = self.clone();
-        crate::driver::block_on(async move { sem.try_acquire_async().await })?
+        crate::driver::block_on(async move { sem.try_once().await })?
     }
 
     /// The completion form of [`Semaphore::acquire_async`] (`Some(ZERO)`:
@@ -367,7 +374,7 @@ impl Semaphore {
         let handle = SemaphoreAcquisition::default();
         let (sem, started) = (self.clone(), handle.clone());
         let work = UntilCancelled {
-            future: Box::pin(async move { sem.acquire_async(timeout).await }),
+            future: Box::pin(async move { sem.wait(timeout).await }),
             started: started.clone(),
         };
         crate::lifecycle::spawn_then(work, move |got| {
@@ -390,8 +397,14 @@ impl Semaphore {
         handle
     }
 
-    /// [`Semaphore::try_acquire`] for async code.
+    /// [`Semaphore::try_acquire`] for async code, on any executor.
     pub async fn try_acquire_async(&self) -> Result<Lock, Error> {
+        let sem = self.clone();
+        crate::driver::on_driver_until_dropped(async move { sem.try_once().await }).await
+    }
+
+    /// The try, on the driver.
+    async fn try_once(&self) -> Result<Lock, Error> {
         // Bounded: each lost race means a slot was taken meanwhile.
         for _ in 0..self.limit {
             let free = self

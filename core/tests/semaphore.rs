@@ -552,3 +552,59 @@ fn a_handle_is_made_through_a_short_outage_and_refused_past_the_ttl() {
     );
     service.outage(false);
 }
+
+/// Polls `f` on the calling thread, parking between wakes: an executor
+/// with no tokio runtime, as a caller's own may be.
+fn block_on_any_executor<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        thread::park();
+    }
+}
+
+/// The async forms run on any executor: their waits (the head's timers,
+/// the engine's own wait for a free slot) run on dlock's driver. (They ran
+/// in the caller's task once: "there is no reactor running" in the
+/// nemesis's Rust holder.)
+#[test]
+fn the_async_forms_work_on_an_executor_without_a_runtime() {
+    let service = MemoryService::new();
+    let sems: Vec<_> = (0..3)
+        .map(|_| client(&service).semaphore("sem/any-executor", 2).unwrap())
+        .collect();
+    let (a, b) = block_on_any_executor(async {
+        let a = sems[0].try_acquire_async().await.unwrap();
+        let b = sems[1].acquire_async(Some(EVENT)).await.unwrap();
+        (a, b)
+    });
+    assert_ne!(a.slot(), b.slot());
+    block_on_any_executor(async {
+        assert_eq!(
+            sems[2].try_acquire_async().await.unwrap_err(),
+            Error::WouldBlock
+        );
+        let waited = sems[2].acquire_async(Some(ms(300))).await;
+        assert_eq!(waited.unwrap_err(), Error::Timeout);
+    });
+    let slot = a.slot();
+    let releaser = thread::spawn(move || {
+        thread::sleep(ms(200));
+        drop(a);
+    });
+    let c = block_on_any_executor(sems[2].acquire_async(Some(EVENT))).unwrap();
+    assert_eq!(c.slot(), slot, "the released slot");
+    releaser.join().unwrap();
+}

@@ -57,6 +57,23 @@ pub(crate) fn on_driver<T: Send + 'static>(
     rx
 }
 
+/// Runs `fut` on the driver (it may need the driver's reactor: timers, a
+/// backend's I/O) and awaits its output from any executor. Dropping the
+/// returned future aborts `fut` there, dropping whatever it held (so a
+/// dropped async call's cancel rule is the task's own drop).
+pub(crate) async fn on_driver_until_dropped<T: Send + 'static>(
+    fut: impl Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+    impl<T> Drop for AbortOnDrop<T> {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut task = AbortOnDrop(runtime().spawn(fut));
+    (&mut task.0).await.unwrap_or(Err(Error::Shutdown))
+}
+
 /// Runs `fut` on the driver and blocks the calling thread for its output.
 pub(crate) fn block_on<T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
