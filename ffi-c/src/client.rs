@@ -363,12 +363,7 @@ pub unsafe extern "C" fn lk_client_from_env(
 /// and locks), its sessions end as with `lk_client_shutdown`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_free(client: *mut lk_client) {
-    ffi!(value {
-        if !client.is_null() {
-            // SAFETY: made by lk_client_new / lk_client_from_env, freed once.
-            drop(unsafe { Box::from_raw(client) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(client) } })
 }
 
 /// An embedded lock service: leases, server-side expiry, tokens and fault
@@ -377,19 +372,19 @@ pub struct lk_memory {
     service: MemoryService,
 }
 
+/// Stores a new handle on `service` in `*memory_out`.
+unsafe fn new_memory(memory_out: *mut *mut lk_memory, service: MemoryService) -> crate::Res {
+    boxed(
+        unsafe { out(memory_out, "memory_out") }?,
+        lk_memory { service },
+    );
+    Ok(())
+}
+
 /// A new, isolated embedded service.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_memory_new(memory_out: *mut *mut lk_memory) -> crate::lk_status {
-    ffi!({
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: MemoryService::new(),
-            },
-        );
-        Ok(())
-    })
+    ffi!({ unsafe { new_memory(memory_out, MemoryService::new()) } })
 }
 
 /// The process-wide embedded service called `name` (created on first use);
@@ -401,14 +396,7 @@ pub unsafe extern "C" fn lk_memory_named(
 ) -> crate::lk_status {
     ffi!({
         let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: MemoryService::named(name),
-            },
-        );
-        Ok(())
+        unsafe { new_memory(memory_out, MemoryService::named(name)) }
     })
 }
 
@@ -421,26 +409,14 @@ pub unsafe extern "C" fn lk_client_memory(
 ) -> crate::lk_status {
     ffi!({
         let link = link(unsafe { arg(client, "client") }?)?;
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: link.service().clone(),
-            },
-        );
-        Ok(())
+        unsafe { new_memory(memory_out, link.service().clone()) }
     })
 }
 
 /// Frees a service handle (NULL: nothing). Clients linked to it go on.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_memory_free(memory: *mut lk_memory) {
-    ffi!(value {
-        if !memory.is_null() {
-            // SAFETY: made by lk_memory_*, freed once.
-            drop(unsafe { Box::from_raw(memory) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(memory) } })
 }
 
 /// Stops (`true`) or restarts server-side expiry, as a paused leader would.

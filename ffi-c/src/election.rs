@@ -13,7 +13,7 @@ use crate::lifecycle::{lk_acquire_done_fn, lk_acquisition};
 use crate::lk_status::{self, *};
 use crate::lock::{UserData, lk_lock};
 use crate::session::lk_session;
-use crate::{Fail, arg, boxed, bytes, ffi, out, status_of, text};
+use crate::{Fail, arg, boxed, bytes, ffi, out, status_of};
 
 /// One candidate in an election: an `lk_lock` (`lk_election_lock`) plus
 /// campaign, proclaim, resign and leader. Freeing it releases (resigns
@@ -22,15 +22,12 @@ pub struct lk_election {
     lock: lk_lock,
 }
 
-/// Stores the new handle of election `e`, called `name`, in `dest` (both
+/// The new handle of election `e`, called `name` (both
 /// constructors: the client's default session and a session's own).
-fn made(dest: &mut *mut lk_election, e: Election, name: &str) {
-    boxed(
-        dest,
-        lk_election {
-            lock: lk_lock::election(e, name),
-        },
-    );
+fn made(e: Election, name: &str) -> lk_election {
+    lk_election {
+        lock: lk_lock::election(e, name),
+    }
 }
 
 impl lk_election {
@@ -53,11 +50,14 @@ pub unsafe extern "C" fn lk_election_new(
     election_out: *mut *mut lk_election,
 ) -> lk_status {
     ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(election_out, "election_out") }?;
-        made(dest, client.client.election(name)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (client, "client"),
+                name,
+                (election_out, "election_out"),
+                |owner, name| Ok(made(owner.client.election(name)?, name)),
+            )
+        }
     })
 }
 
@@ -69,11 +69,14 @@ pub unsafe extern "C" fn lk_session_election_new(
     election_out: *mut *mut lk_election,
 ) -> lk_status {
     ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(election_out, "election_out") }?;
-        made(dest, session.session().election(name)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (session, "session"),
+                name,
+                (election_out, "election_out"),
+                |owner, name| Ok(made(owner.session().election(name)?, name)),
+            )
+        }
     })
 }
 
@@ -343,12 +346,7 @@ pub unsafe extern "C" fn lk_leader_clear(leader: *mut lk_leader) {
 /// rules of `lk_lock_free` apply to its lock and callbacks).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_election_free(election: *mut lk_election) {
-    ffi!(value {
-        if !election.is_null() {
-            // SAFETY: made by lk_election_new, freed once.
-            drop(unsafe { Box::from_raw(election) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(election) } })
 }
 
 #[cfg(test)]

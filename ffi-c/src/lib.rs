@@ -257,6 +257,33 @@ pub(crate) fn boxed<T>(out: &mut *mut T, v: T) {
     *out = Box::into_raw(Box::new(v));
 }
 
+/// The body of each constructor of a named handle (a lock, an election, a
+/// read/write lock, a semaphore, an observer) on a client or a session:
+/// the owner, the name and the out-parameter are checked in that order,
+/// then `make` builds the handle from the owner and the name.
+pub(crate) unsafe fn new_named<O, T>(
+    (owner, owner_what): (*const O, &str),
+    name: *const c_char,
+    (dest, dest_what): (*mut *mut T, &str),
+    make: impl FnOnce(&O, &str) -> Result<T, Fail>,
+) -> Res {
+    let owner = unsafe { arg(owner, owner_what) }?;
+    let name = unsafe { text(name, "name") }?;
+    let dest = unsafe { out(dest, dest_what) }?;
+    boxed(dest, make(owner, name)?);
+    Ok(())
+}
+
+/// Frees a handle [`boxed`] made: the body of every `lk_*_free` (NULL:
+/// nothing).
+pub(crate) unsafe fn free_handle<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: made by `boxed` in the matching constructor, freed once
+        // (header rules).
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
 /// `len` bytes at `p`; NULL only with `len` 0 (no bytes).
 pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], Fail> {
     if p.is_null() {

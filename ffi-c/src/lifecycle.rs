@@ -121,10 +121,5 @@ pub unsafe extern "C" fn lk_acquisition_cancel(acquisition: *const lk_acquisitio
 /// goes on and `done` still runs.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_acquisition_free(acquisition: *mut lk_acquisition) {
-    ffi!(value {
-        if !acquisition.is_null() {
-            // SAFETY: made by lk_lock_acquire_start, freed once.
-            drop(unsafe { Box::from_raw(acquisition) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(acquisition) } })
 }

@@ -10,7 +10,7 @@ use dlock_core::{Election, Lock, OwnedPermit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
-use crate::{Fail, arg, boxed, bytes, ffi, key_bytes, lk_reason, lk_state, out, text};
+use crate::{Fail, arg, bytes, ffi, key_bytes, lk_reason, lk_state, out};
 
 /// One named lock. Freeing it releases the lock.
 pub struct lk_lock {
@@ -74,11 +74,14 @@ pub unsafe extern "C" fn lk_lock_new(
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
     ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(lock_out, "lock_out") }?;
-        boxed(dest, lk_lock::new(client.client.lock(name)?, name));
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (client, "client"),
+                name,
+                (lock_out, "lock_out"),
+                |owner, name| Ok(lk_lock::new(owner.client.lock(name)?, name)),
+            )
+        }
     })
 }
 
@@ -104,12 +107,7 @@ pub unsafe extern "C" fn lk_lock_name(lock: *const lk_lock) -> *const c_char {
 /// memory only: the parent's lease is left alone.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
-    ffi!(value {
-        if !lock.is_null() {
-            // SAFETY: made by lk_lock_new, freed once.
-            drop(unsafe { Box::from_raw(lock) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(lock) } })
 }
 
 /// Releases the lock (waiting for the delete as `lk_lock_release` does) and

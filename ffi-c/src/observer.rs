@@ -57,16 +57,18 @@ pub unsafe extern "C" fn lk_observer_new(
     observer_out: *mut *mut lk_observer,
 ) -> lk_status {
     ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(observer_out, "observer_out") }?;
-        boxed(
-            dest,
-            lk_observer {
-                observer: client.client.observe(name)?,
-            },
-        );
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (client, "client"),
+                name,
+                (observer_out, "observer_out"),
+                |owner, name| {
+                    Ok(lk_observer {
+                        observer: owner.client.observe(name)?,
+                    })
+                },
+            )
+        }
     })
 }
 

@@ -12,7 +12,7 @@ use crate::client::lk_client;
 use crate::lk_status;
 use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{arg, boxed, ffi, out, text};
+use crate::{arg, boxed, ffi, out};
 
 /// A read/write lock: makes readers and writers (`lk_rwlock_reader`,
 /// `lk_rwlock_writer`). Holds nothing itself: freeing it leaves the locks
@@ -36,14 +36,11 @@ pub enum lk_mode {
     LK_MODE_WRITE = 2,
 }
 
-fn made(dest: &mut *mut lk_rwlock, rwlock: RwLock, name: &str) {
-    boxed(
-        dest,
-        lk_rwlock {
-            rwlock,
-            name: CString::new(name).unwrap_or_default(),
-        },
-    );
+fn made(rwlock: RwLock, name: &str) -> lk_rwlock {
+    lk_rwlock {
+        rwlock,
+        name: CString::new(name).unwrap_or_default(),
+    }
 }
 
 /// A read/write lock called `name` on `client`'s default session
@@ -57,11 +54,14 @@ pub unsafe extern "C" fn lk_rwlock_new(
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
     ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(rwlock_out, "rwlock_out") }?;
-        made(dest, client.client.rwlock(name)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (client, "client"),
+                name,
+                (rwlock_out, "rwlock_out"),
+                |owner, name| Ok(made(owner.client.rwlock(name)?, name)),
+            )
+        }
     })
 }
 
@@ -74,11 +74,14 @@ pub unsafe extern "C" fn lk_session_rwlock_new(
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
     ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(rwlock_out, "rwlock_out") }?;
-        made(dest, session.session().rwlock(name)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (session, "session"),
+                name,
+                (rwlock_out, "rwlock_out"),
+                |owner, name| Ok(made(owner.session().rwlock(name)?, name)),
+            )
+        }
     })
 }
 
@@ -129,12 +132,7 @@ pub unsafe extern "C" fn lk_rwlock_name(rwlock: *const lk_rwlock) -> *const c_ch
 /// stay as they are: free each on its own.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_rwlock_free(rwlock: *mut lk_rwlock) {
-    ffi!(value {
-        if !rwlock.is_null() {
-            // SAFETY: made by lk_rwlock_new / lk_session_rwlock_new, freed once.
-            drop(unsafe { Box::from_raw(rwlock) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(rwlock) } })
 }
 
 /// `lock`'s current mode: `LK_MODE_READ` / `LK_MODE_WRITE` for a read/write

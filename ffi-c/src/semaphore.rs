@@ -13,7 +13,7 @@ use crate::client::lk_client;
 use crate::lk_status;
 use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{Fail, arg, boxed, ffi, out, text};
+use crate::{Fail, arg, boxed, ffi, out};
 
 /// The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
 /// larger limits are `LK_INVALID_ARGUMENT`.
@@ -29,14 +29,11 @@ pub struct lk_semaphore {
     name: CString,
 }
 
-fn made(dest: &mut *mut lk_semaphore, semaphore: Semaphore, name: &str) {
-    boxed(
-        dest,
-        lk_semaphore {
-            semaphore,
-            name: CString::new(name).unwrap_or_default(),
-        },
-    );
+fn made(semaphore: Semaphore, name: &str) -> lk_semaphore {
+    lk_semaphore {
+        semaphore,
+        name: CString::new(name).unwrap_or_default(),
+    }
 }
 
 /// A semaphore of `limit` slots called `name` on `client`'s default
@@ -55,11 +52,14 @@ pub unsafe extern "C" fn lk_semaphore_new(
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
     ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(semaphore_out, "semaphore_out") }?;
-        made(dest, client.client.semaphore(name, limit)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (client, "client"),
+                name,
+                (semaphore_out, "semaphore_out"),
+                |owner, name| Ok(made(owner.client.semaphore(name, limit)?, name)),
+            )
+        }
     })
 }
 
@@ -73,11 +73,14 @@ pub unsafe extern "C" fn lk_session_semaphore_new(
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
     ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(semaphore_out, "semaphore_out") }?;
-        made(dest, session.session().semaphore(name, limit)?, name);
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (session, "session"),
+                name,
+                (semaphore_out, "semaphore_out"),
+                |owner, name| Ok(made(owner.session().semaphore(name, limit)?, name)),
+            )
+        }
     })
 }
 
@@ -170,10 +173,5 @@ pub unsafe extern "C" fn lk_lock_slot(lock: *const lk_lock, slot_out: *mut u32) 
 /// stay held and valid: free each on its own.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_semaphore_free(semaphore: *mut lk_semaphore) {
-    ffi!(value {
-        if !semaphore.is_null() {
-            // SAFETY: made by lk_semaphore_new / lk_session_semaphore_new, freed once.
-            drop(unsafe { Box::from_raw(semaphore) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(semaphore) } })
 }

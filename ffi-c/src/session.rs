@@ -9,7 +9,7 @@ use dlock_core::{Options, Session};
 use crate::client::{LK_CLIENT_OPTIONS_VERSION, lk_client, lk_client_options, timing_of};
 use crate::lk_status::{self, LK_NOT_HELD};
 use crate::lock::lk_lock;
-use crate::{Fail, arg, boxed, ffi, out, text};
+use crate::{Fail, arg, boxed, ffi, out};
 
 /// One lease shared by many locks: one keepalive loop, one deadline. A
 /// failed keepalive drains every lock of it, a lost lease fences them all,
@@ -87,12 +87,14 @@ pub unsafe extern "C" fn lk_session_lock_new(
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
     ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(lock_out, "lock_out") }?;
-        let lock = session.session.lock(name)?;
-        boxed(dest, lk_lock::new(lock, name));
-        Ok(())
+        unsafe {
+            crate::new_named(
+                (session, "session"),
+                name,
+                (lock_out, "lock_out"),
+                |owner, name| Ok(lk_lock::new(owner.session.lock(name)?, name)),
+            )
+        }
     })
 }
 
@@ -228,10 +230,5 @@ pub unsafe extern "C" fn lk_session_stats(
 /// memory only.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_session_free(session: *mut lk_session) {
-    ffi!(value {
-        if !session.is_null() {
-            // SAFETY: made by lk_session_new / lk_client_session, freed once.
-            drop(unsafe { Box::from_raw(session) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(session) } })
 }
