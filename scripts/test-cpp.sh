@@ -17,14 +17,10 @@
 # Usage: scripts/test-cpp.sh [LOGFILE]   (every step's output is appended to it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
-work=$(mktemp -d)
-etcd_here=
-trap 'rm -rf "$work"; [[ -z $etcd_here ]] || scripts/etcd-cluster.sh stop >/dev/null 2>&1' EXIT
-label=cpp
 . scripts/checks.sh
+label=cpp
+etcd_here=
+with_scratch '[[ -z $etcd_here ]] || scripts/etcd-cluster.sh stop >/dev/null 2>&1'
 . scripts/c-flags.sh
 . scripts/lib.sh
 need_debs g++=g++ >>"$log" 2>&1 || { echo "cpp: cannot install g++" >&2; exit 1; }
