@@ -58,12 +58,8 @@ fn keys(env: &Cluster, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    sem_cases::until(what, EVENT, cond);
 }
 
 #[test]
@@ -192,49 +188,14 @@ fn a_dlock_waiter_waits_for_an_etcdctl_holder_of_a_slot() {
 fn a_slot_key_deleted_by_an_operator_fences_that_holder_alone() {
     let env = cluster();
     let name = name("fence");
-    let holders: Vec<Lock> = (0..3)
-        .map(|_| {
-            client(&env)
-                .semaphore(&name, 3)
-                .unwrap()
-                .acquire(EVENT)
-                .unwrap()
-        })
-        .collect();
-    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
-    let mut fenced = Vec::new();
-    let mut acquired = Vec::new();
-    for l in &holders {
-        let (ftx, frx) = mpsc::channel();
-        let ftx = Mutex::new(ftx);
-        l.on_fence(move |t, _| {
-            let _ = ftx.lock().unwrap().send(t);
-        });
-        fenced.push(frx);
-        let (atx, arx) = mpsc::channel();
-        let atx = Mutex::new(atx);
-        l.on_acquired(move |t| {
-            let _ = atx.lock().unwrap().send(t);
-        });
-        acquired.push(arx);
-    }
-    let cut = &holders[1];
-    env.etcdctl(&["del", "--prefix", &format!("{}/", cut.name())]);
-    assert_eq!(fenced[1].recv_timeout(EVENT).unwrap(), before[1]);
-    let again = acquired[1].recv_timeout(EVENT).unwrap();
-    assert!(
-        again > before[1],
-        "its own slot, higher: {again} > {}",
-        before[1]
+    sem_cases::a_slot_deleted_by_an_operator_fences_that_holder_alone(
+        &|| client(&env),
+        &name,
+        EVENT,
+        &|cut| {
+            env.etcdctl(&["del", "--prefix", &format!("{}/", cut.name())]);
+        },
     );
-    until("holding again", || cut.state() == State::Holding);
-    assert_eq!(cut.token(), Some(again));
-    for i in [0, 2] {
-        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
-        assert_eq!(holders[i].token(), Some(before[i]));
-        assert_eq!(holders[i].state(), State::Holding);
-    }
-    drop(holders);
     env.etcdctl(&["del", &format!("{name}/limit")]);
 }
 

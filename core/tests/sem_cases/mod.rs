@@ -2,11 +2,20 @@
 //! postgres_semaphore.rs): `client` makes a client of the engine under
 //! test, `name` is the case's own semaphore name.
 
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use dlock::Client;
+use dlock::{Client, Lock, State, Token};
+
+/// Waits up to `event` for `cond`, every 50 ms; fails naming `what`.
+pub fn until(what: &str, event: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + event;
+    while !cond() {
+        assert!(Instant::now() < end, "never: {what}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
 
 /// Two holders of a limit-2 semaphore and two waiters: nobody wakes while
 /// both slots are held; a release wakes exactly one waiter, onto the slot
@@ -50,4 +59,52 @@ pub fn a_release_wakes_one_waiter_onto_that_slot(
             .map(|w| w.join().unwrap())
             .collect::<Vec<_>>(),
     );
+}
+
+/// Three holders of a limit-3 semaphore; `delete` is an operator deleting
+/// the middle holder's slot (its key or row): that holder alone fences,
+/// then takes its own slot again with a higher token, while the other two
+/// keep their tokens and hold.
+pub fn a_slot_deleted_by_an_operator_fences_that_holder_alone(
+    client: &dyn Fn() -> Client,
+    name: &str,
+    event: Duration,
+    delete: &dyn Fn(&Lock),
+) {
+    let holders: Vec<Lock> = (0..3)
+        .map(|_| client().semaphore(name, 3).unwrap().acquire(event).unwrap())
+        .collect();
+    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
+    let mut fenced = Vec::new();
+    let mut acquired = Vec::new();
+    for l in &holders {
+        let (ftx, frx) = mpsc::channel();
+        let ftx = Mutex::new(ftx);
+        l.on_fence(move |t, _| {
+            let _ = ftx.lock().unwrap().send(t);
+        });
+        fenced.push(frx);
+        let (atx, arx) = mpsc::channel();
+        let atx = Mutex::new(atx);
+        l.on_acquired(move |t| {
+            let _ = atx.lock().unwrap().send(t);
+        });
+        acquired.push(arx);
+    }
+    let cut = &holders[1];
+    delete(cut);
+    assert_eq!(fenced[1].recv_timeout(event).unwrap(), before[1]);
+    let again = acquired[1].recv_timeout(event).unwrap();
+    assert!(
+        again > before[1],
+        "its own slot, higher: {again} > {}",
+        before[1]
+    );
+    until("holding again", event, || cut.state() == State::Holding);
+    assert_eq!(cut.token(), Some(again));
+    for i in [0, 2] {
+        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
+        assert_eq!(holders[i].token(), Some(before[i]));
+        assert_eq!(holders[i].state(), State::Holding);
+    }
 }
