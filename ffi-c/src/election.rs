@@ -49,16 +49,7 @@ pub unsafe extern "C" fn lk_election_new(
     name: *const c_char,
     election_out: *mut *mut lk_election,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (client, "client"),
-                name,
-                (election_out, "election_out"),
-                |owner, name| Ok(made(owner.client.election(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(client, name, election_out => made(client.client.election(name)?, name))
 }
 
 /// As `lk_election_new`, on `session` (its own lease and deadline).
@@ -68,16 +59,7 @@ pub unsafe extern "C" fn lk_session_election_new(
     name: *const c_char,
     election_out: *mut *mut lk_election,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (session, "session"),
-                name,
-                (election_out, "election_out"),
-                |owner, name| Ok(made(owner.session().election(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(session, name, election_out => made(session.session().election(name)?, name))
 }
 
 /// The election's lock: every `lk_lock` function works on it (`lk_permit`

@@ -222,6 +222,25 @@ macro_rules! ffi {
 }
 pub(crate) use ffi;
 
+/// The body of each constructor of a named handle (a lock, an election, a
+/// read/write lock, a semaphore, an observer) on a client or a session:
+/// `new_named!(owner, name, x_out => handle)` checks the owner, the name
+/// and the out-parameter in that order (NULL: `LK_NULL_PARAMETER` naming
+/// the parameter), binding `owner` and `name` to the checked values for
+/// `handle`, then stores the new handle in `*x_out`.
+macro_rules! new_named {
+    ($owner:ident, $name:ident, $dest:ident => $handle:expr) => {
+        $crate::ffi!({
+            let $owner = unsafe { $crate::arg($owner, stringify!($owner)) }?;
+            let $name = unsafe { $crate::text($name, stringify!($name)) }?;
+            let dest = unsafe { $crate::out($dest, stringify!($dest)) }?;
+            $crate::boxed(dest, $handle);
+            Ok(())
+        })
+    };
+}
+pub(crate) use new_named;
+
 /// A required input: `&*p`, or `LK_NULL_PARAMETER` naming it.
 pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     // SAFETY: the caller passes NULL or a valid pointer (header rules).
@@ -255,23 +274,6 @@ pub(crate) unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Result<Option
 /// Stores a new handle in its out-parameter.
 pub(crate) fn boxed<T>(out: &mut *mut T, v: T) {
     *out = Box::into_raw(Box::new(v));
-}
-
-/// The body of each constructor of a named handle (a lock, an election, a
-/// read/write lock, a semaphore, an observer) on a client or a session:
-/// the owner, the name and the out-parameter are checked in that order,
-/// then `make` builds the handle from the owner and the name.
-pub(crate) unsafe fn new_named<O, T>(
-    (owner, owner_what): (*const O, &str),
-    name: *const c_char,
-    (dest, dest_what): (*mut *mut T, &str),
-    make: impl FnOnce(&O, &str) -> Result<T, Fail>,
-) -> Res {
-    let owner = unsafe { arg(owner, owner_what) }?;
-    let name = unsafe { text(name, "name") }?;
-    let dest = unsafe { out(dest, dest_what) }?;
-    boxed(dest, make(owner, name)?);
-    Ok(())
 }
 
 /// Frees a handle [`boxed`] made: the body of every `lk_*_free` (NULL:

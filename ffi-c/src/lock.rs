@@ -73,16 +73,7 @@ pub unsafe extern "C" fn lk_lock_new(
     name: *const c_char,
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (client, "client"),
-                name,
-                (lock_out, "lock_out"),
-                |owner, name| Ok(lk_lock::new(owner.client.lock(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(client, name, lock_out => lk_lock::new(client.client.lock(name)?, name))
 }
 
 /// The lock's name, as given to `lk_lock_new`; NULL for a NULL lock. Valid

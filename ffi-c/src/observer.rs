@@ -56,19 +56,8 @@ pub unsafe extern "C" fn lk_observer_new(
     name: *const c_char,
     observer_out: *mut *mut lk_observer,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (client, "client"),
-                name,
-                (observer_out, "observer_out"),
-                |owner, name| {
-                    Ok(lk_observer {
-                        observer: owner.client.observe(name)?,
-                    })
-                },
-            )
-        }
+    crate::new_named!(client, name, observer_out => lk_observer {
+        observer: client.client.observe(name)?,
     })
 }
 

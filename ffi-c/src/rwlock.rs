@@ -53,16 +53,7 @@ pub unsafe extern "C" fn lk_rwlock_new(
     name: *const c_char,
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (client, "client"),
-                name,
-                (rwlock_out, "rwlock_out"),
-                |owner, name| Ok(made(owner.client.rwlock(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(client, name, rwlock_out => made(client.client.rwlock(name)?, name))
 }
 
 /// As `lk_rwlock_new`, on `session`: its readers and writers are held
@@ -73,16 +64,7 @@ pub unsafe extern "C" fn lk_session_rwlock_new(
     name: *const c_char,
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (session, "session"),
-                name,
-                (rwlock_out, "rwlock_out"),
-                |owner, name| Ok(made(owner.session().rwlock(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(session, name, rwlock_out => made(session.session().rwlock(name)?, name))
 }
 
 /// `mode`'s holder of `rw`, a new `lk_lock`, not acquired yet.

@@ -51,16 +51,8 @@ pub unsafe extern "C" fn lk_semaphore_new(
     limit: u32,
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (client, "client"),
-                name,
-                (semaphore_out, "semaphore_out"),
-                |owner, name| Ok(made(owner.client.semaphore(name, limit)?, name)),
-            )
-        }
-    })
+    crate::new_named!(client, name, semaphore_out =>
+        made(client.client.semaphore(name, limit)?, name))
 }
 
 /// As `lk_semaphore_new`, on `session`: the slots acquired from it are
@@ -72,16 +64,8 @@ pub unsafe extern "C" fn lk_session_semaphore_new(
     limit: u32,
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (session, "session"),
-                name,
-                (semaphore_out, "semaphore_out"),
-                |owner, name| Ok(made(owner.session().semaphore(name, limit)?, name)),
-            )
-        }
-    })
+    crate::new_named!(session, name, semaphore_out =>
+        made(session.session().semaphore(name, limit)?, name))
 }
 
 /// Takes a slot, waiting up to `timeout_ms` for one to be free (0: one

@@ -86,16 +86,7 @@ pub unsafe extern "C" fn lk_session_lock_new(
     name: *const c_char,
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
-    ffi!({
-        unsafe {
-            crate::new_named(
-                (session, "session"),
-                name,
-                (lock_out, "lock_out"),
-                |owner, name| Ok(lk_lock::new(owner.session.lock(name)?, name)),
-            )
-        }
-    })
+    crate::new_named!(session, name, lock_out => lk_lock::new(session.session.lock(name)?, name))
 }
 
 /// Releases every lock of the session and revokes its lease (one request
