@@ -67,20 +67,8 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
     let env = cluster();
     let name = name("n");
     let n = 3;
-    let threads: Vec<_> = (0..=n)
-        .map(|_| {
-            let c = client(&env);
-            let name = name.clone();
-            thread::spawn(move || {
-                let r = c
-                    .semaphore(&name, n)
-                    .unwrap()
-                    .acquire(Duration::from_secs(3));
-                (c, r)
-            })
-        })
-        .collect();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results =
+        dlock_testkit::n_plus_one_contend(|| client(&env), &name, n, Duration::from_secs(3));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let mut slots: Vec<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     slots.sort();

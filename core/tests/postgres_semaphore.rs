@@ -108,20 +108,8 @@ fn n_plus_one_contenders_exactly_n_hold() {
     let url = pg::servers().url;
     let name = name("n");
     let n = 3;
-    let threads: Vec<_> = (0..=n)
-        .map(|_| {
-            let c = client(&url);
-            let name = name.clone();
-            thread::spawn(move || {
-                let r = c
-                    .semaphore(&name, n)
-                    .unwrap()
-                    .acquire(Duration::from_secs(3));
-                (c, r)
-            })
-        })
-        .collect();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results =
+        dlock_testkit::n_plus_one_contend(|| client(&url), &name, n, Duration::from_secs(3));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let sql = pg::Sql::connect(&url);
     let rows = slot_rows(&sql, &name);

@@ -62,22 +62,7 @@ fn until(what: &str, mut cond: impl FnMut() -> bool) {
 fn n_plus_one_contenders_and_exactly_n_hold() {
     let service = MemoryService::new();
     let n = 3;
-    let (tx, rx) = mpsc::channel();
-    let threads: Vec<_> = (0..=n)
-        .map(|i| {
-            let c = client(&service);
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let sem = c.semaphore("sem/n", n).unwrap();
-                let r = sem.acquire(ms(1500));
-                tx.send(i).unwrap();
-                (c, r)
-            })
-        })
-        .collect();
-    drop(tx);
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(rx.iter().count(), n as usize + 1);
+    let results = dlock_testkit::n_plus_one_contend(|| client(&service), "sem/n", n, ms(1500));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let slots: BTreeSet<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     assert_eq!(slots, (0..n).collect(), "one holder per slot");

@@ -82,6 +82,29 @@ pub fn over_the_size_limits_refused(
     lock.release().unwrap();
 }
 
+/// N + 1 contenders for the semaphore `name` of limit `n`, each on a
+/// client of its own (`client()`) in a thread of its own, acquiring with
+/// `wait`: each outcome beside its client (which the lock must not
+/// outlive), for [`exactly_n_hold`].
+pub fn n_plus_one_contend(
+    client: impl Fn() -> dlock::Client,
+    name: &str,
+    n: u32,
+    wait: Duration,
+) -> Vec<(dlock::Client, Result<dlock::Lock, dlock::Error>)> {
+    let threads: Vec<_> = (0..=n)
+        .map(|_| {
+            let c = client();
+            let name = name.to_owned();
+            std::thread::spawn(move || {
+                let r = c.semaphore(&name, n).unwrap().acquire(wait);
+                (c, r)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 /// The outcomes of N + 1 contenders for a semaphore of limit `n`, each
 /// beside its client: exactly `n` hold and the other timed out. The
 /// holders' locks.
