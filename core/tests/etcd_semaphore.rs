@@ -59,7 +59,7 @@ fn keys(env: &Cluster, prefix: &str) -> Vec<String> {
 }
 
 fn until(what: &str, cond: impl FnMut() -> bool) {
-    sem_cases::until(what, EVENT, cond);
+    dlock_testkit::watch::until(what, EVENT, cond);
 }
 
 #[test]

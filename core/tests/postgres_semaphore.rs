@@ -46,7 +46,7 @@ fn name(test: &str) -> String {
 }
 
 fn until(what: &str, cond: impl FnMut() -> bool) {
-    sem_cases::until(what, EVENT, cond);
+    dlock_testkit::watch::until(what, EVENT, cond);
 }
 
 /// The lock rows of the semaphore `name`'s slots.

@@ -18,46 +18,21 @@ use std::time::Duration;
 
 use dlock::rwlock::{Mode, holds};
 use dlock::{Client, Error, FenceGate, Lock, MemoryService, State, Token};
+use dlock_testkit::embedded::{client, ms};
 use dlock_testkit::short;
+use dlock_testkit::watch::{self, fences};
 use proptest::prelude::*;
 
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(10);
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// A client on a link of its own (its own faults, its own lease).
-fn client(service: &MemoryService) -> Client {
-    Client::new(service.link(), short()).expect("embedded client")
-}
-
-fn fences(lock: &Lock) -> Receiver<Token> {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    lock.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    rx
-}
-
 /// Acquires `lock` on a thread of its own; the receiver gets the outcome.
 fn acquire_in_background(lock: Arc<Lock>) -> Receiver<Result<Token, Error>> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(lock.acquire(EVENT));
-    });
-    rx
+    watch::in_background(lock, EVENT)
 }
 
-/// Waits (polling the test's own view, not the library) until `cond`.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(ms(10));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    watch::until(what, EVENT, cond);
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod parity;
 pub mod pg;
 pub mod proxy;
 pub mod story;
+pub mod watch;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

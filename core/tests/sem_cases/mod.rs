@@ -2,20 +2,12 @@
 //! postgres_semaphore.rs): `client` makes a client of the engine under
 //! test, `name` is the case's own semaphore name.
 
-use std::sync::{Mutex, mpsc};
+use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dlock::{Client, Lock, State, Token};
-
-/// Waits up to `event` for `cond`, every 50 ms; fails naming `what`.
-pub fn until(what: &str, event: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + event;
-    while !cond() {
-        assert!(Instant::now() < end, "never: {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
-}
+use dlock_testkit::watch;
 
 /// Two holders of a limit-2 semaphore and two waiters: nobody wakes while
 /// both slots are held; a release wakes exactly one waiter, onto the slot
@@ -75,22 +67,8 @@ pub fn a_slot_deleted_by_an_operator_fences_that_holder_alone(
         .map(|_| client().semaphore(name, 3).unwrap().acquire(event).unwrap())
         .collect();
     let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
-    let mut fenced = Vec::new();
-    let mut acquired = Vec::new();
-    for l in &holders {
-        let (ftx, frx) = mpsc::channel();
-        let ftx = Mutex::new(ftx);
-        l.on_fence(move |t, _| {
-            let _ = ftx.lock().unwrap().send(t);
-        });
-        fenced.push(frx);
-        let (atx, arx) = mpsc::channel();
-        let atx = Mutex::new(atx);
-        l.on_acquired(move |t| {
-            let _ = atx.lock().unwrap().send(t);
-        });
-        acquired.push(arx);
-    }
+    let fenced: Vec<_> = holders.iter().map(watch::fences).collect();
+    let acquired: Vec<_> = holders.iter().map(watch::acquisitions).collect();
     let cut = &holders[1];
     delete(cut);
     assert_eq!(fenced[1].recv_timeout(event).unwrap(), before[1]);
@@ -100,7 +78,7 @@ pub fn a_slot_deleted_by_an_operator_fences_that_holder_alone(
         "its own slot, higher: {again} > {}",
         before[1]
     );
-    until("holding again", event, || cut.state() == State::Holding);
+    watch::until("holding again", event, || cut.state() == State::Holding);
     assert_eq!(cut.token(), Some(again));
     for i in [0, 2] {
         assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
