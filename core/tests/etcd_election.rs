@@ -17,21 +17,17 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Observed, Observer, Options, State};
 
+use dlock_testkit::TTL;
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
 mod election_cases;
 
-const TTL: Duration = Duration::from_secs(4);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(env: &Cluster) -> Client {
-    env.client(options())
+    env.client(dlock_testkit::backend_options())
 }
 
 /// A client whose every connection goes through one proxy per member.
@@ -40,7 +36,8 @@ fn proxied(env: &Cluster) -> (Client, Vec<Proxy>) {
         .map(|i| Proxy::start(env.member_addr(i)))
         .collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let c = Client::etcd(EtcdConfig::new(urls), options()).expect("connect through the proxies");
+    let c = Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options())
+        .expect("connect through the proxies");
     (c, proxies)
 }
 
@@ -305,7 +302,7 @@ fn proclaim_from_a_fenced_leader_is_refused() {
         EtcdConfig::new(env.members.clone()),
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     )
     .unwrap();

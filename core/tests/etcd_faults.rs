@@ -20,6 +20,7 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
+use dlock_testkit::TTL;
 use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
@@ -31,16 +32,11 @@ use proxy::{Mode, Proxy};
 
 mod own_settings;
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
-
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
 
 fn runs() -> usize {
     etcd_cluster::fault_runs()
@@ -86,7 +82,7 @@ struct Holder {
 
 impl Holder {
     fn start(cluster: &Cluster, name: &str) -> Holder {
-        Holder::start_on(cluster, name, options(), None)
+        Holder::start_on(cluster, name, dlock_testkit::backend_options(), None)
     }
 
     /// [`Holder::start`] on a client with `client` options; with `session`,
@@ -225,8 +221,11 @@ impl Contender {
     /// Starts waiting (up to `within`) and returns once its lock key is
     /// queued behind the holder's in etcd.
     fn start(cluster: &Cluster, name: &str, within: Duration) -> Contender {
-        let client = Client::etcd(EtcdConfig::new(cluster.members.clone()), options())
-            .expect("contender connects");
+        let client = Client::etcd(
+            EtcdConfig::new(cluster.members.clone()),
+            dlock_testkit::backend_options(),
+        )
+        .expect("contender connects");
         let lock = client.lock(name).expect("lock handle");
         let (acq_tx, acquired) = mpsc::channel();
         let (release, rel_rx) = mpsc::channel::<()>();
@@ -497,7 +496,12 @@ fn fault_session_own_settings() {
     let client = own_settings_client();
     repeat("session_own_settings", "cut->fence", |run| {
         let name = unique("own-settings", run);
-        let mut h = Holder::start_on(&cluster, &name, client.clone(), Some(options()));
+        let mut h = Holder::start_on(
+            &cluster,
+            &name,
+            client.clone(),
+            Some(dlock_testkit::backend_options()),
+        );
         h.after_keepalive();
         thread::sleep(Duration::from_millis(100));
         let deadline = h.lock.deadline().expect("holding");
@@ -948,8 +952,11 @@ fn child_holder() {
         return;
     };
     let cluster = Cluster::from_env();
-    let client =
-        Client::etcd(EtcdConfig::new(cluster.members.clone()), options()).expect("child connects");
+    let client = Client::etcd(
+        EtcdConfig::new(cluster.members.clone()),
+        dlock_testkit::backend_options(),
+    )
+    .expect("child connects");
     let lock = client.lock(&name).expect("lock handle");
     let token = lock.acquire(EVENT).expect("child acquires");
     println!("DLOCK_CHILD_HOLDING {token}");

@@ -14,28 +14,21 @@
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::{Client, Error, EtcdConfig, Lock, Options, State, Token};
+use dlock::{Client, Error, EtcdConfig, Options, State};
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
 mod sem_cases;
 mod sem_faults;
 
-const TTL: Duration = Duration::from_secs(4);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(env: &Cluster) -> Client {
-    env.client(options())
+    env.client(dlock_testkit::backend_options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:
@@ -196,7 +189,8 @@ fn fault_engine(env: &Cluster, run: impl FnOnce(&sem_faults::Engine)) {
             .map(|i| Proxy::start(env.member_addr(i)))
             .collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let c = Client::etcd(EtcdConfig::new(urls), options()).expect("connect via the proxies");
+        let c = Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options())
+            .expect("connect via the proxies");
         (c, proxies)
     };
     let direct = || client(env);

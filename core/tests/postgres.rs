@@ -21,18 +21,13 @@ use dlock_testkit::proxy;
 use pg::Sql;
 use proxy::{Mode, Proxy};
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// The lease of the row holding `name`.
@@ -175,7 +170,7 @@ fn guard_refuses_a_stale_holder_in_its_own_transaction() {
         &s.url,
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     );
     let h = holder.lock(&name).unwrap();
@@ -347,7 +342,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn refuses_a_server_without_synchronous_replication() {
     let s = pg::servers();
-    let connect = |url: &str| pg::connect(url, options());
+    let connect = |url: &str| pg::connect(url, dlock_testkit::backend_options());
     match connect(&s.lone_url) {
         Err(Error::Backend(m)) => assert!(
             m.contains("synchronous") && m.contains("dlock_single_node"),
@@ -373,7 +368,7 @@ fn refuses_a_server_without_synchronous_replication() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn bad_input_is_one_clear_error_before_anything_is_held() {
     let s = pg::servers();
-    let connect = |url: &str| pg::connect(url, options());
+    let connect = |url: &str| pg::connect(url, dlock_testkit::backend_options());
     match connect("postgres://127.0.0.1:notaport/db") {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("URL"), "{m}"),
         other => panic!("{:?}", other.map(|_| ())),
@@ -402,7 +397,9 @@ fn from_env_picks_postgres_for_a_postgres_url() {
     let s = pg::servers();
     // SAFETY: this test binary reads DLOCK_ENDPOINTS nowhere else.
     unsafe { std::env::set_var("DLOCK_ENDPOINTS", &s.url) };
-    let c = Client::connect(ClientConfig::from_env().with_options(options())).unwrap();
+    let c =
+        Client::connect(ClientConfig::from_env().with_options(dlock_testkit::backend_options()))
+            .unwrap();
     unsafe { std::env::remove_var("DLOCK_ENDPOINTS") };
     let name = fresh("pg/env");
     let l = c.lock(&name).unwrap();
@@ -417,7 +414,7 @@ fn from_env_picks_postgres_for_a_postgres_url() {
 fn tls_verifies_the_server_and_refuses_plaintext_and_a_wrong_ca() {
     let s = pg::servers();
     let (tls, ca, other) = (&s.tls_url, &s.ca, &s.other_ca);
-    let connect = |url: String| pg::connect(&url, options());
+    let connect = |url: String| pg::connect(&url, dlock_testkit::backend_options());
     // verify-full with the CA, SCRAM password: works, over TLS.
     let c = connect(format!(
         "{tls}?dlock_single_node=true&sslmode=verify-full&sslrootcert={ca}"
@@ -491,7 +488,7 @@ fn holder_names_another_clients_identity() {
     let config = dlock::PostgresConfig::parse(&s.url).unwrap();
     let a = Client::connect(
         ClientConfig::postgres(config)
-            .with_options(options())
+            .with_options(dlock_testkit::backend_options())
             .with_description("pg batch 3"),
     )
     .unwrap();

@@ -19,14 +19,13 @@ use dlock::{Client, ClientConfig, Error, PostgresConfig, State, Token};
 use dlock_testkit::proxy::Proxy;
 use dlock_testkit::{fresh, pg};
 
-const TTL: Duration = Duration::from_secs(4);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
 
 fn connect(url: &str) -> Result<Client, Error> {
     let mut config = PostgresConfig::parse(url)?;
     config.request_timeout = Duration::from_secs(1);
-    Client::connect(ClientConfig::postgres(config).with_options(dlock_testkit::options(TTL, true)))
+    Client::connect(ClientConfig::postgres(config).with_options(dlock_testkit::backend_options()))
 }
 
 /// The PgBouncer URL with the listener sent to `direct` (`host:port`).

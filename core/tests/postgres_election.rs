@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, Observed, Observer, Options, State};
+use dlock_testkit::TTL;
 use dlock_testkit::pg;
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
@@ -22,15 +23,10 @@ use proxy::{Mode, Proxy};
 
 mod election_cases;
 
-const TTL: Duration = Duration::from_secs(4);
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 fn name(test: &str) -> String {
@@ -165,7 +161,7 @@ fn an_observer_says_no_leader_once_the_leaders_lease_expired() {
         &pg::via(&url, p.addr()),
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     );
     let leader = lc.election(&name).unwrap();

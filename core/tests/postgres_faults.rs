@@ -20,13 +20,13 @@ use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, Reason, State};
 use dlock::{StateChange, Token};
 
+use dlock_testkit::TTL;
 use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
 mod own_settings;
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
@@ -34,7 +34,7 @@ const SLACK: Duration = Duration::from_millis(300);
 const EVENT: Duration = Duration::from_secs(20);
 
 fn connect(url: &str) -> Client {
-    pg::client(url, dlock_testkit::options(TTL, true))
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// A lock name of this run only.
@@ -446,7 +446,7 @@ fn fault_session_own_settings() {
             )
             .expect("holder connects");
             let session = client
-                .session(dlock_testkit::options(TTL, true))
+                .session(dlock_testkit::backend_options())
                 .expect("session");
             let lock = session.lock(&name).expect("lock handle");
             (client, lock)

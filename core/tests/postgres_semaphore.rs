@@ -23,15 +23,10 @@ use dlock_testkit::proxy::{Mode, Proxy};
 mod sem_cases;
 mod sem_faults;
 
-const TTL: Duration = Duration::from_secs(4);
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:

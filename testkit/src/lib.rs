@@ -40,6 +40,16 @@ pub fn options(ttl: Duration, reacquire: bool) -> dlock::Options {
     }
 }
 
+/// The TTL of the backend tests (etcd and PostgreSQL).
+pub const TTL: Duration = Duration::from_secs(4);
+
+/// The settings of the backend tests: [`TTL`], the keepalive, retry and
+/// margin above, and reacquire on (the etcd and PostgreSQL lock, election,
+/// semaphore, read/write lock and fault tests).
+pub fn backend_options() -> dlock::Options {
+    options(TTL, true)
+}
+
 /// A lock name no other test, run or process uses:
 /// `{prefix}-{pid}-{nanos}-{n}` (the servers outlive a test run).
 pub fn fresh(prefix: &str) -> String {
