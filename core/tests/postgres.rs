@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Error, Options, State, Token};
 
-use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg};
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg, watch};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -67,26 +67,8 @@ fn acquire_release_contention_and_token_order() {
     let lb = b.lock(&name).unwrap();
     let t1 = la.acquire(EVENT).unwrap();
     assert_eq!(lb.try_acquire().unwrap_err(), Error::WouldBlock);
-    let (tx, rx) = mpsc::channel();
-    let waiter = thread::spawn(move || {
-        let r = lb.acquire(EVENT);
-        tx.send(Instant::now()).unwrap();
-        (r, lb)
-    });
-    thread::sleep(Duration::from_millis(300));
-    assert!(rx.try_recv().is_err(), "the waiter acquired a held lock");
-    let released = Instant::now();
-    la.release().unwrap();
-    let woke = rx.recv_timeout(EVENT).expect("the waiter acquires");
-    let (r, lb) = waiter.join().unwrap();
-    let t2 = r.unwrap();
-    assert!(t2 > t1, "{t2} after {t1}");
     // Woken by NOTIFY, not by its timer (next due ~0.7 s after the release).
-    let took = woke - released;
-    assert!(
-        took < Duration::from_millis(400),
-        "waiter woke {took:?} after the release"
-    );
+    let (lb, t2, _) = pg::woken_by_notify(&la, t1, lb, EVENT);
     assert_eq!(la.try_acquire().unwrap_err(), Error::WouldBlock);
     lb.release().unwrap();
     let t3 = la.acquire(EVENT).unwrap();
@@ -122,11 +104,7 @@ fn keepalive_never_revives_an_expired_lease() {
         "a keepalive revived the expired lease {lease}"
     );
     // Reacquired under a new lease with a higher token.
-    let end = Instant::now() + EVENT;
-    while lock.token().is_none_or(|t| t <= t1) {
-        assert!(Instant::now() < end, "no reacquisition above {t1}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    watch::reacquired_above(&lock, t1, EVENT);
     assert_ne!(lease_of(&sql, &name), lease);
     lock.release().unwrap();
 }
@@ -146,11 +124,7 @@ fn operator_delete_fences_within_one_round_trip() {
         "FAULT|pg operator deletes the lock row|1|-|-|n/a|delete->fence {:.0}",
         took.as_secs_f64() * 1e3
     );
-    let end = Instant::now() + EVENT;
-    while lock.token().is_none_or(|t| t <= t1) {
-        assert!(Instant::now() < end, "no reacquisition above {t1}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    watch::reacquired_above(&lock, t1, EVENT);
     lock.release().unwrap();
 }
 

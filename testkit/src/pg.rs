@@ -137,6 +137,39 @@ pub fn fault_runs() -> usize {
         .unwrap_or(3)
 }
 
+/// `waiter` queues for the lock `holder` holds with `token`, then `holder`
+/// releases: the waiter acquires with a higher token within 400 ms of the
+/// release (woken by the release's NOTIFY, not by its own timer). The
+/// waiter, its token and how long after the release it woke.
+pub fn woken_by_notify(
+    holder: &dlock::Lock,
+    token: dlock::Token,
+    waiter: dlock::Lock,
+    within: Duration,
+) -> (dlock::Lock, dlock::Token, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = std::thread::spawn(move || {
+        let r = waiter.acquire(within);
+        tx.send(Instant::now()).unwrap();
+        (r, waiter)
+    });
+    // Queued: its first look found the lock held.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rx.try_recv().is_err(), "the waiter acquired a held lock");
+    let released = Instant::now();
+    holder.release().unwrap();
+    let woke = rx.recv_timeout(within).expect("the waiter acquires");
+    let (r, waiter) = waiting.join().unwrap();
+    let t2 = r.unwrap();
+    assert!(t2 > token, "{t2} after {token}");
+    let took = woke - released;
+    assert!(
+        took < Duration::from_millis(400),
+        "waiter woke {took:?} after the release: not by NOTIFY"
+    );
+    (waiter, t2, took)
+}
+
 /// Deletes the lock row of `name` as an operator would (exactly one row)
 /// and waits up to `within` for the fence of `token` on `fenced` (the
 /// holder's `on_fence` reports: when, which token); the time from the

@@ -48,3 +48,11 @@ pub fn until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Waits up to `limit` for `lock` to hold again with a token above
+/// `token` (reacquired after a fence); fails if it does not.
+pub fn reacquired_above(lock: &Lock, token: Token, limit: Duration) {
+    until(&format!("a reacquisition above {token}"), limit, || {
+        lock.token().is_some_and(|t| t > token)
+    });
+}
