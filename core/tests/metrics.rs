@@ -443,11 +443,7 @@ fn the_core_text_has_the_fixtures_families() {
         .families()
         .into_iter()
         .map(|f| {
-            let kind = match f.kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-                Kind::Histogram => "histogram",
-            };
+            let kind = f.kind.as_str();
             (
                 f.name.to_owned(),
                 (
