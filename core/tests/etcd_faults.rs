@@ -270,21 +270,6 @@ fn waiters(cluster: &Cluster, name: &str) -> usize {
         .count()
 }
 
-/// The lease (and key) under which `token` holds `name`: the queued key
-/// whose create_revision is the token.
-fn lock_key(cluster: &Cluster, name: &str, token: Token) -> (i64, String) {
-    let out = cluster.etcdctl(&["get", "--prefix", &format!("{name}/"), "-w", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl json");
-    let kv = v["kvs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|kv| kv["create_revision"].as_u64() == Some(token.get()))
-        .unwrap_or_else(|| panic!("no key of {name} with create_revision {token}: {out}"));
-    let lease = kv["lease"].as_i64().expect("lease id");
-    (lease, format!("{name}/{lease:x}"))
-}
-
 /// Runs `case` `runs()` times, prints its figures line, then fails with
 /// every broken rule of every run.
 fn repeat(case: &str, other: &str, run: impl FnMut(usize) -> Run) {
@@ -826,7 +811,7 @@ fn operator(case: &'static str, act: impl Fn(&Cluster, &str, i64, &str)) {
         let name = unique(case, run);
         let mut h = Holder::start(&cluster, &name);
         let c = Contender::start(&cluster, &name, EVENT);
-        let (lease, key) = lock_key(&cluster, &name, h.token);
+        let (lease, key) = cluster.lock_key(&name, h.token);
         thread::sleep(random_phase());
         let start = system_now();
         act(&cluster, &name, lease, &key);

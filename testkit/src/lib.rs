@@ -50,6 +50,25 @@ pub fn backend_options() -> dlock::Options {
     options(TTL, true)
 }
 
+/// The value of `c`'s metric series of `name` with the label values
+/// `labels` (a histogram's count); fails if there is none.
+pub fn metric(c: &dlock::Client, name: &str, labels: &[&str]) -> f64 {
+    let fs = c.snapshot().families();
+    let f = fs
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no family {name}"));
+    for (l, v) in &f.series {
+        if l.iter().map(String::as_str).eq(labels.iter().copied()) {
+            return match v {
+                dlock::metrics::Value::Number(n) => *n,
+                dlock::metrics::Value::Histogram(h) => h.count as f64,
+            };
+        }
+    }
+    panic!("{name}{labels:?}: no such series in {:?}", f.series)
+}
+
 /// A lock name no other test, run or process uses:
 /// `{prefix}-{pid}-{nanos}-{n}` (the servers outlive a test run).
 pub fn fresh(prefix: &str) -> String {
