@@ -245,17 +245,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
             let _ = stx.send((Instant::now(), c.to));
         });
         let t1 = h.acquire(EVENT).unwrap();
-        let contender = client(&s.url);
-        let (tx, rx) = mpsc::channel();
-        let n2 = name.clone();
-        let waiter = thread::spawn(move || {
-            let l = contender.lock(&n2).unwrap();
-            let r = l.acquire(EVENT);
-            tx.send((Instant::now(), r.clone())).unwrap();
-            if r.is_ok() {
-                l.release().unwrap();
-            }
-        });
+        let (waiter, rx) = watch::contender(client(&s.url), &name, EVENT);
         thread::sleep(Duration::from_millis(200 + 300 * run as u64 % 800));
         let cut = Instant::now();
         p.set(Mode::Blackhole);

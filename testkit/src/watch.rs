@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dlock::{Error, Lock, Token};
+use dlock::{Client, Error, Lock, Token};
 
 /// The tokens `lock` fences with, from now on.
 pub fn fences(lock: &Lock) -> Receiver<Token> {
@@ -37,6 +37,26 @@ pub fn in_background(lock: Arc<Lock>, wait: Duration) -> Receiver<Result<Token, 
         let _ = tx.send(lock.acquire(wait));
     });
     rx
+}
+
+/// When a contender's acquire returned, and what it returned.
+pub type Outcome = Receiver<(Instant, Result<Token, Error>)>;
+
+/// A contender for `name` on `client`, on a thread of its own (waiting up
+/// to `wait`, releasing at once if it acquires): the receiver gets when
+/// its acquire returned and what it returned; join the thread after.
+pub fn contender(client: Client, name: &str, wait: Duration) -> (thread::JoinHandle<()>, Outcome) {
+    let (tx, rx) = mpsc::channel();
+    let name = name.to_owned();
+    let waiter = thread::spawn(move || {
+        let l = client.lock(&name).unwrap();
+        let r = l.acquire(wait);
+        tx.send((Instant::now(), r.clone())).unwrap();
+        if r.is_ok() {
+            l.release().unwrap();
+        }
+    });
+    (waiter, rx)
 }
 
 /// Waits up to `limit` for `cond`, polling every 10 ms (the test's own
