@@ -38,9 +38,11 @@ pub fn readers_share(mk: &dyn Fn() -> Client, name: &str) {
     let ta = ra.try_acquire().unwrap();
     let tb = rb.try_acquire().expect("a second reader shares");
     assert!(tb > ta);
+    assert_eq!((ra.mode(), rb.mode()), (Some(Mode::Read), Some(Mode::Read)));
     assert!(ra.permit().is_ok() && rb.permit().is_ok());
     let (wc, pc) = (mk(), mk());
     let w = wc.rwlock(name).unwrap().write().unwrap();
+    assert_eq!(w.mode(), Some(Mode::Write));
     assert_eq!(w.try_acquire(), Err(Error::WouldBlock));
     let plain = pc.lock(name).unwrap();
     assert_eq!(
@@ -48,6 +50,7 @@ pub fn readers_share(mk: &dyn Fn() -> Client, name: &str) {
         Err(Error::WouldBlock),
         "a plain lock is a writer"
     );
+    assert_eq!(plain.mode(), None);
     ra.release().unwrap();
     assert_eq!(w.try_acquire(), Err(Error::WouldBlock), "reader b holds");
     rb.release().unwrap();
