@@ -433,6 +433,14 @@ pub unsafe extern "C" fn lk_memory_freeze_expiry(
     })
 }
 
+/// `LK_NOT_HELD`: the service has no holder of `name`.
+fn nobody_holds(name: &str) -> Fail {
+    Fail::new(
+        crate::lk_status::LK_NOT_HELD,
+        format!("nobody holds `{name}`"),
+    )
+}
+
 /// The token of the current holder of the lock `name`, as the service sees
 /// it; `LK_NOT_HELD` if nobody holds it.
 #[unsafe(no_mangle)]
@@ -445,15 +453,11 @@ pub unsafe extern "C" fn lk_memory_holder(
         let memory = unsafe { arg(memory, "memory") }?;
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(token_out, "token_out") }?;
-        match memory.service.holder(name) {
-            Some(t) => *dest = t.get(),
-            None => {
-                return Err(Fail::new(
-                    crate::lk_status::LK_NOT_HELD,
-                    format!("nobody holds `{name}`"),
-                ));
-            }
-        }
+        *dest = memory
+            .service
+            .holder(name)
+            .ok_or_else(|| nobody_holds(name))?
+            .get();
         Ok(())
     })
 }
@@ -469,13 +473,10 @@ pub unsafe extern "C" fn lk_memory_delete_lock_key(
     ffi!({
         let memory = unsafe { arg(memory, "memory") }?;
         let name = unsafe { text(name, "name") }?;
-        if !memory.service.delete_lock_key(name) {
-            return Err(Fail::new(
-                crate::lk_status::LK_NOT_HELD,
-                format!("nobody holds `{name}`"),
-            ));
+        match memory.service.delete_lock_key(name) {
+            true => Ok(()),
+            false => Err(nobody_holds(name)),
         }
-        Ok(())
     })
 }
 
@@ -544,23 +545,24 @@ fn link(client: &lk_client) -> Result<&MemoryBackend, Fail> {
         .ok_or_else(|| Fail::invalid("fault switches need a client of the embedded service"))
 }
 
+/// The body of a fault switch: `set` on `client`'s link to its embedded
+/// service (`LK_INVALID_ARGUMENT` for a client of another backend).
+unsafe fn switch(client: *const lk_client, set: impl FnOnce(&MemoryBackend)) -> crate::Res {
+    set(link(unsafe { arg(client, "client") }?)?);
+    Ok(())
+}
+
 /// Cuts this client's link to its embedded service: requests wait until
 /// `lk_link_heal`, then arrive late.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_partition(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.partition();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::partition) } })
 }
 
 /// Heals a partition: held requests go through, late.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_heal(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.heal();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::heal) } })
 }
 
 /// While `on`, keepalives renew the lease on the service but their replies
@@ -570,10 +572,7 @@ pub unsafe extern "C" fn lk_link_drop_keepalive_replies(
     client: *const lk_client,
     on: bool,
 ) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.drop_keepalive_replies(on);
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, |l| l.drop_keepalive_replies(on)) } })
 }
 
 /// Keepalive replies arrive `delay_ms` late (0: on time).
@@ -582,10 +581,7 @@ pub unsafe extern "C" fn lk_link_delay_keepalive_replies(
     client: *const lk_client,
     delay_ms: u64,
 ) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.delay_keepalive_replies(ms(delay_ms));
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, |l| l.delay_keepalive_replies(ms(delay_ms))) } })
 }
 
 /// Keepalives fail at once with the message `error` (NULL: they work again).
@@ -605,10 +601,7 @@ pub unsafe extern "C" fn lk_link_fail_keepalives(
 /// keepalive is told the lease is lost, and the lock fences at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_declare_lease_lost(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.declare_lease_lost();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::declare_lease_lost) } })
 }
 
 /// Blocks dlock's driver thread for `ms` without blocking the caller, as a
