@@ -122,6 +122,39 @@ pub fn bouncer_url() -> String {
     var("DLOCK_TEST_PG_BOUNCER_URL")
 }
 
+/// A database of its own on the server of `url` (`{prefix}_{pid}`), new
+/// and owned by dlock, dropped (its connections ended) when this goes.
+pub struct ScratchDb {
+    admin: Sql,
+    name: String,
+    /// `url` with this database in place of its own.
+    pub url: String,
+}
+
+impl ScratchDb {
+    pub fn new(url: &str, prefix: &str) -> ScratchDb {
+        let name = format!("{prefix}_{}", std::process::id());
+        let admin = superuser(url);
+        admin
+            .batch(&format!("DROP DATABASE IF EXISTS {name}"))
+            .unwrap();
+        admin
+            .batch(&format!("CREATE DATABASE {name} OWNER dlock"))
+            .unwrap();
+        let (base, _) = url.rsplit_once('/').unwrap();
+        let url = format!("{base}/{name}");
+        ScratchDb { admin, name, url }
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        let _ = self
+            .admin
+            .batch(&format!("DROP DATABASE {} WITH (FORCE)", self.name));
+    }
+}
+
 /// The superuser on the server of `url` (trusted on loopback by the test
 /// servers).
 pub fn superuser(url: &str) -> Sql {
