@@ -241,6 +241,23 @@ macro_rules! new_named {
 }
 pub(crate) use new_named;
 
+/// The body of each getter of one value: `getter!(handle, x_out => value)`
+/// checks the handle and the out-parameter in that order (NULL:
+/// `LK_NULL_PARAMETER` naming the parameter), binding `handle` to the
+/// checked value for `value`, then writes `value` to `*x_out` (nothing
+/// when `value` fails with `?`).
+macro_rules! getter {
+    ($handle:ident, $dest:ident => $value:expr) => {
+        $crate::ffi!({
+            let $handle = unsafe { $crate::arg($handle, stringify!($handle)) }?;
+            let dest = unsafe { $crate::out($dest, stringify!($dest)) }?;
+            *dest = $value;
+            Ok(())
+        })
+    };
+}
+pub(crate) use getter;
+
 /// A required input: `&*p`, or `LK_NULL_PARAMETER` naming it.
 pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     // SAFETY: the caller passes NULL or a valid pointer (header rules).

@@ -172,12 +172,7 @@ pub unsafe extern "C" fn lk_lock_state(
     lock: *const lk_lock,
     state_out: *mut lk_state,
 ) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(state_out, "state_out") }?;
-        *dest = crate::state_of(lock.lock.state());
-        Ok(())
-    })
+    crate::getter!(lock, state_out => crate::state_of(lock.lock.state()))
 }
 
 fn not_held() -> Fail {
@@ -190,24 +185,16 @@ fn not_held() -> Fail {
 /// The token held, while Holding or Draining; else `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_token(lock: *const lk_lock, token_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(token_out, "token_out") }?;
-        *dest = lock.lock.token().ok_or_else(not_held)?.get();
-        Ok(())
-    })
+    crate::getter!(lock, token_out => lock.lock.token().ok_or_else(not_held)?.get())
 }
 
 /// Milliseconds left before the deadline (0 once passed), while Holding or
 /// Draining; else `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_time_left(lock: *const lk_lock, ms_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(ms_out, "ms_out") }?;
+    crate::getter!(lock, ms_out => {
         let left = lock.lock.time_left().ok_or_else(not_held)?;
-        *dest = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-        Ok(())
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
     })
 }
 
@@ -216,23 +203,13 @@ pub unsafe extern "C" fn lk_lock_time_left(lock: *const lk_lock, ms_out: *mut u6
 /// `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_deadline(lock: *const lk_lock, ns_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(ns_out, "ns_out") }?;
-        *dest = lock.lock.deadline().ok_or_else(not_held)?.as_nanos();
-        Ok(())
-    })
+    crate::getter!(lock, ns_out => lock.lock.deadline().ok_or_else(not_held)?.as_nanos())
 }
 
 /// Units of work in flight (permits not yet ended).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_in_flight(lock: *const lk_lock, count_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(count_out, "count_out") }?;
-        *dest = lock.lock.in_flight();
-        Ok(())
-    })
+    crate::getter!(lock, count_out => lock.lock.in_flight())
 }
 
 /// The version of `struct lk_lock_stats` this header describes.

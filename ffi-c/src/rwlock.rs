@@ -122,15 +122,10 @@ pub unsafe extern "C" fn lk_rwlock_free(rwlock: *mut lk_rwlock) {
 /// `LK_MODE_NONE` for a plain lock.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_mode(lock: *const lk_lock, mode_out: *mut lk_mode) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(mode_out, "mode_out") }?;
-        *dest = match lock.lock.mode() {
-            None => lk_mode::LK_MODE_NONE,
-            Some(Mode::Read) => lk_mode::LK_MODE_READ,
-            Some(Mode::Write) => lk_mode::LK_MODE_WRITE,
-        };
-        Ok(())
+    crate::getter!(lock, mode_out => match lock.lock.mode() {
+        None => lk_mode::LK_MODE_NONE,
+        Some(Mode::Read) => lk_mode::LK_MODE_READ,
+        Some(Mode::Write) => lk_mode::LK_MODE_WRITE,
     })
 }
 

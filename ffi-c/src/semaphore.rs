@@ -140,16 +140,9 @@ pub unsafe extern "C" fn lk_semaphore_name(semaphore: *const lk_semaphore) -> *c
 /// `lk_lock_new`, `lk_session_lock_new`, an election's).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_slot(lock: *const lk_lock, slot_out: *mut u32) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(slot_out, "slot_out") }?;
-        *dest = lock.lock.slot().ok_or_else(|| {
-            Fail::invalid(format!(
-                "lock `{}` is not a semaphore's slot",
-                lock.lock.name()
-            ))
-        })?;
-        Ok(())
+    crate::getter!(lock, slot_out => {
+        let not_a_slot = || format!("lock `{}` is not a semaphore's slot", lock.lock.name());
+        lock.lock.slot().ok_or_else(|| Fail::invalid(not_a_slot()))?
     })
 }
 

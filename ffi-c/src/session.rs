@@ -111,14 +111,9 @@ pub unsafe extern "C" fn lk_session_lease(
     session: *const lk_session,
     lease_out: *mut i64,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let dest = unsafe { out(lease_out, "lease_out") }?;
-        *dest = session
-            .session
-            .lease()
-            .ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?;
-        Ok(())
+    crate::getter!(session, lease_out => {
+        let lease = session.session.lease();
+        lease.ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?
     })
 }
 
