@@ -283,6 +283,16 @@ pub struct lk_client {
     pub(crate) client: Client,
 }
 
+/// `e` with the TLS files and the credentials of `o` (each NULL: none).
+unsafe fn with_tls_and_auth(o: &lk_client_options, mut e: Endpoints) -> Result<Endpoints, Fail> {
+    e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+    e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+    e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+    e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+    e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+    Ok(e)
+}
+
 /// A client of what `opts->endpoints` names (one `postgres://` URL:
 /// PostgreSQL; else etcd endpoints), or of the embedded service
 /// (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
@@ -301,12 +311,7 @@ pub unsafe extern "C" fn lk_client_new(
                 // TLS or credentials without endpoints: refused by the
                 // core, as in every face (the other connection fields
                 // always hold a value in C).
-                let mut e = Endpoints::default();
-                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                let e = unsafe { with_tls_and_auth(&o, Endpoints::default()) }?;
                 e.check_without_list()?;
                 BackendConfig::Embedded(match unsafe { o.memory.as_ref() } {
                     Some(m) => m.service.clone(),
@@ -315,12 +320,7 @@ pub unsafe extern "C" fn lk_client_new(
             }
             Some(endpoints) => {
                 // The core decides: one PostgreSQL URL, or etcd endpoints.
-                let mut e = Endpoints::new([endpoints]);
-                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                let mut e = unsafe { with_tls_and_auth(&o, Endpoints::new([endpoints])) }?;
                 e.allow_plaintext_password = Some(o.allow_plaintext_password);
                 e.connect_timeout = Some(ms(o.connect_timeout_ms));
                 e.request_timeout = Some(ms(o.request_timeout_ms));
