@@ -10,10 +10,10 @@ use dlock_core::{Election, Leader};
 
 use crate::client::lk_client;
 use crate::lifecycle::{lk_acquire_done_fn, lk_acquisition};
-use crate::lk_status::{self, *};
-use crate::lock::{UserData, lk_lock};
+use crate::lk_status;
+use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{Fail, arg, boxed, bytes, ffi, out, status_of};
+use crate::{Fail, arg, boxed, bytes, ffi, out};
 
 /// One candidate in an election: an `lk_lock` (`lk_election_lock`) plus
 /// campaign, proclaim, resign and leader. Freeing it releases (resigns
@@ -136,20 +136,11 @@ pub unsafe extern "C" fn lk_election_campaign_start(
         let e = unsafe { arg(election, "election") }?;
         let value = unsafe { bytes(value, value_len, "value") }?;
         let dest = unsafe { out(acquisition_out, "acquisition_out") }?;
-        let ud = UserData(user_data);
+        let timeout = Some(Duration::from_millis(timeout_ms));
         let inner = e.election().campaign_then(
             value,
-            Some(Duration::from_millis(timeout_ms)),
-            move |r| {
-                let ud = ud;
-                let Some(done) = done else { return };
-                let (status, token) = match r {
-                    Ok(t) => (LK_OK, t.get()),
-                    Err(e) => (status_of(e.status()), 0),
-                };
-                // SAFETY: the application's callback with its own user_data.
-                unsafe { done(ud.0, status, token) };
-            },
+            timeout,
+            crate::lifecycle::report(done, user_data),
         )?;
         boxed(dest, lk_acquisition::new(inner));
         Ok(())
@@ -284,12 +275,7 @@ pub(crate) fn clear_leader(l: &mut lk_leader) {
     }
     *l = lk_leader {
         version: l.version,
-        has_leader: false,
-        value: std::ptr::null(),
-        value_len: 0,
-        token: 0,
-        key: std::ptr::null(),
-        lease: 0,
+        ..empty_leader()
     };
 }
 
