@@ -217,13 +217,7 @@ pub struct lk_leader {
 /// Checks `dest.version` (before the call's work: out-parameters are
 /// written only on success).
 pub(crate) fn check_version(dest: &lk_leader) -> Result<(), Fail> {
-    if !(1..=LK_LEADER_VERSION).contains(&dest.version) {
-        return Err(Fail::invalid(format!(
-            "lk_leader.version is {}, this library knows 1 to {LK_LEADER_VERSION}: start from LK_LEADER_INIT",
-            dest.version
-        )));
-    }
-    Ok(())
+    crate::known_version("lk_leader", dest.version, LK_LEADER_VERSION)
 }
 
 /// An empty leader of this header's version.

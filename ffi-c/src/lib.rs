@@ -293,6 +293,23 @@ pub(crate) fn boxed<T>(out: &mut *mut T, v: T) {
     *out = Box::into_raw(Box::new(v));
 }
 
+/// The check of a versioned struct's `version`, which the caller set from
+/// its `_INIT`: 1 to `newest` (this header's), else `LK_INVALID_ARGUMENT`
+/// naming the struct (`what`), the versions known and the initializer.
+pub(crate) fn known_version(
+    what: &str,
+    version: std::ffi::c_uint,
+    newest: std::ffi::c_uint,
+) -> Res {
+    if (1..=newest).contains(&version) {
+        return Ok(());
+    }
+    Err(Fail::invalid(format!(
+        "{what}.version is {version}, this library knows 1 to {newest}: start from {}_INIT",
+        what.to_ascii_uppercase()
+    )))
+}
+
 /// Frees a handle [`boxed`] made: the body of every `lk_*_free` (NULL:
 /// nothing).
 pub(crate) unsafe fn free_handle<T>(p: *mut T) {

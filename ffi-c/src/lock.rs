@@ -254,12 +254,7 @@ pub unsafe extern "C" fn lk_lock_stats(
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
         let dest = unsafe { out(stats, "stats") }?;
-        if !(1..=LK_LOCK_STATS_VERSION).contains(&dest.version) {
-            return Err(Fail::invalid(format!(
-                "lk_lock_stats.version is {}, this library knows 1 to {LK_LOCK_STATS_VERSION}: start from LK_LOCK_STATS_INIT",
-                dest.version
-            )));
-        }
+        crate::known_version("lk_lock_stats", dest.version, LK_LOCK_STATS_VERSION)?;
         let st = lock.lock.stats();
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         *dest = lk_lock_stats {

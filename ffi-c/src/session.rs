@@ -136,11 +136,7 @@ pub unsafe extern "C" fn lk_session_options(
         }
         // SAFETY: `version` is the first field of every version.
         let version = unsafe { (*options_out).version };
-        if !(1..=LK_CLIENT_OPTIONS_VERSION).contains(&version) {
-            return Err(Fail::invalid(format!(
-                "lk_client_options.version is {version}, this library knows 1 to {LK_CLIENT_OPTIONS_VERSION}: start from LK_CLIENT_OPTIONS_INIT"
-            )));
-        }
+        crate::known_version("lk_client_options", version, LK_CLIENT_OPTIONS_VERSION)?;
         let o = session.session.options();
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1);
         // SAFETY: every version has these fields (version 1's); written
@@ -190,12 +186,7 @@ pub unsafe extern "C" fn lk_session_stats(
     ffi!({
         let session = unsafe { arg(session, "session") }?;
         let dest = unsafe { out(stats_out, "stats_out") }?;
-        if !(1..=LK_SESSION_STATS_VERSION).contains(&dest.version) {
-            return Err(Fail::invalid(format!(
-                "lk_session_stats.version is {}, this library knows 1 to {LK_SESSION_STATS_VERSION}: start from LK_SESSION_STATS_INIT",
-                dest.version
-            )));
-        }
+        crate::known_version("lk_session_stats", dest.version, LK_SESSION_STATS_VERSION)?;
         let st = session.session.stats();
         *dest = lk_session_stats {
             version: dest.version,
