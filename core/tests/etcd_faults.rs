@@ -308,19 +308,7 @@ fn cut_until_fenced(case: &'static str, mode: Mode) {
             r.lead.is_some_and(|l| l > 0.0),
             format!("on_fence did not lead the contender: {:?} ms", r.lead),
         );
-        r.check(
-            r.drain
-                .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-            format!(
-                "drain {:?} ms after the cut, bound {:?}",
-                r.drain,
-                INTERVAL + TIMEOUT + SLACK
-            ),
-        );
-        r.check(
-            fence.is_none_or(|f| f >= deadline),
-            format!("fenced before the deadline {deadline:?}: {fence:?}"),
-        );
+        r.drained_then_fenced_on_time(fence, deadline, SLACK);
         // After the heal the holder acquires again, behind the contender.
         c.finish();
         let again = h.wait(EVENT, |_, e| matches!(e, Ev::Acquired(t) if *t > t1));

@@ -301,19 +301,7 @@ fn cut_until_fenced(case: &'static str, mode: Mode) {
                 r.other
             ),
         );
-        r.check(
-            r.drain
-                .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-            format!(
-                "drain {:?} ms after the cut, bound {:?}",
-                r.drain,
-                INTERVAL + TIMEOUT + SLACK
-            ),
-        );
-        r.check(
-            fence.is_none_or(|f| f >= deadline),
-            format!("fenced before the deadline {deadline:?}: {fence:?}"),
-        );
+        r.drained_then_fenced_on_time(fence, deadline, SLACK);
         c.finish();
         let again = h.wait(EVENT, |_, e| matches!(e, Ev::Acquired(t) if *t > t1));
         r.check(

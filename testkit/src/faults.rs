@@ -44,6 +44,27 @@ impl Run {
             self.broken.push(what.into());
         }
     }
+
+    /// The rules of every cut-off holder's run: its drain (`self.drain`,
+    /// ms after the cut) began within a keepalive interval and timeout
+    /// (plus `slack`) of the cut, and its fence, if any, came no earlier
+    /// than its `deadline`.
+    pub fn drained_then_fenced_on_time(
+        &mut self,
+        fence: Option<Instant>,
+        deadline: Instant,
+        slack: Duration,
+    ) {
+        let bound = crate::INTERVAL + crate::TIMEOUT + slack;
+        self.check(
+            self.drain.is_some_and(|d| d <= ms_of(bound)),
+            format!("drain {:?} ms after the cut, bound {bound:?}", self.drain),
+        );
+        self.check(
+            fence.is_none_or(|f| f >= deadline),
+            format!("fenced before the deadline {deadline:?}: {fence:?}"),
+        );
+    }
 }
 
 /// `min/median/max` of `xs` in whole ms; `-` for none.

@@ -28,9 +28,8 @@ use std::time::Duration;
 
 use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, State, StateChange, Token};
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock_testkit::faults::{self, Run, ms, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
-use dlock_testkit::{INTERVAL, TIMEOUT};
 
 /// The semaphore's limit: N.
 pub const LIMIT: u32 = 3;
@@ -314,19 +313,7 @@ fn one_run(engine: &Engine, mode: Mode, in_flight: bool) -> Run {
         }
         _ => r.check(false, format!("fence {fence:?}, contender {won:?}")),
     }
-    r.check(
-        r.drain
-            .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-        format!(
-            "drain {:?} ms after the cut, bound {:?}",
-            r.drain,
-            INTERVAL + TIMEOUT + SLACK
-        ),
-    );
-    r.check(
-        fence.is_none_or(|f| f >= deadline),
-        format!("fenced before the deadline {deadline:?}: {fence:?}"),
-    );
+    r.drained_then_fenced_on_time(fence, deadline, SLACK);
     for (i, u) in untouched.drain(..).enumerate() {
         let Untouched {
             lock: l,
