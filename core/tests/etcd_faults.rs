@@ -21,7 +21,7 @@ use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
 use dlock_testkit::TTL;
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock_testkit::faults::{self, Ev, Run, draining, fenced, ms, ms_of, random_phase};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
 
@@ -63,14 +63,6 @@ fn unique(case: &str, run: usize) -> String {
     )
 }
 
-/// What the holder's callbacks reported.
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
 /// The lock holder, behind one fault proxy per member.
 struct Holder {
     proxies: Vec<Proxy>,
@@ -103,18 +95,7 @@ impl Holder {
             None => client.lock(name),
         }
         .expect("lock handle");
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(&lock);
         let token = lock.acquire(EVENT).expect("holder acquires");
         Holder {
             proxies,
@@ -198,14 +179,6 @@ impl Drop for Holder {
         }
         let _ = self.lock.release();
     }
-}
-
-fn draining(e: &Ev) -> bool {
-    matches!(e, Ev::Change(c) if c.to == State::Draining)
-}
-
-fn fenced(e: &Ev) -> bool {
-    matches!(e, Ev::Fence(..))
 }
 
 /// A second client, connected to the members directly, waiting on the

@@ -20,7 +20,7 @@ use dlock::{Client, EtcdConfig, Instant, Lock, Reason, State, StateChange, Token
 
 // This binary uses only a part of the proxy.
 use dlock_testkit::TTL;
-use dlock_testkit::faults::ms;
+use dlock_testkit::faults::{Ev, ms};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN};
 
@@ -62,14 +62,6 @@ fn direct(cluster: &Cluster) -> Client {
         dlock_testkit::backend_options(),
     )
     .expect("connect to etcd")
-}
-
-/// What a lock's callbacks reported.
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
 }
 
 /// `n` locks of distinct names on one session of `client`, all held, with

@@ -16,12 +16,12 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use dlock::Token;
 use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, Reason, State};
-use dlock::{StateChange, Token};
 
 use dlock_testkit::TTL;
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock_testkit::faults::{self, Ev, Run, draining, fenced, ms, ms_of, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
@@ -44,21 +44,6 @@ fn unique(case: &str, run: usize) -> String {
         std::process::id(),
         system_now().as_nanos()
     )
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
-fn draining(e: &Ev) -> bool {
-    matches!(e, Ev::Change(c) if c.to == State::Draining)
-}
-
-fn fenced(e: &Ev) -> bool {
-    matches!(e, Ev::Fence(..))
 }
 
 /// The holder: every connection through one fault proxy to the primary.
@@ -97,18 +82,7 @@ impl Holder {
     ) -> Holder {
         let proxy = Proxy::start(pg::addr(&s.url));
         let (client, lock) = open(&pg::via(&s.url, proxy.addr()));
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(&lock);
         let token = lock.acquire(EVENT).expect("holder acquires");
         let lease = sql
             .query("SELECT lease FROM dlock.locks WHERE name = $1", &[&name])

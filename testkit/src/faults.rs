@@ -6,8 +6,46 @@
 
 use std::time::Duration;
 
-use dlock::Instant;
+use std::sync::mpsc::{self, Receiver};
+
 use dlock::clock::system_now;
+use dlock::{Instant, Lock, State, StateChange, Token};
+
+/// What a lock's callbacks reported.
+#[derive(Clone, Copy, Debug)]
+pub enum Ev {
+    Change(StateChange),
+    Fence(Token, u64),
+    Acquired(Token),
+}
+
+/// A change to Draining.
+pub fn draining(e: &Ev) -> bool {
+    matches!(e, Ev::Change(c) if c.to == State::Draining)
+}
+
+/// A fence.
+pub fn fenced(e: &Ev) -> bool {
+    matches!(e, Ev::Fence(..))
+}
+
+/// `lock`'s state changes, fences and acquisitions from now on, each
+/// stamped with dlock's clock when its callback ran.
+pub fn record(lock: &Lock) -> Receiver<(Instant, Ev)> {
+    let (tx, rx) = mpsc::channel();
+    let t = tx.clone();
+    lock.on_state_change(move |c| {
+        let _ = t.send((system_now(), Ev::Change(c)));
+    });
+    let t = tx.clone();
+    lock.on_fence(move |token, n| {
+        let _ = t.send((system_now(), Ev::Fence(token, n)));
+    });
+    lock.on_acquired(move |token| {
+        let _ = tx.send((system_now(), Ev::Acquired(token)));
+    });
+    rx
+}
 
 /// `b − a` in milliseconds, negative when `b` is earlier.
 pub fn ms(a: Instant, b: Instant) -> f64 {

@@ -27,8 +27,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use dlock::clock::system_now;
-use dlock::{Client, Error, Instant, Lock, State, StateChange, Token};
-use dlock_testkit::faults::{self, Run, ms, random_phase};
+use dlock::{Client, Error, Instant, Lock, State, Token};
+use dlock_testkit::faults::{self, Ev, Run, ms, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 
 /// The semaphore's limit: N.
@@ -59,13 +59,6 @@ pub struct Engine<'a> {
     pub reset_after_lost: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
 /// A slot holder's callbacks, on one clock.
 struct Recorder {
     rx: Receiver<(Instant, Ev)>,
@@ -74,18 +67,7 @@ struct Recorder {
 
 impl Recorder {
     fn on(lock: &Lock) -> Recorder {
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(lock);
         Recorder {
             rx,
             log: Vec::new(),
