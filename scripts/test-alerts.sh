@@ -16,13 +16,9 @@
 # Usage: scripts/test-alerts.sh [LOGFILE]   (every step's output is appended to it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-label=alerts
 . scripts/checks.sh
+label=alerts
+with_scratch
 . scripts/lib.sh
 
 rules=packaging/prometheus/dlock-alerts.yml

@@ -12,9 +12,8 @@
 # Usage: scripts/test-c-etcd.sh [LOGFILE]   (every step's output is appended)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
+. scripts/checks.sh
+label=c-etcd
 
 if [[ -z ${DLOCK_TEST_ETCD:-} ]]; then
   echo "c-etcd: no etcd test cluster (DLOCK_TEST_ETCD unset: run scripts/etcd-cluster.sh start and source target/etcd/env)" | tee -a "$log" >&2
@@ -24,10 +23,7 @@ for v in DLOCK_TEST_MEMBERS DLOCK_TEST_TLS_ENDPOINT DLOCK_TEST_CA DLOCK_TEST_CER
   [[ -n ${!v:-} ]] || { echo "c-etcd: $v is not set (source target/etcd/env)" >&2; exit 1; }
 done
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-label=c-etcd
-. scripts/checks.sh
+with_scratch
 . scripts/c-flags.sh
 
 . scripts/lib.sh

@@ -8,13 +8,9 @@
 # Usage: scripts/test-c.sh [LOGFILE]   (every step's output is appended to it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-label=c
 . scripts/checks.sh
+label=c
+with_scratch
 . scripts/c-flags.sh
 
 # --- tools (a fresh Debian machine has none of them) -----------------------

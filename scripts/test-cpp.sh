@@ -17,14 +17,10 @@
 # Usage: scripts/test-cpp.sh [LOGFILE]   (every step's output is appended to it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
-work=$(mktemp -d)
-etcd_here=
-trap 'rm -rf "$work"; [[ -z $etcd_here ]] || scripts/etcd-cluster.sh stop >/dev/null 2>&1' EXIT
-label=cpp
 . scripts/checks.sh
+label=cpp
+etcd_here=
+with_scratch '[[ -z $etcd_here ]] || scripts/etcd-cluster.sh stop >/dev/null 2>&1'
 . scripts/c-flags.sh
 . scripts/lib.sh
 need_debs g++=g++ >>"$log" 2>&1 || { echo "cpp: cannot install g++" >&2; exit 1; }
@@ -39,43 +35,35 @@ odr() {
     "$out"
 }
 
+# sanitized NAME WHAT [ARG...]: ffi-c/tests/cpp/NAME.cpp built with the
+# loop's `flags` and the sanitizers, then run (with the ARGs) under them,
+# the run's step named NAME.cpp (std)WHAT.
+sanitized() {
+  local name=$1 what=$2 bin=$work/$1-$std
+  shift 2
+  step "$name.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
+    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude "ffi-c/tests/cpp/$name.cpp" -o "$bin" "${LINK[@]}"
+  san_env_on
+  [[ -x $bin ]] && step "$name.cpp ($std)$what" "$bin" "$@"
+  san_env_off
+}
+
 for std in c++17 c++20; do
   flags=(-std=$std -Wall -Wextra -Werror -pedantic)
-  step "api.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
-    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/api.cpp -o "$work/api-$std" "${LINK[@]}"
-  san_env_on
-  [[ -x $work/api-$std ]] && step "api.cpp ($std) under ASan/UBSan" "$work/api-$std"
-  san_env_off
+  sanitized api " under ASan/UBSan"
   # scenarios/vectors/bad_input.json: every case C++ can express gets the
   # vector's code (the core's), the others skipped by the file.
-  step "bad_input.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
-    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/bad_input.cpp -o "$work/bad-input-$std" "${LINK[@]}"
-  san_env_on
-  [[ -x $work/bad-input-$std ]] && step "bad_input.cpp ($std): the shared bad inputs under ASan/UBSan" \
-    "$work/bad-input-$std" "$root/scenarios/vectors/bad_input.json"
-  san_env_off
+  sanitized bad_input ": the shared bad inputs under ASan/UBSan" "$root/scenarios/vectors/bad_input.json"
   # Semaphores: N + 1 contenders, N hold on distinct slots, a release
   # wakes the waiter onto that slot, the limit mismatch, slot().
-  step "semaphore.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
-    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/semaphore.cpp -o "$work/semaphore-$std" "${LINK[@]}"
-  san_env_on
-  [[ -x $work/semaphore-$std ]] && step "semaphore.cpp ($std): N of N + 1 hold, one slot each, a release wakes one waiter" "$work/semaphore-$std"
-  san_env_off
+  sanitized semaphore ": N of N + 1 hold, one slot each, a release wakes one waiter"
   # Read/write locks: readers share, a writer excludes, downgrade keeps
   # the token, the gate's two watermarks.
-  step "rwlock.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
-    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/rwlock.cpp -o "$work/rwlock-$std" "${LINK[@]}"
-  san_env_on
-  [[ -x $work/rwlock-$std ]] && step "rwlock.cpp ($std): readers share, a writer excludes, downgrade keeps the token" "$work/rwlock-$std"
-  san_env_off
+  sanitized rwlock ": readers share, a writer excludes, downgrade keeps the token"
   # The README's C++ blocks as written: the loop (its text checked against
   # this file by core/tests/readme.rs) stops at a fence; the election (its
   # text checked by readme.cpp itself) leads, then resigns.
-  step "readme.cpp: g++ ${flags[*]} -fsanitize=address,undefined" \
-    g++ "${flags[@]}" -O1 -g "${SAN[@]}" -Iinclude ffi-c/tests/cpp/readme.cpp -o "$work/readme-$std" "${LINK[@]}"
-  san_env_on
-  [[ -x $work/readme-$std ]] && step "readme.cpp ($std): the README's C++ loop stops at a fence, its election leads and resigns" "$work/readme-$std"
-  san_env_off
+  sanitized readme ": the README's C++ loop stops at a fence, its election leads and resigns"
   # Two units in one program: a definition that is not inline fails the
   # link, a category that is not one object fails the run.
   step "odr: odr_a.cpp + odr_b.cpp ($std, -flto -Wodr)" odr "$work/odr-$std" "${flags[@]}"

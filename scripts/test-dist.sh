@@ -22,11 +22,8 @@
 #        scripts/dist.sh if there is no dist/)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
-log=${1:-/dev/null}
-[[ $log = /* || $log = /dev/null ]] || log="$root/$log"
-label=dist
 . scripts/checks.sh
+label=dist
 glibc=${DLOCK_GLIBC:-2.17}
 dist=${DLOCK_DIST:-$root/dist}
 [[ $dist = /* ]] || dist=$root/$dist

@@ -62,13 +62,7 @@ else
   plat_tgz=$dist/npm/dlock-fence-linux-x64-gnu-$version.tgz
   [[ -f $main_tgz && -f $plat_tgz ]] || fail "DLOCK_DIST=$dist lacks npm/dlock-fence-$version.tgz or its platform package: run scripts/dist.sh"
   # cargo, rustc and protoc: stubs that fail, first on PATH, from here on.
-  stubs=$root/target/node-stubs
-  mkdir -p "$stubs"
-  for t in cargo rustc protoc; do
-    printf '#!/bin/sh\necho "test-node: %s was run: the installed package must not need it" >&2\nexit 127\n' "$t" >"$stubs/$t"
-    chmod +x "$stubs/$t"
-  done
-  PATH=$stubs:$(tr : '\n' <<<"$PATH" | grep -v '\.cargo/bin' | paste -sd:)
+  shadow_build_tools "$root/target/node-stubs" test-node
   app=$root/target/node-installed
   pkg=$app/bindings/node
   rm -rf "$app"

@@ -76,14 +76,10 @@ else
 
   # cargo, rustc and protoc: stubs that fail, first on PATH, from here on.
   stubs=$root/target/py-stubs
-  mkdir -p "$stubs/sdist"
-  for t in cargo rustc protoc; do
-    printf '#!/bin/sh\necho "test-python: %s was run: the artifact must not need it" >&2\nexit 127\n' "$t" >"$stubs/$t"
-    chmod +x "$stubs/$t"
-  done
-  cp "$stubs/protoc" "$stubs/sdist/protoc" # protoc alone: for the sdist
   build_path=$PATH
-  PATH=$stubs:$(tr : '\n' <<<"$PATH" | grep -v '\.cargo/bin' | paste -sd:)
+  shadow_build_tools "$stubs" test-python
+  mkdir -p "$stubs/sdist"
+  cp "$stubs/protoc" "$stubs/sdist/protoc" # protoc alone: for the sdist
 
   step "python: pip install --no-index --find-links $dist dlock-fence (a fresh virtualenv, cargo and protoc stubbed)"
   venv=$root/target/py-venv-dist

@@ -5,10 +5,11 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use dlock::{Error, MemoryService, Observed, Observer, Options, Refused, State};
+use dlock::{Error, MemoryService, Observed, Observer, Refused, State};
 
 use dlock_testkit as common;
-use dlock_testkit::embedded::{client, client_with, ms};
+use dlock_testkit::embedded::{client, client_no_reacquire, ms};
+use dlock_testkit::watch;
 
 /// The observer's next event, within 5 s.
 fn next(o: &mut Observer) -> Observed {
@@ -138,20 +139,11 @@ fn resign_deletes_the_key_at_the_grace_with_a_unit_still_in_flight() {
 fn a_fenced_leader_refuses_proclaim_and_recampaigns_with_its_value() {
     // No recampaign: the fenced leader stays fenced and refuses.
     let service = MemoryService::new();
-    let a = client_with(
-        &service,
-        Options {
-            reacquire: false,
-            ..common::short()
-        },
-    );
+    let a = client_no_reacquire(&service);
     let ea = a.election("el/fenced").unwrap();
     let t1 = ea.campaign(b"v1", ms(2000)).unwrap();
     a.link().unwrap().declare_lease_lost();
-    let until = Instant::now() + ms(3000);
-    while ea.state() != State::Fenced && Instant::now() < until {
-        std::thread::sleep(ms(10));
-    }
+    watch::until("fenced", ms(3000), || ea.state() == State::Fenced);
     assert_eq!(ea.state(), State::Fenced);
     assert_eq!(ea.proclaim(b"v2").unwrap_err(), Error::Fenced(t1.get()));
 
@@ -266,13 +258,7 @@ fn an_observer_says_reconnecting_through_an_outage_then_the_state() {
 fn a_refused_proclaim_names_the_token_won_by_campaign_then() {
     // The faces' completion form records the token as `campaign` does.
     let service = MemoryService::new();
-    let a = client_with(
-        &service,
-        Options {
-            reacquire: false,
-            ..common::short()
-        },
-    );
+    let a = client_no_reacquire(&service);
     let ea = a.election("el/then").unwrap();
     let (tx, rx) = mpsc::channel();
     let _acquisition = ea
@@ -282,10 +268,7 @@ fn a_refused_proclaim_names_the_token_won_by_campaign_then() {
         .unwrap();
     let t1 = rx.recv_timeout(ms(5000)).unwrap().unwrap();
     a.link().unwrap().declare_lease_lost();
-    let until = Instant::now() + ms(3000);
-    while ea.state() != State::Fenced && Instant::now() < until {
-        std::thread::sleep(ms(10));
-    }
+    watch::until("fenced", ms(3000), || ea.state() == State::Fenced);
     assert_eq!(ea.proclaim(b"v2").unwrap_err(), Error::Fenced(t1.get()));
 }
 

@@ -17,22 +17,17 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Observed, Observer, Options, State};
 
-use dlock_testkit::MARGIN;
+use dlock_testkit::TTL;
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
-const TTL: Duration = Duration::from_secs(4);
-/// Scheduling slack of a timing bound on a loaded two-core machine.
-const SLACK: Duration = Duration::from_millis(300);
+mod election_cases;
+
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(env: &Cluster) -> Client {
-    env.client(options())
+    env.client(dlock_testkit::backend_options())
 }
 
 /// A client whose every connection goes through one proxy per member.
@@ -41,7 +36,8 @@ fn proxied(env: &Cluster) -> (Client, Vec<Proxy>) {
         .map(|i| Proxy::start(env.member_addr(i)))
         .collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let c = Client::etcd(EtcdConfig::new(urls), options()).expect("connect through the proxies");
+    let c = Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options())
+        .expect("connect through the proxies");
     (c, proxies)
 }
 
@@ -224,53 +220,15 @@ fn etcdctl_sees_dlocks_leader_and_values_and_waits_for_its_resign() {
 #[test]
 fn a_leader_cut_off_fences_at_least_the_margin_before_the_next_is_elected() {
     let env = cluster();
-    let name = name("cut-off");
     let (lc, proxies) = proxied(&env);
-    let leader = lc.election(&name).unwrap();
-    let (fence_tx, fenced) = mpsc::channel();
-    leader.on_fence(move |t, _| {
-        let _ = fence_tx.send((system_now(), t));
-    });
-    let t1 = leader.campaign(b"old", Duration::from_secs(5)).unwrap();
-
-    let oc = client(&env);
-    let mut obs = oc.observe(&name).unwrap();
-    assert!(matches!(next(&mut obs), Observed::Leader(l) if l.token == t1));
-    let cc = client(&env);
-    let candidate = std::thread::spawn(move || {
-        let e = cc.election(&name).unwrap();
-        let t = e.campaign(b"new", Duration::from_secs(30));
-        (system_now(), t, e, cc)
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    for p in &proxies {
-        p.set(Mode::Blackhole);
-    }
-    let (fence_at, fenced_token) = fenced.recv_timeout(EVENT).expect("the leader fenced");
-    assert_eq!(fenced_token, t1);
-    let (elected_at, t2, _e, _cc) = candidate.join().unwrap();
-    let t2 = t2.expect("the candidate elected");
-    assert!(t2 > t1);
-    let lead = elected_at.saturating_since(fence_at);
-    println!("ELECTION|cut-off: on_fence led the next leader by {lead:?} (margin {MARGIN:?})");
-    assert!(
-        elected_at > fence_at && lead + SLACK >= MARGIN,
-        "the old leader fenced only {lead:?} before the next was elected"
+    let leader = election_cases::a_leader_cut_off_fences_the_margin_before_the_next_is_elected(
+        &lc,
+        &|| client(&env),
+        &name("cut-off"),
+        &|mode| proxies.iter().for_each(|p| p.set(mode)),
+        "",
+        EVENT,
     );
-    // The observer: the new leader next, never the old one again.
-    loop {
-        match next(&mut obs) {
-            Observed::Leader(l) if l.token == t2 => break,
-            Observed::Leader(l) | Observed::Proclaimed(l) => {
-                assert_ne!(l.token, t1, "the old leader after its key went")
-            }
-            Observed::NoLeader | Observed::Reconnecting => {}
-            other => panic!("{other:?}"),
-        }
-    }
-    for p in &proxies {
-        p.set(Mode::Pass);
-    }
     leader.close().unwrap();
 }
 
@@ -344,7 +302,7 @@ fn proclaim_from_a_fenced_leader_is_refused() {
         EtcdConfig::new(env.members.clone()),
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     )
     .unwrap();

@@ -20,7 +20,8 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::{Client, Error, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
 
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock_testkit::TTL;
+use dlock_testkit::faults::{self, Ev, Run, draining, fenced, ms, ms_of, random_phase};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT};
 
@@ -31,16 +32,11 @@ use proxy::{Mode, Proxy};
 
 mod own_settings;
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
-
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
 
 fn runs() -> usize {
     etcd_cluster::fault_runs()
@@ -67,14 +63,6 @@ fn unique(case: &str, run: usize) -> String {
     )
 }
 
-/// What the holder's callbacks reported.
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
 /// The lock holder, behind one fault proxy per member.
 struct Holder {
     proxies: Vec<Proxy>,
@@ -86,7 +74,7 @@ struct Holder {
 
 impl Holder {
     fn start(cluster: &Cluster, name: &str) -> Holder {
-        Holder::start_on(cluster, name, options(), None)
+        Holder::start_on(cluster, name, dlock_testkit::backend_options(), None)
     }
 
     /// [`Holder::start`] on a client with `client` options; with `session`,
@@ -107,18 +95,7 @@ impl Holder {
             None => client.lock(name),
         }
         .expect("lock handle");
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(&lock);
         let token = lock.acquire(EVENT).expect("holder acquires");
         Holder {
             proxies,
@@ -204,14 +181,6 @@ impl Drop for Holder {
     }
 }
 
-fn draining(e: &Ev) -> bool {
-    matches!(e, Ev::Change(c) if c.to == State::Draining)
-}
-
-fn fenced(e: &Ev) -> bool {
-    matches!(e, Ev::Fence(..))
-}
-
 /// A second client, connected to the members directly, waiting on the
 /// same lock in a thread of its own; it holds the lock once acquired until
 /// [`Contender::finish`].
@@ -225,8 +194,11 @@ impl Contender {
     /// Starts waiting (up to `within`) and returns once its lock key is
     /// queued behind the holder's in etcd.
     fn start(cluster: &Cluster, name: &str, within: Duration) -> Contender {
-        let client = Client::etcd(EtcdConfig::new(cluster.members.clone()), options())
-            .expect("contender connects");
+        let client = Client::etcd(
+            EtcdConfig::new(cluster.members.clone()),
+            dlock_testkit::backend_options(),
+        )
+        .expect("contender connects");
         let lock = client.lock(name).expect("lock handle");
         let (acq_tx, acquired) = mpsc::channel();
         let (release, rel_rx) = mpsc::channel::<()>();
@@ -271,21 +243,6 @@ fn waiters(cluster: &Cluster, name: &str) -> usize {
         .count()
 }
 
-/// The lease (and key) under which `token` holds `name`: the queued key
-/// whose create_revision is the token.
-fn lock_key(cluster: &Cluster, name: &str, token: Token) -> (i64, String) {
-    let out = cluster.etcdctl(&["get", "--prefix", &format!("{name}/"), "-w", "json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl json");
-    let kv = v["kvs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|kv| kv["create_revision"].as_u64() == Some(token.get()))
-        .unwrap_or_else(|| panic!("no key of {name} with create_revision {token}: {out}"));
-    let lease = kv["lease"].as_i64().expect("lease id");
-    (lease, format!("{name}/{lease:x}"))
-}
-
 /// Runs `case` `runs()` times, prints its figures line, then fails with
 /// every broken rule of every run.
 fn repeat(case: &str, other: &str, run: impl FnMut(usize) -> Run) {
@@ -324,19 +281,7 @@ fn cut_until_fenced(case: &'static str, mode: Mode) {
             r.lead.is_some_and(|l| l > 0.0),
             format!("on_fence did not lead the contender: {:?} ms", r.lead),
         );
-        r.check(
-            r.drain
-                .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-            format!(
-                "drain {:?} ms after the cut, bound {:?}",
-                r.drain,
-                INTERVAL + TIMEOUT + SLACK
-            ),
-        );
-        r.check(
-            fence.is_none_or(|f| f >= deadline),
-            format!("fenced before the deadline {deadline:?}: {fence:?}"),
-        );
+        r.drained_then_fenced_on_time(fence, deadline, SLACK);
         // After the heal the holder acquires again, behind the contender.
         c.finish();
         let again = h.wait(EVENT, |_, e| matches!(e, Ev::Acquired(t) if *t > t1));
@@ -497,7 +442,12 @@ fn fault_session_own_settings() {
     let client = own_settings_client();
     repeat("session_own_settings", "cut->fence", |run| {
         let name = unique("own-settings", run);
-        let mut h = Holder::start_on(&cluster, &name, client.clone(), Some(options()));
+        let mut h = Holder::start_on(
+            &cluster,
+            &name,
+            client.clone(),
+            Some(dlock_testkit::backend_options()),
+        );
         h.after_keepalive();
         thread::sleep(Duration::from_millis(100));
         let deadline = h.lock.deadline().expect("holding");
@@ -822,7 +772,7 @@ fn operator(case: &'static str, act: impl Fn(&Cluster, &str, i64, &str)) {
         let name = unique(case, run);
         let mut h = Holder::start(&cluster, &name);
         let c = Contender::start(&cluster, &name, EVENT);
-        let (lease, key) = lock_key(&cluster, &name, h.token);
+        let (lease, key) = cluster.lock_key(&name, h.token);
         thread::sleep(random_phase());
         let start = system_now();
         act(&cluster, &name, lease, &key);
@@ -948,8 +898,11 @@ fn child_holder() {
         return;
     };
     let cluster = Cluster::from_env();
-    let client =
-        Client::etcd(EtcdConfig::new(cluster.members.clone()), options()).expect("child connects");
+    let client = Client::etcd(
+        EtcdConfig::new(cluster.members.clone()),
+        dlock_testkit::backend_options(),
+    )
+    .expect("child connects");
     let lock = client.lock(&name).expect("lock handle");
     let token = lock.acquire(EVENT).expect("child acquires");
     println!("DLOCK_CHILD_HOLDING {token}");

@@ -19,21 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dlock::rwlock::{Mode, READ_MARKER};
-use dlock::{Client, Error, EtcdConfig, Options, State};
+use dlock::{Client, Error, EtcdConfig, State};
 use dlock_testkit::etcd::{Cluster, cluster, fault_runs};
 use dlock_testkit::proxy::{self, Proxy};
 
 mod rw_cases;
 use rw_cases::{EVENT, until};
 
-const TTL: Duration = Duration::from_secs(4);
-
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(env: &Cluster) -> Client {
-    env.client(options())
+    env.client(dlock_testkit::backend_options())
 }
 
 fn name(test: &str) -> String {
@@ -178,7 +172,8 @@ fn cut_off(held: Mode, waits: Mode) {
             .map(|i| Proxy::start(env.member_addr(i)))
             .collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let cut_client = Client::etcd(EtcdConfig::new(urls), options()).unwrap();
+        let cut_client =
+            Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options()).unwrap();
         let m = rw_cases::cut_off(
             &|| client(&env),
             &cut_client,

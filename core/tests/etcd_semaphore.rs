@@ -14,28 +14,21 @@
 
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::{Client, Error, EtcdConfig, Lock, Options, State, Token};
+use dlock::{Client, Error, EtcdConfig, Options, State};
 use dlock_testkit::etcd::{Cluster, cluster};
 use dlock_testkit::proxy::{Mode, Proxy};
 
 mod sem_cases;
 mod sem_faults;
 
-const TTL: Duration = Duration::from_secs(4);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(20);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(env: &Cluster) -> Client {
-    env.client(options())
+    env.client(dlock_testkit::backend_options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:
@@ -58,12 +51,8 @@ fn keys(env: &Cluster, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    dlock_testkit::watch::until(what, EVENT, cond);
 }
 
 #[test]
@@ -71,20 +60,8 @@ fn n_plus_one_contenders_exactly_n_hold_and_the_limit_is_one_key() {
     let env = cluster();
     let name = name("n");
     let n = 3;
-    let threads: Vec<_> = (0..=n)
-        .map(|_| {
-            let c = client(&env);
-            let name = name.clone();
-            thread::spawn(move || {
-                let r = c
-                    .semaphore(&name, n)
-                    .unwrap()
-                    .acquire(Duration::from_secs(3));
-                (c, r)
-            })
-        })
-        .collect();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results =
+        dlock_testkit::n_plus_one_contend(|| client(&env), &name, n, Duration::from_secs(3));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let mut slots: Vec<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     slots.sort();
@@ -192,49 +169,14 @@ fn a_dlock_waiter_waits_for_an_etcdctl_holder_of_a_slot() {
 fn a_slot_key_deleted_by_an_operator_fences_that_holder_alone() {
     let env = cluster();
     let name = name("fence");
-    let holders: Vec<Lock> = (0..3)
-        .map(|_| {
-            client(&env)
-                .semaphore(&name, 3)
-                .unwrap()
-                .acquire(EVENT)
-                .unwrap()
-        })
-        .collect();
-    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
-    let mut fenced = Vec::new();
-    let mut acquired = Vec::new();
-    for l in &holders {
-        let (ftx, frx) = mpsc::channel();
-        let ftx = Mutex::new(ftx);
-        l.on_fence(move |t, _| {
-            let _ = ftx.lock().unwrap().send(t);
-        });
-        fenced.push(frx);
-        let (atx, arx) = mpsc::channel();
-        let atx = Mutex::new(atx);
-        l.on_acquired(move |t| {
-            let _ = atx.lock().unwrap().send(t);
-        });
-        acquired.push(arx);
-    }
-    let cut = &holders[1];
-    env.etcdctl(&["del", "--prefix", &format!("{}/", cut.name())]);
-    assert_eq!(fenced[1].recv_timeout(EVENT).unwrap(), before[1]);
-    let again = acquired[1].recv_timeout(EVENT).unwrap();
-    assert!(
-        again > before[1],
-        "its own slot, higher: {again} > {}",
-        before[1]
+    sem_cases::a_slot_deleted_by_an_operator_fences_that_holder_alone(
+        &|| client(&env),
+        &name,
+        EVENT,
+        &|cut| {
+            env.etcdctl(&["del", "--prefix", &format!("{}/", cut.name())]);
+        },
     );
-    until("holding again", || cut.state() == State::Holding);
-    assert_eq!(cut.token(), Some(again));
-    for i in [0, 2] {
-        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
-        assert_eq!(holders[i].token(), Some(before[i]));
-        assert_eq!(holders[i].state(), State::Holding);
-    }
-    drop(holders);
     env.etcdctl(&["del", &format!("{name}/limit")]);
 }
 
@@ -247,7 +189,8 @@ fn fault_engine(env: &Cluster, run: impl FnOnce(&sem_faults::Engine)) {
             .map(|i| Proxy::start(env.member_addr(i)))
             .collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let c = Client::etcd(EtcdConfig::new(urls), options()).expect("connect via the proxies");
+        let c = Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options())
+            .expect("connect via the proxies");
         (c, proxies)
     };
     let direct = || client(env);

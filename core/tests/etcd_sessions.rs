@@ -16,10 +16,11 @@ use std::thread;
 use std::time::Duration;
 
 use dlock::clock::system_now;
-use dlock::{Client, EtcdConfig, Instant, Lock, Options, Reason, State, StateChange, Token};
+use dlock::{Client, EtcdConfig, Instant, Lock, Reason, State, StateChange, Token};
 
 // This binary uses only a part of the proxy.
-use dlock_testkit::faults::ms;
+use dlock_testkit::TTL;
+use dlock_testkit::faults::{Ev, ms};
 use dlock_testkit::proxy;
 use dlock_testkit::{INTERVAL, MARGIN};
 
@@ -28,16 +29,11 @@ use dlock_testkit::etcd as etcd_cluster;
 use etcd_cluster::Cluster;
 use proxy::{Mode, Proxy};
 
-const TTL: Duration = Duration::from_secs(4);
 /// The locks of the big cases.
 const N: usize = 1000;
 /// The longest wait for something that must happen (1,000 acquisitions on
 /// a loaded two-core machine included).
 const EVENT: Duration = Duration::from_secs(60);
-
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
 
 /// Cases that disturb the cluster (a member killed) or count its requests
 /// run alone; the others share it.
@@ -61,15 +57,11 @@ fn unique(case: &str) -> String {
 }
 
 fn direct(cluster: &Cluster) -> Client {
-    Client::etcd(EtcdConfig::new(cluster.members.clone()), options()).expect("connect to etcd")
-}
-
-/// What a lock's callbacks reported.
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
+    Client::etcd(
+        EtcdConfig::new(cluster.members.clone()),
+        dlock_testkit::backend_options(),
+    )
+    .expect("connect to etcd")
 }
 
 /// `n` locks of distinct names on one session of `client`, all held, with
@@ -85,7 +77,9 @@ struct Many {
 
 impl Many {
     fn start(client: &Client, prefix: &str, n: usize) -> Many {
-        let session = client.session(options()).expect("session");
+        let session = client
+            .session(dlock_testkit::backend_options())
+            .expect("session");
         let (tx, rx) = mpsc::channel();
         let names: Vec<String> = (0..n).map(|i| format!("{prefix}/{i}")).collect();
         let locks: Vec<Lock> = names
@@ -523,7 +517,8 @@ fn blackhole_fences_each_of_1000_locks_once_before_the_server_expiry() {
         .map(|i| Proxy::start(cluster.member_addr(i)))
         .collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    let holder = Client::etcd(EtcdConfig::new(urls), options()).expect("holder connects");
+    let holder = Client::etcd(EtcdConfig::new(urls), dlock_testkit::backend_options())
+        .expect("holder connects");
     let prefix = unique("blackhole");
     let mut m = Many::start(&holder, &prefix, N);
     let lease = m.lease().expect("a lease");
@@ -729,7 +724,9 @@ fn live_session_acquire_release_grants_and_revokes_no_lease() {
     let _alone = exclusive();
     let etcd = Etcd::connect(&cluster);
     let client = direct(&cluster);
-    let session = client.session(options()).expect("session");
+    let session = client
+        .session(dlock_testkit::backend_options())
+        .expect("session");
     let name = unique("cycles");
     let lock = session.lock(&name).expect("lock");
     let mut last = lock.acquire(EVENT).expect("first acquire");

@@ -11,26 +11,12 @@ use dlock::{Client, MemoryService, Refused, State};
 
 use dlock_testkit as common;
 use dlock_testkit::embedded::{client, eventually, ms};
+use dlock_testkit::metric;
 
 fn family<'a>(fs: &'a [Family], name: &str) -> &'a Family {
     fs.iter()
         .find(|f| f.name == name)
         .unwrap_or_else(|| panic!("no family {name}"))
-}
-
-/// The value of the series of `name` with label values `labels`.
-fn value(c: &Client, name: &str, labels: &[&str]) -> f64 {
-    let fs = c.snapshot().families();
-    let f = family(&fs, name);
-    for (l, v) in &f.series {
-        if l.iter().map(String::as_str).eq(labels.iter().copied()) {
-            return match v {
-                Value::Number(n) => *n,
-                Value::Histogram(h) => h.count as f64,
-            };
-        }
-    }
-    panic!("{name}{labels:?}: no such series in {:?}", f.series)
 }
 
 #[test]
@@ -39,44 +25,47 @@ fn the_lifecycle_moves_the_counters_and_histograms() {
     let c = client(&service);
     let lock = c.lock("metrics/life").unwrap();
     assert_eq!(lock.permit().unwrap_err(), Refused::NotHeld);
-    assert_eq!(value(&c, "dlock_permits_refused_total", &["not_held"]), 1.0);
-    assert_eq!(value(&c, "dlock_lock_held", &["metrics/life"]), 0.0);
     assert_eq!(
-        value(&c, "dlock_lock_state", &["metrics/life", "idle"]),
+        metric(&c, "dlock_permits_refused_total", &["not_held"]),
+        1.0
+    );
+    assert_eq!(metric(&c, "dlock_lock_held", &["metrics/life"]), 0.0);
+    assert_eq!(
+        metric(&c, "dlock_lock_state", &["metrics/life", "idle"]),
         1.0
     );
 
     let token = lock.acquire(ms(2000)).unwrap();
-    assert_eq!(value(&c, "dlock_lock_held", &["metrics/life"]), 1.0);
+    assert_eq!(metric(&c, "dlock_lock_held", &["metrics/life"]), 1.0);
     assert_eq!(
-        value(&c, "dlock_lock_token", &["metrics/life"]),
+        metric(&c, "dlock_lock_token", &["metrics/life"]),
         token.0 as f64
     );
     assert_eq!(
-        value(&c, "dlock_lock_state", &["metrics/life", "holding"]),
+        metric(&c, "dlock_lock_state", &["metrics/life", "holding"]),
         1.0
     );
     assert_eq!(
-        value(&c, "dlock_lock_state", &["metrics/life", "idle"]),
+        metric(&c, "dlock_lock_state", &["metrics/life", "idle"]),
         0.0
     );
-    assert_eq!(value(&c, "dlock_acquisitions_total", &[]), 1.0);
-    assert_eq!(value(&c, "dlock_acquire_wait_seconds", &["acquired"]), 1.0);
-    assert_eq!(value(&c, "dlock_session_locks", &[]), 1.0);
-    let slack = value(&c, "dlock_deadline_slack_seconds", &[]);
+    assert_eq!(metric(&c, "dlock_acquisitions_total", &[]), 1.0);
+    assert_eq!(metric(&c, "dlock_acquire_wait_seconds", &["acquired"]), 1.0);
+    assert_eq!(metric(&c, "dlock_session_locks", &[]), 1.0);
+    let slack = metric(&c, "dlock_deadline_slack_seconds", &[]);
     assert!(slack > 0.0 && slack <= 2.0, "slack {slack}");
     {
         let _p = lock.permit().unwrap();
-        assert_eq!(value(&c, "dlock_permits_in_flight", &[]), 1.0);
+        assert_eq!(metric(&c, "dlock_permits_in_flight", &[]), 1.0);
     }
-    assert_eq!(value(&c, "dlock_permits_in_flight", &[]), 0.0);
+    assert_eq!(metric(&c, "dlock_permits_in_flight", &[]), 0.0);
     assert!(lock.healthy(Duration::ZERO));
     assert!(
-        eventually(ms(3000), || value(&c, "dlock_keepalive_rtt_seconds", &[])
+        eventually(ms(3000), || metric(&c, "dlock_keepalive_rtt_seconds", &[])
             >= 1.0),
         "a confirmed keepalive fills the round-trip histogram"
     );
-    assert!(value(&c, "dlock_keepalives_total", &["ok"]) >= 1.0);
+    assert!(metric(&c, "dlock_keepalives_total", &["ok"]) >= 1.0);
 
     // A blip: a failed keepalive drains, the next confirmed one resumes.
     c.link().unwrap().fail_keepalives(Some("blip"));
@@ -84,50 +73,53 @@ fn the_lifecycle_moves_the_counters_and_histograms() {
     assert_eq!(lock.permit().unwrap_err(), Refused::Draining);
     c.link().unwrap().fail_keepalives(None);
     assert!(eventually(ms(3000), || lock.state() == State::Holding));
-    assert_eq!(value(&c, "dlock_drains_total", &[]), 1.0);
-    assert_eq!(value(&c, "dlock_resumes_total", &[]), 1.0);
-    assert!(value(&c, "dlock_keepalives_total", &["failed"]) >= 1.0);
-    assert_eq!(value(&c, "dlock_permits_refused_total", &["draining"]), 1.0);
+    assert_eq!(metric(&c, "dlock_drains_total", &[]), 1.0);
+    assert_eq!(metric(&c, "dlock_resumes_total", &[]), 1.0);
+    assert!(metric(&c, "dlock_keepalives_total", &["failed"]) >= 1.0);
+    assert_eq!(
+        metric(&c, "dlock_permits_refused_total", &["draining"]),
+        1.0
+    );
 
     // An operator deletes the key: a fence for `lock_lost`, and a hold ends.
     assert!(service.delete_lock_key("metrics/life"));
     assert!(eventually(ms(3000), || {
-        value(&c, "dlock_fences_total", &["lock_lost"]) == 1.0
+        metric(&c, "dlock_fences_total", &["lock_lost"]) == 1.0
     }));
     assert!(eventually(ms(3000), || {
-        value(&c, "dlock_hold_duration_seconds", &[]) >= 1.0
+        metric(&c, "dlock_hold_duration_seconds", &[]) >= 1.0
     }));
     assert!(
         eventually(ms(3000), || lock.state() == State::Holding),
         "reacquired"
     );
-    assert_eq!(value(&c, "dlock_acquisitions_total", &[]), 2.0);
+    assert_eq!(metric(&c, "dlock_acquisitions_total", &[]), 2.0);
 
     // A cut: keepalive replies lost until the deadline fences.
-    let fenced_at = value(&c, "dlock_fence_lateness_seconds", &[]);
+    let fenced_at = metric(&c, "dlock_fence_lateness_seconds", &[]);
     c.link().unwrap().drop_keepalive_replies(true);
     assert!(eventually(ms(5000), || {
-        value(&c, "dlock_fences_total", &["deadline"]) == 1.0
+        metric(&c, "dlock_fences_total", &["deadline"]) == 1.0
     }));
     c.link().unwrap().drop_keepalive_replies(false);
     // Every fence dispatched is one lateness observation.
     let fences = |c: &Client| {
         ["deadline", "lease_lost", "lock_lost"]
             .iter()
-            .map(|r| value(c, "dlock_fences_total", &[r]))
+            .map(|r| metric(c, "dlock_fences_total", &[r]))
             .sum::<f64>()
     };
     assert!(
         eventually(ms(3000), || {
-            value(&c, "dlock_fence_lateness_seconds", &[]) == fences(&c)
+            metric(&c, "dlock_fence_lateness_seconds", &[]) == fences(&c)
         }),
         "{} lateness observations for {} fences",
-        value(&c, "dlock_fence_lateness_seconds", &[]),
+        metric(&c, "dlock_fence_lateness_seconds", &[]),
         fences(&c)
     );
-    assert!(value(&c, "dlock_fence_lateness_seconds", &[]) > fenced_at);
+    assert!(metric(&c, "dlock_fence_lateness_seconds", &[]) > fenced_at);
     lock.release().unwrap();
-    assert_eq!(value(&c, "dlock_lock_held", &["metrics/life"]), 0.0);
+    assert_eq!(metric(&c, "dlock_lock_held", &["metrics/life"]), 0.0);
 }
 
 #[test]
@@ -443,11 +435,7 @@ fn the_core_text_has_the_fixtures_families() {
         .families()
         .into_iter()
         .map(|f| {
-            let kind = match f.kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-                Kind::Histogram => "histogram",
-            };
+            let kind = f.kind.as_str();
             (
                 f.name.to_owned(),
                 (
@@ -488,14 +476,14 @@ fn an_election_leader_is_one_and_a_follower_zero() {
     let (a, b) = (client(&service), client(&service));
     let ea = a.election("metrics/elect").unwrap();
     let eb = b.election("metrics/elect").unwrap();
-    assert_eq!(value(&a, "dlock_election_leader", &["metrics/elect"]), 0.0);
+    assert_eq!(metric(&a, "dlock_election_leader", &["metrics/elect"]), 0.0);
     ea.campaign(b"a", ms(2000)).unwrap();
-    assert_eq!(value(&a, "dlock_election_leader", &["metrics/elect"]), 1.0);
+    assert_eq!(metric(&a, "dlock_election_leader", &["metrics/elect"]), 1.0);
     assert_eq!(
         eb.campaign(b"b", Duration::ZERO).unwrap_err().code(),
         "would_block"
     );
-    assert_eq!(value(&b, "dlock_election_leader", &["metrics/elect"]), 0.0);
+    assert_eq!(metric(&b, "dlock_election_leader", &["metrics/elect"]), 0.0);
     // A lock is no election: no series for it.
     let lock = a.lock("metrics/not-an-election").unwrap();
     lock.acquire(ms(2000)).unwrap();
@@ -503,7 +491,7 @@ fn an_election_leader_is_one_and_a_follower_zero() {
     let leader = family(&fs, "dlock_election_leader");
     assert_eq!(leader.series.len(), 1, "{:?}", leader.series);
     ea.resign(ms(1000)).unwrap();
-    assert_eq!(value(&a, "dlock_election_leader", &["metrics/elect"]), 0.0);
+    assert_eq!(metric(&a, "dlock_election_leader", &["metrics/elect"]), 0.0);
 }
 
 /// The fence lateness is `on_fence` start − deadline: a callback thread
@@ -535,14 +523,14 @@ fn fence_lateness_is_measured_when_on_fence_starts() {
         .expect("the callback thread is held");
     c.link().unwrap().drop_keepalive_replies(true);
     assert!(
-        eventually(ms(5000), || value(&c, "dlock_fences_total", &["deadline"])
+        eventually(ms(5000), || metric(&c, "dlock_fences_total", &["deadline"])
             == 1.0),
         "the driver fenced at the deadline"
     );
     // The driver has dispatched the fence; on_fence cannot start yet.
     let held = ms(400);
     std::thread::sleep(held);
-    assert_eq!(value(&c, "dlock_fence_lateness_seconds", &[]), 0.0);
+    assert_eq!(metric(&c, "dlock_fence_lateness_seconds", &[]), 0.0);
     hold_tx.send(()).unwrap();
     fenced_rx.recv_timeout(ms(5000)).expect("on_fence ran");
     let fs = c.snapshot().families();
@@ -629,10 +617,10 @@ fn counters_never_go_down_when_handles_are_dropped() {
     // An operator deletes a key: a `lock_lost` fence, then a reacquisition.
     assert!(service.delete_lock_key("metrics/gone/0"));
     assert!(eventually(ms(3000), || {
-        value(&c, "dlock_fences_total", &["lock_lost"]) == 1.0
-            && value(&c, "dlock_acquisitions_total", &[]) == 5.0
+        metric(&c, "dlock_fences_total", &["lock_lost"]) == 1.0
+            && metric(&c, "dlock_acquisitions_total", &[]) == 5.0
     }));
-    assert!(eventually(ms(3000), || value(
+    assert!(eventually(ms(3000), || metric(
         &c,
         "dlock_keepalives_total",
         &["ok"]
@@ -645,7 +633,7 @@ fn counters_never_go_down_when_handles_are_dropped() {
     drop(session);
     // Every handle but the client's default session is gone.
     assert!(eventually(ms(3000), || {
-        value(&c, "dlock_session_locks", &[]) == 0.0 && value(&c, "dlock_sessions", &[]) == 1.0
+        metric(&c, "dlock_session_locks", &[]) == 0.0 && metric(&c, "dlock_sessions", &[]) == 1.0
     }));
     let after = counts(&c);
     for (name, labels, was) in &before {
@@ -655,9 +643,12 @@ fn counters_never_go_down_when_handles_are_dropped() {
             .map_or(0.0, |(_, _, v)| *v);
         assert!(now >= *was, "{name}{labels:?} went down: {was} -> {now}");
     }
-    assert_eq!(value(&c, "dlock_acquisitions_total", &[]), 5.0);
-    assert_eq!(value(&c, "dlock_fences_total", &["lock_lost"]), 1.0);
-    assert_eq!(value(&c, "dlock_permits_refused_total", &["not_held"]), 1.0);
+    assert_eq!(metric(&c, "dlock_acquisitions_total", &[]), 5.0);
+    assert_eq!(metric(&c, "dlock_fences_total", &["lock_lost"]), 1.0);
+    assert_eq!(
+        metric(&c, "dlock_permits_refused_total", &["not_held"]),
+        1.0
+    );
 }
 
 /// Issue 32, item 2: every client of the process as one page (what the

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use dlock::{Client, ClientConfig, Error, Options, State, Token};
 
-use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg};
+use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, faults, fresh, pg, watch};
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
@@ -21,18 +21,13 @@ use dlock_testkit::proxy;
 use pg::Sql;
 use proxy::{Mode, Proxy};
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound on a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// The lease of the row holding `name`.
@@ -72,26 +67,8 @@ fn acquire_release_contention_and_token_order() {
     let lb = b.lock(&name).unwrap();
     let t1 = la.acquire(EVENT).unwrap();
     assert_eq!(lb.try_acquire().unwrap_err(), Error::WouldBlock);
-    let (tx, rx) = mpsc::channel();
-    let waiter = thread::spawn(move || {
-        let r = lb.acquire(EVENT);
-        tx.send(Instant::now()).unwrap();
-        (r, lb)
-    });
-    thread::sleep(Duration::from_millis(300));
-    assert!(rx.try_recv().is_err(), "the waiter acquired a held lock");
-    let released = Instant::now();
-    la.release().unwrap();
-    let woke = rx.recv_timeout(EVENT).expect("the waiter acquires");
-    let (r, lb) = waiter.join().unwrap();
-    let t2 = r.unwrap();
-    assert!(t2 > t1, "{t2} after {t1}");
     // Woken by NOTIFY, not by its timer (next due ~0.7 s after the release).
-    let took = woke - released;
-    assert!(
-        took < Duration::from_millis(400),
-        "waiter woke {took:?} after the release"
-    );
+    let (lb, t2, _) = pg::woken_by_notify(&la, t1, lb, EVENT);
     assert_eq!(la.try_acquire().unwrap_err(), Error::WouldBlock);
     lb.release().unwrap();
     let t3 = la.acquire(EVENT).unwrap();
@@ -127,11 +104,7 @@ fn keepalive_never_revives_an_expired_lease() {
         "a keepalive revived the expired lease {lease}"
     );
     // Reacquired under a new lease with a higher token.
-    let end = Instant::now() + EVENT;
-    while lock.token().is_none_or(|t| t <= t1) {
-        assert!(Instant::now() < end, "no reacquisition above {t1}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    watch::reacquired_above(&lock, t1, EVENT);
     assert_ne!(lease_of(&sql, &name), lease);
     lock.release().unwrap();
 }
@@ -151,11 +124,7 @@ fn operator_delete_fences_within_one_round_trip() {
         "FAULT|pg operator deletes the lock row|1|-|-|n/a|delete->fence {:.0}",
         took.as_secs_f64() * 1e3
     );
-    let end = Instant::now() + EVENT;
-    while lock.token().is_none_or(|t| t <= t1) {
-        assert!(Instant::now() < end, "no reacquisition above {t1}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    watch::reacquired_above(&lock, t1, EVENT);
     lock.release().unwrap();
 }
 
@@ -175,7 +144,7 @@ fn guard_refuses_a_stale_holder_in_its_own_transaction() {
         &s.url,
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     );
     let h = holder.lock(&name).unwrap();
@@ -276,17 +245,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
             let _ = stx.send((Instant::now(), c.to));
         });
         let t1 = h.acquire(EVENT).unwrap();
-        let contender = client(&s.url);
-        let (tx, rx) = mpsc::channel();
-        let n2 = name.clone();
-        let waiter = thread::spawn(move || {
-            let l = contender.lock(&n2).unwrap();
-            let r = l.acquire(EVENT);
-            tx.send((Instant::now(), r.clone())).unwrap();
-            if r.is_ok() {
-                l.release().unwrap();
-            }
-        });
+        let (waiter, rx) = watch::contender(client(&s.url), &name, EVENT);
         thread::sleep(Duration::from_millis(200 + 300 * run as u64 % 800));
         let cut = Instant::now();
         p.set(Mode::Blackhole);
@@ -347,7 +306,7 @@ fn blackhole_drains_then_fences_before_the_contender() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn refuses_a_server_without_synchronous_replication() {
     let s = pg::servers();
-    let connect = |url: &str| pg::connect(url, options());
+    let connect = |url: &str| pg::connect(url, dlock_testkit::backend_options());
     match connect(&s.lone_url) {
         Err(Error::Backend(m)) => assert!(
             m.contains("synchronous") && m.contains("dlock_single_node"),
@@ -373,7 +332,7 @@ fn refuses_a_server_without_synchronous_replication() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn bad_input_is_one_clear_error_before_anything_is_held() {
     let s = pg::servers();
-    let connect = |url: &str| pg::connect(url, options());
+    let connect = |url: &str| pg::connect(url, dlock_testkit::backend_options());
     match connect("postgres://127.0.0.1:notaport/db") {
         Err(Error::InvalidArgument(m)) => assert!(m.contains("URL"), "{m}"),
         other => panic!("{:?}", other.map(|_| ())),
@@ -402,7 +361,9 @@ fn from_env_picks_postgres_for_a_postgres_url() {
     let s = pg::servers();
     // SAFETY: this test binary reads DLOCK_ENDPOINTS nowhere else.
     unsafe { std::env::set_var("DLOCK_ENDPOINTS", &s.url) };
-    let c = Client::connect(ClientConfig::from_env().with_options(options())).unwrap();
+    let c =
+        Client::connect(ClientConfig::from_env().with_options(dlock_testkit::backend_options()))
+            .unwrap();
     unsafe { std::env::remove_var("DLOCK_ENDPOINTS") };
     let name = fresh("pg/env");
     let l = c.lock(&name).unwrap();
@@ -417,7 +378,7 @@ fn from_env_picks_postgres_for_a_postgres_url() {
 fn tls_verifies_the_server_and_refuses_plaintext_and_a_wrong_ca() {
     let s = pg::servers();
     let (tls, ca, other) = (&s.tls_url, &s.ca, &s.other_ca);
-    let connect = |url: String| pg::connect(&url, options());
+    let connect = |url: String| pg::connect(&url, dlock_testkit::backend_options());
     // verify-full with the CA, SCRAM password: works, over TLS.
     let c = connect(format!(
         "{tls}?dlock_single_node=true&sslmode=verify-full&sslrootcert={ca}"
@@ -491,7 +452,7 @@ fn holder_names_another_clients_identity() {
     let config = dlock::PostgresConfig::parse(&s.url).unwrap();
     let a = Client::connect(
         ClientConfig::postgres(config)
-            .with_options(options())
+            .with_options(dlock_testkit::backend_options())
             .with_description("pg batch 3"),
     )
     .unwrap();

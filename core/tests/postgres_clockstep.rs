@@ -68,17 +68,7 @@ fn cut_and_step(url: &str, by: Duration) -> f64 {
         let _ = ftx.send((Instant::now(), t));
     });
     let t1 = h.acquire(EVENT).unwrap();
-    let contender = client(url);
-    let (tx, rx) = mpsc::channel();
-    let n2 = name.clone();
-    let waiter = thread::spawn(move || {
-        let l = contender.lock(&n2).unwrap();
-        let r = l.acquire(EVENT);
-        tx.send((Instant::now(), r.clone())).unwrap();
-        if r.is_ok() {
-            l.release().unwrap();
-        }
-    });
+    let (waiter, rx) = dlock_testkit::watch::contender(client(url), &name, EVENT);
     // Cut right after a confirmed keepalive (the deadline moved), a whole
     // keepalive interval before the next: the lease has its whole TTL on
     // both sides. (`stats().keepalives` counts sends: a cut after a send

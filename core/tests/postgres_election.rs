@@ -13,23 +13,20 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use dlock::{Client, Error, Observed, Observer, Options, State};
-use dlock_testkit::{MARGIN, pg};
+use dlock_testkit::TTL;
+use dlock_testkit::pg;
 // Only the blackhole of the fault proxy is used here.
 #[allow(dead_code)]
 use dlock_testkit::proxy;
 
 use proxy::{Mode, Proxy};
 
-const TTL: Duration = Duration::from_secs(4);
-const SLACK: Duration = Duration::from_millis(300);
+mod election_cases;
+
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 fn name(test: &str) -> String {
@@ -143,55 +140,15 @@ fn campaign_proclaim_resign_and_observe() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn a_leader_cut_off_fences_before_the_next_is_elected_and_observers_say_so() {
     let url = pg::servers().url;
-    let name = name("cut-off");
     let p = Proxy::start(pg::addr(&url));
-    let lc = client(&pg::via(&url, p.addr()));
-    let leader = lc.election(&name).unwrap();
-    let (fence_tx, fenced) = mpsc::channel();
-    leader.on_fence(move |t, _| {
-        let _ = fence_tx.send((Instant::now(), t));
-    });
-    let t1 = leader.campaign(b"old", EVENT).unwrap();
-    let mut obs = client(&url).observe(&name).unwrap();
-    assert!(matches!(next(&mut obs), Observed::Leader(l) if l.token == t1));
-    let cc = client(&url);
-    let n2 = name.clone();
-    let candidate = std::thread::spawn(move || {
-        let e = cc.election(&n2).unwrap();
-        let t = e.campaign(b"new", Duration::from_secs(30));
-        (Instant::now(), t, e, cc)
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    p.set(Mode::Blackhole);
-    let (fence_at, fenced_token) = fenced.recv_timeout(EVENT).expect("the leader fenced");
-    assert_eq!(fenced_token, t1);
-    let (elected_at, t2, _e, _cc) = candidate.join().unwrap();
-    let t2 = t2.expect("the candidate elected");
-    assert!(t2 > t1);
-    let lead = elected_at.saturating_duration_since(fence_at);
-    println!("ELECTION|pg cut-off: on_fence led the next leader by {lead:?} (margin {MARGIN:?})");
-    assert!(
-        elected_at > fence_at && lead + SLACK >= MARGIN,
-        "the old leader fenced only {lead:?} before the next was elected"
+    election_cases::a_leader_cut_off_fences_the_margin_before_the_next_is_elected(
+        &client(&pg::via(&url, p.addr())),
+        &|| client(&url),
+        &name("cut-off"),
+        &|mode| p.set(mode),
+        "pg ",
+        EVENT,
     );
-    // The observer: no leader once the old lease expired, or the new one
-    // directly; never the old one again.
-    loop {
-        match next(&mut obs) {
-            Observed::Leader(l) if l.token == t2 => break,
-            Observed::Leader(l) | Observed::Proclaimed(l) => {
-                assert_ne!(l.token, t1, "the old leader after its lease expired")
-            }
-            Observed::NoLeader | Observed::Reconnecting => {}
-            other => panic!("{other:?}"),
-        }
-    }
-    // A fenced leader's proclaim is refused.
-    assert!(matches!(
-        leader.proclaim(b"stale"),
-        Err(Error::Fenced(_)) | Err(Error::NotHeld)
-    ));
-    p.set(Mode::Pass);
 }
 
 #[test]
@@ -204,7 +161,7 @@ fn an_observer_says_no_leader_once_the_leaders_lease_expired() {
         &pg::via(&url, p.addr()),
         Options {
             reacquire: false,
-            ..options()
+            ..dlock_testkit::backend_options()
         },
     );
     let leader = lc.election(&name).unwrap();

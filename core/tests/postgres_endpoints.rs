@@ -155,18 +155,8 @@ fn the_longest_ttl_fits_postgres_interval() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn a_version_1_schema_is_upgraded_in_place() {
     let s = pg::servers();
-    let db = format!("dlock_v1_{}", std::process::id());
-    let admin = pg::superuser(&s.url);
-    admin
-        .batch(&format!("DROP DATABASE IF EXISTS {db}"))
-        .unwrap();
-    admin
-        .batch(&format!("CREATE DATABASE {db} OWNER dlock"))
-        .unwrap();
-    let url = {
-        let (base, _) = s.url.rsplit_once('/').unwrap();
-        format!("{base}/{db}")
-    };
+    let db = pg::ScratchDb::new(&s.url, "dlock_v1");
+    let url = db.url.clone();
     let old = pg::Sql::connect(&url);
     old.batch(include_str!("fixtures/dlock-schema-v1.sql"))
         .unwrap();
@@ -205,9 +195,7 @@ fn a_version_1_schema_is_upgraded_in_place() {
     drop(e);
     client.shutdown();
     drop(old);
-    admin
-        .batch(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .unwrap();
+    drop(db);
 }
 
 /// A newer schema admits this library when it says it only added (its
@@ -217,18 +205,8 @@ fn a_version_1_schema_is_upgraded_in_place() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn a_newer_schema_is_used_only_when_it_admits_this_library() {
     let s = pg::servers();
-    let db = format!("dlock_v3_{}", std::process::id());
-    let admin = pg::superuser(&s.url);
-    admin
-        .batch(&format!("DROP DATABASE IF EXISTS {db}"))
-        .unwrap();
-    admin
-        .batch(&format!("CREATE DATABASE {db} OWNER dlock"))
-        .unwrap();
-    let url = {
-        let (base, _) = s.url.rsplit_once('/').unwrap();
-        format!("{base}/{db}")
-    };
+    let db = pg::ScratchDb::new(&s.url, "dlock_v3");
+    let url = db.url.clone();
     assert_eq!(
         migrate(Endpoints::new([url.clone()])).unwrap(),
         dlock::SCHEMA_VERSION
@@ -263,7 +241,5 @@ fn a_newer_schema_is_used_only_when_it_admits_this_library() {
         other => panic!("{:?}", other.map(|_| ())),
     }
     drop(sql);
-    admin
-        .batch(&format!("DROP DATABASE {db} WITH (FORCE)"))
-        .unwrap();
+    drop(db);
 }

@@ -16,17 +16,17 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use dlock::Token;
 use dlock::clock::system_now;
 use dlock::{Client, Error, Instant, Lock, Reason, State};
-use dlock::{StateChange, Token};
 
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock_testkit::TTL;
+use dlock_testkit::faults::{self, Ev, Run, draining, fenced, ms, ms_of, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
 use dlock_testkit::{INTERVAL, MARGIN, TIMEOUT, pg};
 
 mod own_settings;
 
-const TTL: Duration = Duration::from_secs(4);
 /// Scheduling slack of a timing bound: a late timer or callback thread on
 /// a loaded two-core machine.
 const SLACK: Duration = Duration::from_millis(300);
@@ -34,7 +34,7 @@ const SLACK: Duration = Duration::from_millis(300);
 const EVENT: Duration = Duration::from_secs(20);
 
 fn connect(url: &str) -> Client {
-    pg::client(url, dlock_testkit::options(TTL, true))
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// A lock name of this run only.
@@ -44,21 +44,6 @@ fn unique(case: &str, run: usize) -> String {
         std::process::id(),
         system_now().as_nanos()
     )
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
-fn draining(e: &Ev) -> bool {
-    matches!(e, Ev::Change(c) if c.to == State::Draining)
-}
-
-fn fenced(e: &Ev) -> bool {
-    matches!(e, Ev::Fence(..))
 }
 
 /// The holder: every connection through one fault proxy to the primary.
@@ -97,18 +82,7 @@ impl Holder {
     ) -> Holder {
         let proxy = Proxy::start(pg::addr(&s.url));
         let (client, lock) = open(&pg::via(&s.url, proxy.addr()));
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(&lock);
         let token = lock.acquire(EVENT).expect("holder acquires");
         let lease = sql
             .query("SELECT lease FROM dlock.locks WHERE name = $1", &[&name])
@@ -301,19 +275,7 @@ fn cut_until_fenced(case: &'static str, mode: Mode) {
                 r.other
             ),
         );
-        r.check(
-            r.drain
-                .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-            format!(
-                "drain {:?} ms after the cut, bound {:?}",
-                r.drain,
-                INTERVAL + TIMEOUT + SLACK
-            ),
-        );
-        r.check(
-            fence.is_none_or(|f| f >= deadline),
-            format!("fenced before the deadline {deadline:?}: {fence:?}"),
-        );
+        r.drained_then_fenced_on_time(fence, deadline, SLACK);
         c.finish();
         let again = h.wait(EVENT, |_, e| matches!(e, Ev::Acquired(t) if *t > t1));
         r.check(
@@ -446,7 +408,7 @@ fn fault_session_own_settings() {
             )
             .expect("holder connects");
             let session = client
-                .session(dlock_testkit::options(TTL, true))
+                .session(dlock_testkit::backend_options())
                 .expect("session");
             let lock = session.lock(&name).expect("lock handle");
             (client, lock)

@@ -15,21 +15,15 @@
 use std::time::Duration;
 
 use dlock::rwlock::Mode;
-use dlock::{Client, Error, Options};
+use dlock::{Client, Error};
 use dlock_testkit::pg;
 use dlock_testkit::proxy::{self, Proxy};
 
 mod rw_cases;
 use rw_cases::{EVENT, until};
 
-const TTL: Duration = Duration::from_secs(4);
-
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 fn name(test: &str) -> String {

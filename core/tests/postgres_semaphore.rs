@@ -13,27 +13,20 @@
 //!
 //! Settings: TTL 4 s, keepalive every 1 s, timeout 0.5 s, margin 1 s.
 
-use std::sync::Mutex;
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use dlock::{Client, Error, Lock, Options, State, Token};
+use dlock::{Client, Error, Options};
 use dlock_testkit::pg;
 use dlock_testkit::proxy::{Mode, Proxy};
 
 mod sem_cases;
 mod sem_faults;
 
-const TTL: Duration = Duration::from_secs(4);
 const EVENT: Duration = Duration::from_secs(15);
 
-fn options() -> Options {
-    dlock_testkit::options(TTL, true)
-}
-
 fn client(url: &str) -> Client {
-    pg::client(url, options())
+    pg::client(url, dlock_testkit::backend_options())
 }
 
 /// A client on the default timings, for a case about waking, not timing:
@@ -47,12 +40,8 @@ fn name(test: &str) -> String {
     dlock_testkit::fresh(&format!("pg/sem-{test}"))
 }
 
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(Duration::from_millis(50));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    dlock_testkit::watch::until(what, EVENT, cond);
 }
 
 /// The lock rows of the semaphore `name`'s slots.
@@ -114,20 +103,8 @@ fn n_plus_one_contenders_exactly_n_hold() {
     let url = pg::servers().url;
     let name = name("n");
     let n = 3;
-    let threads: Vec<_> = (0..=n)
-        .map(|_| {
-            let c = client(&url);
-            let name = name.clone();
-            thread::spawn(move || {
-                let r = c
-                    .semaphore(&name, n)
-                    .unwrap()
-                    .acquire(Duration::from_secs(3));
-                (c, r)
-            })
-        })
-        .collect();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let results =
+        dlock_testkit::n_plus_one_contend(|| client(&url), &name, n, Duration::from_secs(3));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let sql = pg::Sql::connect(&url);
     let rows = slot_rows(&sql, &name);
@@ -174,46 +151,16 @@ fn the_guard_takes_a_slot_name_and_token() {
 #[ignore = "needs PostgreSQL: scripts/test-postgres.sh"]
 fn a_slot_row_deleted_by_an_operator_fences_that_holder_alone() {
     let url = pg::servers().url;
-    let name = name("fence");
-    let holders: Vec<Lock> = (0..3)
-        .map(|_| {
-            client(&url)
-                .semaphore(&name, 3)
-                .unwrap()
-                .acquire(EVENT)
-                .unwrap()
-        })
-        .collect();
-    let before: Vec<Token> = holders.iter().map(|l| l.token().unwrap()).collect();
-    let mut fenced = Vec::new();
-    let mut acquired = Vec::new();
-    for l in &holders {
-        let (ftx, frx) = mpsc::channel();
-        let ftx = Mutex::new(ftx);
-        l.on_fence(move |t, _| {
-            let _ = ftx.lock().unwrap().send(t);
-        });
-        fenced.push(frx);
-        let (atx, arx) = mpsc::channel();
-        let atx = Mutex::new(atx);
-        l.on_acquired(move |t| {
-            let _ = atx.lock().unwrap().send(t);
-        });
-        acquired.push(arx);
-    }
-    let cut = &holders[1];
     let sql = pg::Sql::connect(&url);
-    sql.query("DELETE FROM dlock.locks WHERE name = $1", &[&cut.name()])
-        .unwrap();
-    assert_eq!(fenced[1].recv_timeout(EVENT).unwrap(), before[1]);
-    let again = acquired[1].recv_timeout(EVENT).unwrap();
-    assert!(again > before[1], "its own slot, higher");
-    until("holding again", || cut.state() == State::Holding);
-    for i in [0, 2] {
-        assert!(fenced[i].try_recv().is_err(), "holder {i} untouched");
-        assert_eq!(holders[i].token(), Some(before[i]));
-        assert_eq!(holders[i].state(), State::Holding);
-    }
+    sem_cases::a_slot_deleted_by_an_operator_fences_that_holder_alone(
+        &|| client(&url),
+        &name("fence"),
+        EVENT,
+        &|cut| {
+            sql.query("DELETE FROM dlock.locks WHERE name = $1", &[&cut.name()])
+                .unwrap();
+        },
+    );
 }
 
 /// The engine of the fault cases: the cut-off holder reaches the primary

@@ -18,75 +18,30 @@ use std::time::Duration;
 
 use dlock::rwlock::{Mode, holds};
 use dlock::{Client, Error, FenceGate, Lock, MemoryService, State, Token};
+use dlock_testkit::embedded::{client, ms};
 use dlock_testkit::short;
+use dlock_testkit::watch::{self, fences};
 use proptest::prelude::*;
+
+mod rw_cases;
 
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(10);
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// A client on a link of its own (its own faults, its own lease).
-fn client(service: &MemoryService) -> Client {
-    Client::new(service.link(), short()).expect("embedded client")
-}
-
-fn fences(lock: &Lock) -> Receiver<Token> {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    lock.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    rx
-}
-
 /// Acquires `lock` on a thread of its own; the receiver gets the outcome.
 fn acquire_in_background(lock: Arc<Lock>) -> Receiver<Result<Token, Error>> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(lock.acquire(EVENT));
-    });
-    rx
+    watch::in_background(lock, EVENT)
 }
 
-/// Waits (polling the test's own view, not the library) until `cond`.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(ms(10));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    watch::until(what, EVENT, cond);
 }
 
+/// The cases every engine plays (rw_cases), on the embedded service.
 #[test]
 fn readers_share_and_each_holds_its_own_token() {
     let service = MemoryService::new();
-    let (a, b) = (client(&service), client(&service));
-    let ra = a.rwlock("rw/share").unwrap().read().unwrap();
-    let rb = b.rwlock("rw/share").unwrap().read().unwrap();
-    let ta = ra.try_acquire().unwrap();
-    let tb = rb.try_acquire().expect("a second reader shares");
-    assert!(tb > ta);
-    assert_eq!((ra.mode(), rb.mode()), (Some(Mode::Read), Some(Mode::Read)));
-    assert!(ra.permit().is_ok() && rb.permit().is_ok());
-    // A writer waits for both; a plain lock is a writer too.
-    let w = client(&service)
-        .rwlock("rw/share")
-        .unwrap()
-        .write()
-        .unwrap();
-    assert_eq!(w.mode(), Some(Mode::Write));
-    assert_eq!(w.try_acquire(), Err(Error::WouldBlock));
-    let plain = client(&service).lock("rw/share").unwrap();
-    assert_eq!(plain.try_acquire(), Err(Error::WouldBlock));
-    assert_eq!(plain.mode(), None);
-    ra.release().unwrap();
-    assert_eq!(w.try_acquire(), Err(Error::WouldBlock), "reader b holds");
-    rb.release().unwrap();
-    let tw = w.try_acquire().unwrap();
-    assert!(tw > tb, "one order for both modes");
+    rw_cases::readers_share(&|| client(&service), "rw/share");
 }
 
 #[test]
@@ -112,44 +67,7 @@ fn a_plain_lock_holder_is_a_writer_to_readers() {
 #[test]
 fn a_queued_writer_blocks_later_readers() {
     let service = MemoryService::new();
-    let name = "rw/fifo";
-    let first = client(&service).rwlock(name).unwrap().read().unwrap();
-    let t1 = first.try_acquire().unwrap();
-
-    let wc = client(&service);
-    let writer = Arc::new(wc.rwlock(name).unwrap().write().unwrap());
-    let wrote = acquire_in_background(writer.clone());
-    until("the writer queued", || writer.state() == State::Acquiring);
-    // The writer's key is put once it is queued: wait for a later reader
-    // to see it, by trying until the try is refused for the writer's sake
-    // (a try before the put would hold, and is released again).
-    let later = client(&service).rwlock(name).unwrap().read().unwrap();
-    until(
-        "a later reader is blocked by the queued writer",
-        || match later.try_acquire() {
-            Err(Error::WouldBlock) => true,
-            Ok(_) => {
-                later.release().unwrap();
-                false
-            }
-            Err(e) => panic!("{e}"),
-        },
-    );
-    assert!(
-        wrote.recv_timeout(ms(200)).is_err(),
-        "the reader still holds"
-    );
-
-    // The later reader queues behind the writer, and holds only after it.
-    let later = Arc::new(later);
-    let read = acquire_in_background(later.clone());
-    first.release().unwrap();
-    let tw = wrote.recv_timeout(EVENT).unwrap().unwrap();
-    assert!(tw > t1);
-    assert!(read.recv_timeout(ms(200)).is_err(), "the writer holds");
-    writer.release().unwrap();
-    let tr = read.recv_timeout(EVENT).unwrap().unwrap();
-    assert!(tr > tw, "the later reader's token is the later one");
+    rw_cases::a_queued_writer_blocks_later_readers(&|| client(&service), "rw/fifo");
 }
 
 #[test]

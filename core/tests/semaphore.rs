@@ -8,8 +8,7 @@
 //! slot's token admits guarded writes and `FenceGate` writes under its name).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -17,67 +16,22 @@ use dlock::{
     Client, Error, FenceGate, Lock, MAX_SEMAPHORE_LIMIT, ManualClock, MemoryService, Options,
     State, Token,
 };
+use dlock_testkit::embedded::{client, ms};
 use dlock_testkit::short;
+use dlock_testkit::watch::{self, acquisitions, fences};
 
 /// The longest wait for something that must happen.
 const EVENT: Duration = Duration::from_secs(10);
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// A client on a link of its own (its own faults, its own lease).
-fn client(service: &MemoryService) -> Client {
-    Client::new(service.link(), short()).expect("embedded client")
-}
-
-fn fences(lock: &Lock) -> Receiver<Token> {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    lock.on_fence(move |t, _| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    rx
-}
-
-fn acquisitions(lock: &Lock) -> Receiver<Token> {
-    let (tx, rx) = mpsc::channel();
-    let tx = Mutex::new(tx);
-    lock.on_acquired(move |t| {
-        let _ = tx.lock().unwrap().send(t);
-    });
-    rx
-}
-
-/// Waits (polling the test's own view, not the library) until `cond`.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(ms(10));
-    }
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    watch::until(what, EVENT, cond);
 }
 
 #[test]
 fn n_plus_one_contenders_and_exactly_n_hold() {
     let service = MemoryService::new();
     let n = 3;
-    let (tx, rx) = mpsc::channel();
-    let threads: Vec<_> = (0..=n)
-        .map(|i| {
-            let c = client(&service);
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let sem = c.semaphore("sem/n", n).unwrap();
-                let r = sem.acquire(ms(1500));
-                tx.send(i).unwrap();
-                (c, r)
-            })
-        })
-        .collect();
-    drop(tx);
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-    assert_eq!(rx.iter().count(), n as usize + 1);
+    let results = dlock_testkit::n_plus_one_contend(|| client(&service), "sem/n", n, ms(1500));
     let held = dlock_testkit::exactly_n_hold(&results, n);
     let slots: BTreeSet<u32> = held.iter().map(|l| l.slot().unwrap()).collect();
     assert_eq!(slots, (0..n).collect(), "one holder per slot");

@@ -283,6 +283,16 @@ pub struct lk_client {
     pub(crate) client: Client,
 }
 
+/// `e` with the TLS files and the credentials of `o` (each NULL: none).
+unsafe fn with_tls_and_auth(o: &lk_client_options, mut e: Endpoints) -> Result<Endpoints, Fail> {
+    e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
+    e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
+    e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
+    e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
+    e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+    Ok(e)
+}
+
 /// A client of what `opts->endpoints` names (one `postgres://` URL:
 /// PostgreSQL; else etcd endpoints), or of the embedded service
 /// (`endpoints` NULL, `opts->memory` or the process-wide one); `opts` NULL:
@@ -301,12 +311,7 @@ pub unsafe extern "C" fn lk_client_new(
                 // TLS or credentials without endpoints: refused by the
                 // core, as in every face (the other connection fields
                 // always hold a value in C).
-                let mut e = Endpoints::default();
-                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                let e = unsafe { with_tls_and_auth(&o, Endpoints::default()) }?;
                 e.check_without_list()?;
                 BackendConfig::Embedded(match unsafe { o.memory.as_ref() } {
                     Some(m) => m.service.clone(),
@@ -315,12 +320,7 @@ pub unsafe extern "C" fn lk_client_new(
             }
             Some(endpoints) => {
                 // The core decides: one PostgreSQL URL, or etcd endpoints.
-                let mut e = Endpoints::new([endpoints]);
-                e.ca_file = path(unsafe { opt_text(o.ca_file, "ca_file") }?);
-                e.cert_file = path(unsafe { opt_text(o.cert_file, "cert_file") }?);
-                e.key_file = path(unsafe { opt_text(o.key_file, "key_file") }?);
-                e.user = unsafe { opt_text(o.user, "user") }?.map(str::to_string);
-                e.password = unsafe { opt_text(o.password, "password") }?.map(str::to_string);
+                let mut e = unsafe { with_tls_and_auth(&o, Endpoints::new([endpoints])) }?;
                 e.allow_plaintext_password = Some(o.allow_plaintext_password);
                 e.connect_timeout = Some(ms(o.connect_timeout_ms));
                 e.request_timeout = Some(ms(o.request_timeout_ms));
@@ -363,12 +363,7 @@ pub unsafe extern "C" fn lk_client_from_env(
 /// and locks), its sessions end as with `lk_client_shutdown`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_client_free(client: *mut lk_client) {
-    ffi!(value {
-        if !client.is_null() {
-            // SAFETY: made by lk_client_new / lk_client_from_env, freed once.
-            drop(unsafe { Box::from_raw(client) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(client) } })
 }
 
 /// An embedded lock service: leases, server-side expiry, tokens and fault
@@ -377,19 +372,19 @@ pub struct lk_memory {
     service: MemoryService,
 }
 
+/// Stores a new handle on `service` in `*memory_out`.
+unsafe fn new_memory(memory_out: *mut *mut lk_memory, service: MemoryService) -> crate::Res {
+    boxed(
+        unsafe { out(memory_out, "memory_out") }?,
+        lk_memory { service },
+    );
+    Ok(())
+}
+
 /// A new, isolated embedded service.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_memory_new(memory_out: *mut *mut lk_memory) -> crate::lk_status {
-    ffi!({
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: MemoryService::new(),
-            },
-        );
-        Ok(())
-    })
+    ffi!({ unsafe { new_memory(memory_out, MemoryService::new()) } })
 }
 
 /// The process-wide embedded service called `name` (created on first use);
@@ -401,14 +396,7 @@ pub unsafe extern "C" fn lk_memory_named(
 ) -> crate::lk_status {
     ffi!({
         let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: MemoryService::named(name),
-            },
-        );
-        Ok(())
+        unsafe { new_memory(memory_out, MemoryService::named(name)) }
     })
 }
 
@@ -421,26 +409,14 @@ pub unsafe extern "C" fn lk_client_memory(
 ) -> crate::lk_status {
     ffi!({
         let link = link(unsafe { arg(client, "client") }?)?;
-        let dest = unsafe { out(memory_out, "memory_out") }?;
-        boxed(
-            dest,
-            lk_memory {
-                service: link.service().clone(),
-            },
-        );
-        Ok(())
+        unsafe { new_memory(memory_out, link.service().clone()) }
     })
 }
 
 /// Frees a service handle (NULL: nothing). Clients linked to it go on.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_memory_free(memory: *mut lk_memory) {
-    ffi!(value {
-        if !memory.is_null() {
-            // SAFETY: made by lk_memory_*, freed once.
-            drop(unsafe { Box::from_raw(memory) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(memory) } })
 }
 
 /// Stops (`true`) or restarts server-side expiry, as a paused leader would.
@@ -457,6 +433,14 @@ pub unsafe extern "C" fn lk_memory_freeze_expiry(
     })
 }
 
+/// `LK_NOT_HELD`: the service has no holder of `name`.
+fn nobody_holds(name: &str) -> Fail {
+    Fail::new(
+        crate::lk_status::LK_NOT_HELD,
+        format!("nobody holds `{name}`"),
+    )
+}
+
 /// The token of the current holder of the lock `name`, as the service sees
 /// it; `LK_NOT_HELD` if nobody holds it.
 #[unsafe(no_mangle)]
@@ -469,15 +453,11 @@ pub unsafe extern "C" fn lk_memory_holder(
         let memory = unsafe { arg(memory, "memory") }?;
         let name = unsafe { text(name, "name") }?;
         let dest = unsafe { out(token_out, "token_out") }?;
-        match memory.service.holder(name) {
-            Some(t) => *dest = t.get(),
-            None => {
-                return Err(Fail::new(
-                    crate::lk_status::LK_NOT_HELD,
-                    format!("nobody holds `{name}`"),
-                ));
-            }
-        }
+        *dest = memory
+            .service
+            .holder(name)
+            .ok_or_else(|| nobody_holds(name))?
+            .get();
         Ok(())
     })
 }
@@ -493,13 +473,10 @@ pub unsafe extern "C" fn lk_memory_delete_lock_key(
     ffi!({
         let memory = unsafe { arg(memory, "memory") }?;
         let name = unsafe { text(name, "name") }?;
-        if !memory.service.delete_lock_key(name) {
-            return Err(Fail::new(
-                crate::lk_status::LK_NOT_HELD,
-                format!("nobody holds `{name}`"),
-            ));
+        match memory.service.delete_lock_key(name) {
+            true => Ok(()),
+            false => Err(nobody_holds(name)),
         }
-        Ok(())
     })
 }
 
@@ -568,23 +545,24 @@ fn link(client: &lk_client) -> Result<&MemoryBackend, Fail> {
         .ok_or_else(|| Fail::invalid("fault switches need a client of the embedded service"))
 }
 
+/// The body of a fault switch: `set` on `client`'s link to its embedded
+/// service (`LK_INVALID_ARGUMENT` for a client of another backend).
+unsafe fn switch(client: *const lk_client, set: impl FnOnce(&MemoryBackend)) -> crate::Res {
+    set(link(unsafe { arg(client, "client") }?)?);
+    Ok(())
+}
+
 /// Cuts this client's link to its embedded service: requests wait until
 /// `lk_link_heal`, then arrive late.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_partition(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.partition();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::partition) } })
 }
 
 /// Heals a partition: held requests go through, late.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_heal(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.heal();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::heal) } })
 }
 
 /// While `on`, keepalives renew the lease on the service but their replies
@@ -594,10 +572,7 @@ pub unsafe extern "C" fn lk_link_drop_keepalive_replies(
     client: *const lk_client,
     on: bool,
 ) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.drop_keepalive_replies(on);
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, |l| l.drop_keepalive_replies(on)) } })
 }
 
 /// Keepalive replies arrive `delay_ms` late (0: on time).
@@ -606,10 +581,7 @@ pub unsafe extern "C" fn lk_link_delay_keepalive_replies(
     client: *const lk_client,
     delay_ms: u64,
 ) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.delay_keepalive_replies(ms(delay_ms));
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, |l| l.delay_keepalive_replies(ms(delay_ms))) } })
 }
 
 /// Keepalives fail at once with the message `error` (NULL: they work again).
@@ -629,10 +601,7 @@ pub unsafe extern "C" fn lk_link_fail_keepalives(
 /// keepalive is told the lease is lost, and the lock fences at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_link_declare_lease_lost(client: *const lk_client) -> crate::lk_status {
-    ffi!({
-        link(unsafe { arg(client, "client") }?)?.declare_lease_lost();
-        Ok(())
-    })
+    ffi!({ unsafe { switch(client, MemoryBackend::declare_lease_lost) } })
 }
 
 /// Blocks dlock's driver thread for `ms` without blocking the caller, as a

@@ -10,10 +10,10 @@ use dlock_core::{Election, Leader};
 
 use crate::client::lk_client;
 use crate::lifecycle::{lk_acquire_done_fn, lk_acquisition};
-use crate::lk_status::{self, *};
-use crate::lock::{UserData, lk_lock};
+use crate::lk_status;
+use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{Fail, arg, boxed, bytes, ffi, out, status_of, text};
+use crate::{Fail, arg, boxed, bytes, ffi, out};
 
 /// One candidate in an election: an `lk_lock` (`lk_election_lock`) plus
 /// campaign, proclaim, resign and leader. Freeing it releases (resigns
@@ -22,15 +22,12 @@ pub struct lk_election {
     lock: lk_lock,
 }
 
-/// Stores the new handle of election `e`, called `name`, in `dest` (both
+/// The new handle of election `e`, called `name` (both
 /// constructors: the client's default session and a session's own).
-fn made(dest: &mut *mut lk_election, e: Election, name: &str) {
-    boxed(
-        dest,
-        lk_election {
-            lock: lk_lock::election(e, name),
-        },
-    );
+fn made(e: Election, name: &str) -> lk_election {
+    lk_election {
+        lock: lk_lock::election(e, name),
+    }
 }
 
 impl lk_election {
@@ -52,13 +49,7 @@ pub unsafe extern "C" fn lk_election_new(
     name: *const c_char,
     election_out: *mut *mut lk_election,
 ) -> lk_status {
-    ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(election_out, "election_out") }?;
-        made(dest, client.client.election(name)?, name);
-        Ok(())
-    })
+    crate::new_named!(client, name, election_out => made(client.client.election(name)?, name))
 }
 
 /// As `lk_election_new`, on `session` (its own lease and deadline).
@@ -68,13 +59,7 @@ pub unsafe extern "C" fn lk_session_election_new(
     name: *const c_char,
     election_out: *mut *mut lk_election,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(election_out, "election_out") }?;
-        made(dest, session.session().election(name)?, name);
-        Ok(())
-    })
+    crate::new_named!(session, name, election_out => made(session.session().election(name)?, name))
 }
 
 /// The election's lock: every `lk_lock` function works on it (`lk_permit`
@@ -151,20 +136,11 @@ pub unsafe extern "C" fn lk_election_campaign_start(
         let e = unsafe { arg(election, "election") }?;
         let value = unsafe { bytes(value, value_len, "value") }?;
         let dest = unsafe { out(acquisition_out, "acquisition_out") }?;
-        let ud = UserData(user_data);
+        let timeout = Some(Duration::from_millis(timeout_ms));
         let inner = e.election().campaign_then(
             value,
-            Some(Duration::from_millis(timeout_ms)),
-            move |r| {
-                let ud = ud;
-                let Some(done) = done else { return };
-                let (status, token) = match r {
-                    Ok(t) => (LK_OK, t.get()),
-                    Err(e) => (status_of(e.status()), 0),
-                };
-                // SAFETY: the application's callback with its own user_data.
-                unsafe { done(ud.0, status, token) };
-            },
+            timeout,
+            crate::lifecycle::report(done, user_data),
         )?;
         boxed(dest, lk_acquisition::new(inner));
         Ok(())
@@ -241,13 +217,7 @@ pub struct lk_leader {
 /// Checks `dest.version` (before the call's work: out-parameters are
 /// written only on success).
 pub(crate) fn check_version(dest: &lk_leader) -> Result<(), Fail> {
-    if !(1..=LK_LEADER_VERSION).contains(&dest.version) {
-        return Err(Fail::invalid(format!(
-            "lk_leader.version is {}, this library knows 1 to {LK_LEADER_VERSION}: start from LK_LEADER_INIT",
-            dest.version
-        )));
-    }
-    Ok(())
+    crate::known_version("lk_leader", dest.version, LK_LEADER_VERSION)
 }
 
 /// An empty leader of this header's version.
@@ -299,12 +269,7 @@ pub(crate) fn clear_leader(l: &mut lk_leader) {
     }
     *l = lk_leader {
         version: l.version,
-        has_leader: false,
-        value: std::ptr::null(),
-        value_len: 0,
-        token: 0,
-        key: std::ptr::null(),
-        lease: 0,
+        ..empty_leader()
     };
 }
 
@@ -343,12 +308,7 @@ pub unsafe extern "C" fn lk_leader_clear(leader: *mut lk_leader) {
 /// rules of `lk_lock_free` apply to its lock and callbacks).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_election_free(election: *mut lk_election) {
-    ffi!(value {
-        if !election.is_null() {
-            // SAFETY: made by lk_election_new, freed once.
-            drop(unsafe { Box::from_raw(election) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(election) } })
 }
 
 #[cfg(test)]

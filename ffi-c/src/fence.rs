@@ -31,12 +31,7 @@ pub unsafe extern "C" fn lk_fence_gate_new(gate_out: *mut *mut lk_fence_gate) ->
 /// Frees a gate (NULL: nothing).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_fence_gate_free(gate: *mut lk_fence_gate) {
-    ffi!(value {
-        if !gate.is_null() {
-            // SAFETY: made by lk_fence_gate_new, freed once.
-            drop(unsafe { Box::from_raw(gate) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(gate) } })
 }
 
 /// What the three admit exports share; `check` is the gate's method for

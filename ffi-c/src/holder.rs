@@ -8,7 +8,7 @@ use dlock_core::LockHolder;
 
 use crate::lk_status;
 use crate::lock::lk_lock;
-use crate::{Fail, arg, ffi, out};
+use crate::{arg, ffi, out};
 
 /// The version of `struct lk_holder` this header describes.
 pub const LK_HOLDER_VERSION: c_uint = 1;
@@ -114,12 +114,7 @@ pub unsafe extern "C" fn lk_lock_holder(
     ffi!({
         let l = unsafe { arg(lock, "lock") }?;
         let dest = unsafe { out(holder_out, "holder_out") }?;
-        if !(1..=LK_HOLDER_VERSION).contains(&dest.version) {
-            return Err(Fail::invalid(format!(
-                "lk_holder.version is {}, this library knows 1 to {LK_HOLDER_VERSION}: start from LK_HOLDER_INIT",
-                dest.version
-            )));
-        }
+        crate::known_version("lk_holder", dest.version, LK_HOLDER_VERSION)?;
         let h = l.lock.holder()?;
         fill(dest, h.as_ref());
         Ok(())

@@ -222,6 +222,42 @@ macro_rules! ffi {
 }
 pub(crate) use ffi;
 
+/// The body of each constructor of a named handle (a lock, an election, a
+/// read/write lock, a semaphore, an observer) on a client or a session:
+/// `new_named!(owner, name, x_out => handle)` checks the owner, the name
+/// and the out-parameter in that order (NULL: `LK_NULL_PARAMETER` naming
+/// the parameter), binding `owner` and `name` to the checked values for
+/// `handle`, then stores the new handle in `*x_out`.
+macro_rules! new_named {
+    ($owner:ident, $name:ident, $dest:ident => $handle:expr) => {
+        $crate::ffi!({
+            let $owner = unsafe { $crate::arg($owner, stringify!($owner)) }?;
+            let $name = unsafe { $crate::text($name, stringify!($name)) }?;
+            let dest = unsafe { $crate::out($dest, stringify!($dest)) }?;
+            $crate::boxed(dest, $handle);
+            Ok(())
+        })
+    };
+}
+pub(crate) use new_named;
+
+/// The body of each getter of one value: `getter!(handle, x_out => value)`
+/// checks the handle and the out-parameter in that order (NULL:
+/// `LK_NULL_PARAMETER` naming the parameter), binding `handle` to the
+/// checked value for `value`, then writes `value` to `*x_out` (nothing
+/// when `value` fails with `?`).
+macro_rules! getter {
+    ($handle:ident, $dest:ident => $value:expr) => {
+        $crate::ffi!({
+            let $handle = unsafe { $crate::arg($handle, stringify!($handle)) }?;
+            let dest = unsafe { $crate::out($dest, stringify!($dest)) }?;
+            *dest = $value;
+            Ok(())
+        })
+    };
+}
+pub(crate) use getter;
+
 /// A required input: `&*p`, or `LK_NULL_PARAMETER` naming it.
 pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &str) -> Result<&'a T, Fail> {
     // SAFETY: the caller passes NULL or a valid pointer (header rules).
@@ -255,6 +291,33 @@ pub(crate) unsafe fn opt_text<'a>(p: *const c_char, what: &str) -> Result<Option
 /// Stores a new handle in its out-parameter.
 pub(crate) fn boxed<T>(out: &mut *mut T, v: T) {
     *out = Box::into_raw(Box::new(v));
+}
+
+/// The check of a versioned struct's `version`, which the caller set from
+/// its `_INIT`: 1 to `newest` (this header's), else `LK_INVALID_ARGUMENT`
+/// naming the struct (`what`), the versions known and the initializer.
+pub(crate) fn known_version(
+    what: &str,
+    version: std::ffi::c_uint,
+    newest: std::ffi::c_uint,
+) -> Res {
+    if (1..=newest).contains(&version) {
+        return Ok(());
+    }
+    Err(Fail::invalid(format!(
+        "{what}.version is {version}, this library knows 1 to {newest}: start from {}_INIT",
+        what.to_ascii_uppercase()
+    )))
+}
+
+/// Frees a handle [`boxed`] made: the body of every `lk_*_free` (NULL:
+/// nothing).
+pub(crate) unsafe fn free_handle<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: made by `boxed` in the matching constructor, freed once
+        // (header rules).
+        drop(unsafe { Box::from_raw(p) });
+    }
 }
 
 /// `len` bytes at `p`; NULL only with `len` 0 (no bytes).

@@ -52,6 +52,27 @@ pub unsafe extern "C" fn lk_client_shutdown(client: *const lk_client) -> lk_stat
 pub type lk_acquire_done_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, status: lk_status, token: u64)>;
 
+/// What runs when an acquisition ends (`lk_lock_acquire_start`,
+/// `lk_election_campaign_start`): `done` (NULL: nothing) with `user_data`
+/// and `LK_OK` and the token, or the failure's status and 0.
+pub(crate) fn report(
+    done: lk_acquire_done_fn,
+    user_data: *mut c_void,
+) -> impl FnOnce(Result<dlock_core::Token, dlock_core::Error>) + Send + 'static {
+    let ud = UserData(user_data);
+    move |r| {
+        let ud = ud;
+        let Some(done) = done else { return };
+        let (status, token) = match r {
+            Ok(t) => (lk_status::LK_OK, t.get()),
+            Err(e) => (status_of(e.status()), 0),
+        };
+        // SAFETY: the application's callback with its own user_data
+        // (the header's rules for callbacks).
+        unsafe { done(ud.0, status, token) };
+    }
+}
+
 /// A pending acquisition (`lk_lock_acquire_start`): cancel it with
 /// `lk_acquisition_cancel`, free it with `lk_acquisition_free`. It keeps
 /// nothing alive: the lock may be freed first.
@@ -87,18 +108,9 @@ pub unsafe extern "C" fn lk_lock_acquire_start(
         let lock = unsafe { arg(lock, "lock") }?;
         let dest = unsafe { out(acquisition_out, "acquisition_out") }?;
         let timeout = Some(Duration::from_millis(timeout_ms));
-        let ud = UserData(user_data);
-        let inner = lock.lock.acquire_then(true, timeout, move |r| {
-            let ud = ud;
-            let Some(done) = done else { return };
-            let (status, token) = match r {
-                Ok(t) => (lk_status::LK_OK, t.get()),
-                Err(e) => (status_of(e.status()), 0),
-            };
-            // SAFETY: the application's callback with its own user_data
-            // (the header's rules for callbacks).
-            unsafe { done(ud.0, status, token) };
-        });
+        let inner = lock
+            .lock
+            .acquire_then(true, timeout, report(done, user_data));
         boxed(dest, lk_acquisition { inner });
         Ok(())
     })
@@ -121,10 +133,5 @@ pub unsafe extern "C" fn lk_acquisition_cancel(acquisition: *const lk_acquisitio
 /// goes on and `done` still runs.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_acquisition_free(acquisition: *mut lk_acquisition) {
-    ffi!(value {
-        if !acquisition.is_null() {
-            // SAFETY: made by lk_lock_acquire_start, freed once.
-            drop(unsafe { Box::from_raw(acquisition) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(acquisition) } })
 }

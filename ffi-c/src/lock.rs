@@ -10,7 +10,7 @@ use dlock_core::{Election, Lock, OwnedPermit, Token};
 
 use crate::client::lk_client;
 use crate::lk_status::{self, *};
-use crate::{Fail, arg, boxed, bytes, ffi, key_bytes, lk_reason, lk_state, out, text};
+use crate::{Fail, arg, bytes, ffi, key_bytes, lk_reason, lk_state, out};
 
 /// One named lock. Freeing it releases the lock.
 pub struct lk_lock {
@@ -73,13 +73,7 @@ pub unsafe extern "C" fn lk_lock_new(
     name: *const c_char,
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
-    ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(lock_out, "lock_out") }?;
-        boxed(dest, lk_lock::new(client.client.lock(name)?, name));
-        Ok(())
-    })
+    crate::new_named!(client, name, lock_out => lk_lock::new(client.client.lock(name)?, name))
 }
 
 /// The lock's name, as given to `lk_lock_new`; NULL for a NULL lock. Valid
@@ -104,12 +98,7 @@ pub unsafe extern "C" fn lk_lock_name(lock: *const lk_lock) -> *const c_char {
 /// memory only: the parent's lease is left alone.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_free(lock: *mut lk_lock) {
-    ffi!(value {
-        if !lock.is_null() {
-            // SAFETY: made by lk_lock_new, freed once.
-            drop(unsafe { Box::from_raw(lock) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(lock) } })
 }
 
 /// Releases the lock (waiting for the delete as `lk_lock_release` does) and
@@ -183,12 +172,7 @@ pub unsafe extern "C" fn lk_lock_state(
     lock: *const lk_lock,
     state_out: *mut lk_state,
 ) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(state_out, "state_out") }?;
-        *dest = crate::state_of(lock.lock.state());
-        Ok(())
-    })
+    crate::getter!(lock, state_out => crate::state_of(lock.lock.state()))
 }
 
 fn not_held() -> Fail {
@@ -201,24 +185,16 @@ fn not_held() -> Fail {
 /// The token held, while Holding or Draining; else `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_token(lock: *const lk_lock, token_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(token_out, "token_out") }?;
-        *dest = lock.lock.token().ok_or_else(not_held)?.get();
-        Ok(())
-    })
+    crate::getter!(lock, token_out => lock.lock.token().ok_or_else(not_held)?.get())
 }
 
 /// Milliseconds left before the deadline (0 once passed), while Holding or
 /// Draining; else `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_time_left(lock: *const lk_lock, ms_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(ms_out, "ms_out") }?;
+    crate::getter!(lock, ms_out => {
         let left = lock.lock.time_left().ok_or_else(not_held)?;
-        *dest = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
-        Ok(())
+        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
     })
 }
 
@@ -227,23 +203,13 @@ pub unsafe extern "C" fn lk_lock_time_left(lock: *const lk_lock, ms_out: *mut u6
 /// `LK_NOT_HELD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_deadline(lock: *const lk_lock, ns_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(ns_out, "ns_out") }?;
-        *dest = lock.lock.deadline().ok_or_else(not_held)?.as_nanos();
-        Ok(())
-    })
+    crate::getter!(lock, ns_out => lock.lock.deadline().ok_or_else(not_held)?.as_nanos())
 }
 
 /// Units of work in flight (permits not yet ended).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_in_flight(lock: *const lk_lock, count_out: *mut u64) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(count_out, "count_out") }?;
-        *dest = lock.lock.in_flight();
-        Ok(())
-    })
+    crate::getter!(lock, count_out => lock.lock.in_flight())
 }
 
 /// The version of `struct lk_lock_stats` this header describes.
@@ -288,12 +254,7 @@ pub unsafe extern "C" fn lk_lock_stats(
     ffi!({
         let lock = unsafe { arg(lock, "lock") }?;
         let dest = unsafe { out(stats, "stats") }?;
-        if !(1..=LK_LOCK_STATS_VERSION).contains(&dest.version) {
-            return Err(Fail::invalid(format!(
-                "lk_lock_stats.version is {}, this library knows 1 to {LK_LOCK_STATS_VERSION}: start from LK_LOCK_STATS_INIT",
-                dest.version
-            )));
-        }
+        crate::known_version("lk_lock_stats", dest.version, LK_LOCK_STATS_VERSION)?;
         let st = lock.lock.stats();
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         *dest = lk_lock_stats {

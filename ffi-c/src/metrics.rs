@@ -46,10 +46,6 @@ pub unsafe extern "C" fn lk_lock_healthy(
     max_overdue_ms: u64,
     healthy_out: *mut bool,
 ) -> crate::lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(healthy_out, "healthy_out") }?;
-        *dest = lock.lock.healthy(Duration::from_millis(max_overdue_ms));
-        Ok(())
-    })
+    crate::getter!(lock, healthy_out =>
+        lock.lock.healthy(Duration::from_millis(max_overdue_ms)))
 }

@@ -56,17 +56,8 @@ pub unsafe extern "C" fn lk_observer_new(
     name: *const c_char,
     observer_out: *mut *mut lk_observer,
 ) -> lk_status {
-    ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(observer_out, "observer_out") }?;
-        boxed(
-            dest,
-            lk_observer {
-                observer: client.client.observe(name)?,
-            },
-        );
-        Ok(())
+    crate::new_named!(client, name, observer_out => lk_observer {
+        observer: client.client.observe(name)?,
     })
 }
 

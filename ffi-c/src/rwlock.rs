@@ -12,7 +12,7 @@ use crate::client::lk_client;
 use crate::lk_status;
 use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{arg, boxed, ffi, out, text};
+use crate::{arg, boxed, ffi, out};
 
 /// A read/write lock: makes readers and writers (`lk_rwlock_reader`,
 /// `lk_rwlock_writer`). Holds nothing itself: freeing it leaves the locks
@@ -36,14 +36,11 @@ pub enum lk_mode {
     LK_MODE_WRITE = 2,
 }
 
-fn made(dest: &mut *mut lk_rwlock, rwlock: RwLock, name: &str) {
-    boxed(
-        dest,
-        lk_rwlock {
-            rwlock,
-            name: CString::new(name).unwrap_or_default(),
-        },
-    );
+fn made(rwlock: RwLock, name: &str) -> lk_rwlock {
+    lk_rwlock {
+        rwlock,
+        name: CString::new(name).unwrap_or_default(),
+    }
 }
 
 /// A read/write lock called `name` on `client`'s default session
@@ -56,13 +53,7 @@ pub unsafe extern "C" fn lk_rwlock_new(
     name: *const c_char,
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
-    ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(rwlock_out, "rwlock_out") }?;
-        made(dest, client.client.rwlock(name)?, name);
-        Ok(())
-    })
+    crate::new_named!(client, name, rwlock_out => made(client.client.rwlock(name)?, name))
 }
 
 /// As `lk_rwlock_new`, on `session`: its readers and writers are held
@@ -73,13 +64,7 @@ pub unsafe extern "C" fn lk_session_rwlock_new(
     name: *const c_char,
     rwlock_out: *mut *mut lk_rwlock,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(rwlock_out, "rwlock_out") }?;
-        made(dest, session.session().rwlock(name)?, name);
-        Ok(())
-    })
+    crate::new_named!(session, name, rwlock_out => made(session.session().rwlock(name)?, name))
 }
 
 /// `mode`'s holder of `rw`, a new `lk_lock`, not acquired yet.
@@ -129,12 +114,7 @@ pub unsafe extern "C" fn lk_rwlock_name(rwlock: *const lk_rwlock) -> *const c_ch
 /// stay as they are: free each on its own.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_rwlock_free(rwlock: *mut lk_rwlock) {
-    ffi!(value {
-        if !rwlock.is_null() {
-            // SAFETY: made by lk_rwlock_new / lk_session_rwlock_new, freed once.
-            drop(unsafe { Box::from_raw(rwlock) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(rwlock) } })
 }
 
 /// `lock`'s current mode: `LK_MODE_READ` / `LK_MODE_WRITE` for a read/write
@@ -142,15 +122,10 @@ pub unsafe extern "C" fn lk_rwlock_free(rwlock: *mut lk_rwlock) {
 /// `LK_MODE_NONE` for a plain lock.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_mode(lock: *const lk_lock, mode_out: *mut lk_mode) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(mode_out, "mode_out") }?;
-        *dest = match lock.lock.mode() {
-            None => lk_mode::LK_MODE_NONE,
-            Some(Mode::Read) => lk_mode::LK_MODE_READ,
-            Some(Mode::Write) => lk_mode::LK_MODE_WRITE,
-        };
-        Ok(())
+    crate::getter!(lock, mode_out => match lock.lock.mode() {
+        None => lk_mode::LK_MODE_NONE,
+        Some(Mode::Read) => lk_mode::LK_MODE_READ,
+        Some(Mode::Write) => lk_mode::LK_MODE_WRITE,
     })
 }
 

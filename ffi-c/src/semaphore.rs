@@ -12,7 +12,7 @@ use crate::client::lk_client;
 use crate::lk_status;
 use crate::lock::lk_lock;
 use crate::session::lk_session;
-use crate::{Fail, arg, boxed, ffi, out, text};
+use crate::{Fail, arg, boxed, ffi, out};
 
 /// The largest limit of a semaphore (the core's `MAX_SEMAPHORE_LIMIT`);
 /// larger limits are `LK_INVALID_ARGUMENT`.
@@ -28,14 +28,11 @@ pub struct lk_semaphore {
     name: CString,
 }
 
-fn made(dest: &mut *mut lk_semaphore, semaphore: Semaphore, name: &str) {
-    boxed(
-        dest,
-        lk_semaphore {
-            semaphore,
-            name: CString::new(name).unwrap_or_default(),
-        },
-    );
+fn made(semaphore: Semaphore, name: &str) -> lk_semaphore {
+    lk_semaphore {
+        semaphore,
+        name: CString::new(name).unwrap_or_default(),
+    }
 }
 
 /// A semaphore of `limit` slots called `name` on `client`'s default
@@ -53,13 +50,8 @@ pub unsafe extern "C" fn lk_semaphore_new(
     limit: u32,
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
-    ffi!({
-        let client = unsafe { arg(client, "client") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(semaphore_out, "semaphore_out") }?;
-        made(dest, client.client.semaphore(name, limit)?, name);
-        Ok(())
-    })
+    crate::new_named!(client, name, semaphore_out =>
+        made(client.client.semaphore(name, limit)?, name))
 }
 
 /// As `lk_semaphore_new`, on `session`: the slots acquired from it are
@@ -71,13 +63,8 @@ pub unsafe extern "C" fn lk_session_semaphore_new(
     limit: u32,
     semaphore_out: *mut *mut lk_semaphore,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(semaphore_out, "semaphore_out") }?;
-        made(dest, session.session().semaphore(name, limit)?, name);
-        Ok(())
-    })
+    crate::new_named!(session, name, semaphore_out =>
+        made(session.session().semaphore(name, limit)?, name))
 }
 
 /// Takes a slot, waiting up to `timeout_ms` for one to be free (0: one
@@ -152,16 +139,9 @@ pub unsafe extern "C" fn lk_semaphore_name(semaphore: *const lk_semaphore) -> *c
 /// `lk_lock_new`, `lk_session_lock_new`, an election's).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_lock_slot(lock: *const lk_lock, slot_out: *mut u32) -> lk_status {
-    ffi!({
-        let lock = unsafe { arg(lock, "lock") }?;
-        let dest = unsafe { out(slot_out, "slot_out") }?;
-        *dest = lock.lock.slot().ok_or_else(|| {
-            Fail::invalid(format!(
-                "lock `{}` is not a semaphore's slot",
-                lock.lock.name()
-            ))
-        })?;
-        Ok(())
+    crate::getter!(lock, slot_out => {
+        let not_a_slot = || format!("lock `{}` is not a semaphore's slot", lock.lock.name());
+        lock.lock.slot().ok_or_else(|| Fail::invalid(not_a_slot()))?
     })
 }
 
@@ -169,10 +149,5 @@ pub unsafe extern "C" fn lk_lock_slot(lock: *const lk_lock, slot_out: *mut u32) 
 /// stay held and valid: free each on its own.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_semaphore_free(semaphore: *mut lk_semaphore) {
-    ffi!(value {
-        if !semaphore.is_null() {
-            // SAFETY: made by lk_semaphore_new / lk_session_semaphore_new, freed once.
-            drop(unsafe { Box::from_raw(semaphore) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(semaphore) } })
 }

@@ -9,7 +9,7 @@ use dlock_core::{Options, Session};
 use crate::client::{LK_CLIENT_OPTIONS_VERSION, lk_client, lk_client_options, timing_of};
 use crate::lk_status::{self, LK_NOT_HELD};
 use crate::lock::lk_lock;
-use crate::{Fail, arg, boxed, ffi, out, text};
+use crate::{Fail, arg, boxed, ffi, out};
 
 /// One lease shared by many locks: one keepalive loop, one deadline. A
 /// failed keepalive drains every lock of it, a lost lease fences them all,
@@ -86,14 +86,7 @@ pub unsafe extern "C" fn lk_session_lock_new(
     name: *const c_char,
     lock_out: *mut *mut lk_lock,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let name = unsafe { text(name, "name") }?;
-        let dest = unsafe { out(lock_out, "lock_out") }?;
-        let lock = session.session.lock(name)?;
-        boxed(dest, lk_lock::new(lock, name));
-        Ok(())
-    })
+    crate::new_named!(session, name, lock_out => lk_lock::new(session.session.lock(name)?, name))
 }
 
 /// Releases every lock of the session and revokes its lease (one request
@@ -118,14 +111,9 @@ pub unsafe extern "C" fn lk_session_lease(
     session: *const lk_session,
     lease_out: *mut i64,
 ) -> lk_status {
-    ffi!({
-        let session = unsafe { arg(session, "session") }?;
-        let dest = unsafe { out(lease_out, "lease_out") }?;
-        *dest = session
-            .session
-            .lease()
-            .ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?;
-        Ok(())
+    crate::getter!(session, lease_out => {
+        let lease = session.session.lease();
+        lease.ok_or_else(|| Fail::new(LK_NOT_HELD, "the session holds no lease now"))?
     })
 }
 
@@ -148,11 +136,7 @@ pub unsafe extern "C" fn lk_session_options(
         }
         // SAFETY: `version` is the first field of every version.
         let version = unsafe { (*options_out).version };
-        if !(1..=LK_CLIENT_OPTIONS_VERSION).contains(&version) {
-            return Err(Fail::invalid(format!(
-                "lk_client_options.version is {version}, this library knows 1 to {LK_CLIENT_OPTIONS_VERSION}: start from LK_CLIENT_OPTIONS_INIT"
-            )));
-        }
+        crate::known_version("lk_client_options", version, LK_CLIENT_OPTIONS_VERSION)?;
         let o = session.session.options();
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1);
         // SAFETY: every version has these fields (version 1's); written
@@ -202,12 +186,7 @@ pub unsafe extern "C" fn lk_session_stats(
     ffi!({
         let session = unsafe { arg(session, "session") }?;
         let dest = unsafe { out(stats_out, "stats_out") }?;
-        if !(1..=LK_SESSION_STATS_VERSION).contains(&dest.version) {
-            return Err(Fail::invalid(format!(
-                "lk_session_stats.version is {}, this library knows 1 to {LK_SESSION_STATS_VERSION}: start from LK_SESSION_STATS_INIT",
-                dest.version
-            )));
-        }
+        crate::known_version("lk_session_stats", dest.version, LK_SESSION_STATS_VERSION)?;
         let st = session.session.stats();
         *dest = lk_session_stats {
             version: dest.version,
@@ -228,10 +207,5 @@ pub unsafe extern "C" fn lk_session_stats(
 /// memory only.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lk_session_free(session: *mut lk_session) {
-    ffi!(value {
-        if !session.is_null() {
-            // SAFETY: made by lk_session_new / lk_client_session, freed once.
-            drop(unsafe { Box::from_raw(session) });
-        }
-    })
+    ffi!(value { unsafe { crate::free_handle(session) } })
 }

@@ -140,20 +140,19 @@ enum Leave {
     Kill,
 }
 
+/// The settings of the holders and the contender: the backend tests'
+/// keepalive, retry and margin, TTL 3 s, no reacquire.
+fn holder_options() -> Options {
+    dlock_testkit::options(Duration::from_secs(3), false)
+}
+
 /// Runs one case: the child holds `name`, a contender waits, the child
 /// leaves; the milliseconds from the start of its exit to the contender's
 /// acquisition.
 fn measure(face: &str, members: &str, name: &str, cmd: &mut Command, leave: Leave) -> f64 {
     let mut holder = Holder::spawn(cmd, members);
     let token: u64 = holder.line("held ").parse().expect("held TOKEN");
-    let options = Options {
-        ttl: Duration::from_secs(3),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: false,
-    };
+    let options = holder_options();
     let client = Client::connect(
         ClientConfig::etcd(EtcdConfig::new(members.split(','))).with_options(options),
     )
@@ -267,14 +266,7 @@ fn rust_child() {
     let Ok(name) = std::env::var("DLOCK_EXIT_CHILD") else {
         return;
     };
-    let options = Options {
-        ttl: Duration::from_secs(3),
-        keepalive_interval: Duration::from_secs(1),
-        keepalive_timeout: Duration::from_millis(500),
-        retry_interval: Duration::from_millis(250),
-        margin: Duration::from_secs(1),
-        reacquire: false,
-    };
+    let options = holder_options();
     let client = Client::connect(ClientConfig::from_env().with_options(options)).expect("client");
     let lock = client.lock(&name).expect("lock");
     let token = lock.acquire(Duration::from_secs(10)).expect("acquire");

@@ -34,9 +34,7 @@ usage: python holder.py --id ID --endpoints URLS --lock NAME --key KEY
          --writes 0|1 --election 0|1 --semaphore N --rwlock r|w]
 """
 
-import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -44,98 +42,14 @@ import time
 import dlock
 
 from handover import rw_rng, rw_units
-
-NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
-           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
-           "semaphore": 0}
-WORDS = ("id", "endpoints", "lock", "key", "gate", "history")
-# Words that may be left out, with their defaults.
-OPTIONAL = {"rwlock": ""}
-
-
-def now() -> int:
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-
+from protocol import Gate, History, flags, now
 
 def ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-def flags(argv):
-    f = dict(NUMBERS, **OPTIONAL)
-    if len(argv) % 2:
-        sys.exit(f"holder: flags are --key value, got {argv!r}")
-    for k, v in zip(argv[::2], argv[1::2]):
-        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS
-                                      and k[2:] not in OPTIONAL):
-            sys.exit(f"holder: unknown flag {k}")
-        k = k[2:]
-        if k in NUMBERS:
-            if not v.isdigit():
-                sys.exit(f"holder: --{k} must be a whole number, got {v!r}")
-            v = int(v)
-        f[k] = v
-    missing = [w for w in WORDS if w not in f]
-    if missing:
-        sys.exit(f"holder: --{', --'.join(missing)} required")
-    return f
-
-
-class History:
-    """One write(2) per record on a file opened for append: a killed
-    process loses nothing it recorded."""
-
-    def __init__(self, path, who):
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self.who = who
-        self.mu = threading.Lock()
-
-    def record(self, ev, **fields):
-        line = json.dumps({"t": now(), "p": self.who, "ev": ev, **fields}, separators=(",", ":"))
-        with self.mu:
-            os.write(self.fd, (line + "\n").encode())
-
-
-class Gate:
-    """The gate: one line each way; "ok", "refused", "unknown", "error"."""
-
-    def __init__(self, addr):
-        host, port = addr.rsplit(":", 1)
-        self.addr = (host, int(port))
-        self.conn = None
-
-    def write(self, who, token, seq, li=None):
-        return self.send(f"{who} {token} {seq}{'' if li is None else f' {li}'}\n")
-
-    def register(self, who, token, seq, mode):
-        """A read ("r") or write ("w") of the two-key register."""
-        return self.send(f"{who} {token} {seq} {mode}\n")
-
-    def send(self, line):
-        if self.conn is None:
-            try:
-                s = socket.create_connection(self.addr, timeout=5)
-            except OSError:
-                return "error"
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.conn = (s, s.makefile("rb"))
-        s, r = self.conn
-        try:
-            s.sendall(line.encode())
-            line = r.readline()
-        except OSError:
-            line = b""
-        if line.startswith(b"ok"):
-            return "ok"
-        if line.startswith(b"stale"):
-            return "refused"
-        self.conn = None
-        s.close()
-        return "unknown"
-
-
 def main():
-    f = flags(sys.argv[1:])
+    f = flags(sys.argv[1:], "holder", {"rwlock": ""})
     who = f["id"]
     h = History(f["history"], who)
     election = f["election"] == 1

@@ -31,13 +31,10 @@ import base64
 import http.client
 import json
 import os
-import socket
 import sys
 import time
 
-
-def now() -> int:
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+from protocol import Gate, History, now
 
 
 def b64(s: str) -> str:
@@ -91,42 +88,6 @@ class Etcd:
         return ("ok", "") if json.loads(data).get("succeeded") else ("fenced", "")
 
 
-class Gate:
-    def __init__(self, addr):
-        host, port = addr.rsplit(":", 1)
-        self.addr = (host, int(port))
-        self.conn = None
-
-    def write(self, who, token, seq, li=None):
-        return self.send(f"{who} {token} {seq}{'' if li is None else f' {li}'}\n")
-
-    def register(self, who, token, seq, mode):
-        """A read ("r") or write ("w") of the two-key register."""
-        return self.send(f"{who} {token} {seq} {mode}\n")
-
-    def send(self, request):
-        if self.conn is None:
-            try:
-                s = socket.create_connection(self.addr, timeout=5)
-            except OSError:
-                return "error"
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.conn = (s, s.makefile("rb"))
-        s, r = self.conn
-        try:
-            s.sendall(request.encode())
-            line = r.readline()
-        except OSError:
-            line = b""
-        if line.startswith(b"ok"):
-            return "ok"
-        if line.startswith(b"stale"):
-            return "refused"
-        self.conn = None
-        s.close()
-        return "unknown"
-
-
 def main():
     a = dict(zip(sys.argv[1::2], sys.argv[2::2]))
     who, key, path = a["--id"], a["--key"], a["--history"]
@@ -136,19 +97,13 @@ def main():
     units = int(a.get("--units", "0"))
     token = int(os.environ["DLOCK_TOKEN"])
     lock_key, rev = os.environ["ETCD_LOCK_KEY"], os.environ["ETCD_LOCK_REV"]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     # A semaphore's slot (`dlock run -n`): its own resource key, its own
     # gate fence, every record tagged.
     slot = os.environ.get("DLOCK_SLOT")
     li = int(slot) if slot else None
     if li is not None:
         key = f"{key}-{li}"
-
-    def record(ev, **fields):
-        if li is not None:
-            fields["li"] = li
-        line = json.dumps({"t": now(), "p": who, "ev": ev, **fields}, separators=(",", ":"))
-        os.write(fd, (line + "\n").encode())
+    record = History(path, who, **({} if li is None else {"li": li})).record
 
     sys.stderr.write(f"nemesis-child: holding {token} {now()}{'' if li is None else f' {li}'}\n")
     sys.stderr.flush()

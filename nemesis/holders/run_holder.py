@@ -51,7 +51,6 @@ generator, seeded from ID); when dlock exits 0 (released), it records
 `release` and `mode` as the other faces' holders, and starts the next.
 """
 
-import json
 import os
 import re
 import signal
@@ -61,50 +60,7 @@ import threading
 import time
 
 from handover import rw_rng, rw_units
-
-NUMBERS = {"ttl-ms": 4000, "interval-ms": 1000, "timeout-ms": 500, "retry-ms": 250,
-           "margin-ms": 1000, "unit-ms": 10, "idle-ms": 5, "writes": 1, "election": 0,
-           "semaphore": 0}
-WORDS = ("id", "endpoints", "lock", "key", "gate", "history", "dlock")
-# Words that may be left out, with their defaults (dlock: the one on PATH).
-OPTIONAL = {"dlock": "dlock", "rwlock": ""}
-
-
-def now() -> int:
-    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-
-
-def flags(argv):
-    f = dict(NUMBERS, **OPTIONAL)
-    if len(argv) % 2:
-        sys.exit(f"run_holder: flags are --key value, got {argv!r}")
-    for k, v in zip(argv[::2], argv[1::2]):
-        if not k.startswith("--") or (k[2:] not in NUMBERS and k[2:] not in WORDS
-                                      and k[2:] not in OPTIONAL):
-            sys.exit(f"run_holder: unknown flag {k}")
-        k = k[2:]
-        if k in NUMBERS:
-            if not v.isdigit():
-                sys.exit(f"run_holder: --{k} must be a whole number, got {v!r}")
-            v = int(v)
-        f[k] = v
-    missing = [w for w in WORDS if w not in f]
-    if missing:
-        sys.exit(f"run_holder: --{', --'.join(missing)} required")
-    return f
-
-
-class History:
-    def __init__(self, path, who):
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self.who = who
-        self.mu = threading.Lock()
-
-    def record(self, ev, **fields):
-        line = json.dumps({"t": now(), "p": self.who, "ev": ev, **fields}, separators=(",", ":"))
-        with self.mu:
-            os.write(self.fd, (line + "\n").encode())
-
+from protocol import History, flags, now
 
 HOLDING = re.compile(r"nemesis-child: holding (\d+) (\d+)(?: (\d+))?$")
 FENCED = re.compile(r"fenced \(token (\d+)\): .*SIGTERM to process group")
@@ -279,7 +235,8 @@ def rw_loop(h, argv_of, mode, env, retry):
 
 
 def main():
-    f = flags(sys.argv[1:])
+    # --dlock: the one on PATH unless given.
+    f = flags(sys.argv[1:], "run_holder", {"dlock": "dlock", "rwlock": ""})
     h = History(f["history"], f["id"])
     rw_mode = f["rwlock"] or None
     if rw_mode not in (None, "r", "w"):

@@ -16,6 +16,18 @@ pub fn client(service: &MemoryService) -> Client {
     client_with(service, crate::short())
 }
 
+/// A client of `service` with [`crate::short`] settings but no reacquire:
+/// a fence is final.
+pub fn client_no_reacquire(service: &MemoryService) -> Client {
+    client_with(
+        service,
+        Options {
+            reacquire: false,
+            ..crate::short()
+        },
+    )
+}
+
 /// A client of `service` with `options`.
 pub fn client_with(service: &MemoryService, options: Options) -> Client {
     Client::connect(ClientConfig::embedded_in(service.clone()).with_options(options))

@@ -101,6 +101,21 @@ impl Cluster {
         run_etcdctl(&[&format!("--endpoints={}", self.members.join(","))], args)
     }
 
+    /// The lease and the key under which `token` holds `name` (the queued
+    /// key whose create_revision is the token), as an operator finds them.
+    pub fn lock_key(&self, name: &str, token: dlock::Token) -> (i64, String) {
+        let out = self.etcdctl(&["get", "--prefix", &format!("{name}/"), "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).expect("etcdctl json");
+        let kv = v["kvs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|kv| kv["create_revision"].as_u64() == Some(token.get()))
+            .unwrap_or_else(|| panic!("no key of {name} with create_revision {token}: {out}"));
+        let lease = kv["lease"].as_i64().expect("lease id");
+        (lease, format!("{name}/{lease:x}"))
+    }
+
     /// `etcdctl` on the plaintext members, to spawn (a watch, a held
     /// `etcdctl lock`).
     pub fn etcdctl_cmd(&self) -> Command {

@@ -6,8 +6,46 @@
 
 use std::time::Duration;
 
-use dlock::Instant;
+use std::sync::mpsc::{self, Receiver};
+
 use dlock::clock::system_now;
+use dlock::{Instant, Lock, State, StateChange, Token};
+
+/// What a lock's callbacks reported.
+#[derive(Clone, Copy, Debug)]
+pub enum Ev {
+    Change(StateChange),
+    Fence(Token, u64),
+    Acquired(Token),
+}
+
+/// A change to Draining.
+pub fn draining(e: &Ev) -> bool {
+    matches!(e, Ev::Change(c) if c.to == State::Draining)
+}
+
+/// A fence.
+pub fn fenced(e: &Ev) -> bool {
+    matches!(e, Ev::Fence(..))
+}
+
+/// `lock`'s state changes, fences and acquisitions from now on, each
+/// stamped with dlock's clock when its callback ran.
+pub fn record(lock: &Lock) -> Receiver<(Instant, Ev)> {
+    let (tx, rx) = mpsc::channel();
+    let t = tx.clone();
+    lock.on_state_change(move |c| {
+        let _ = t.send((system_now(), Ev::Change(c)));
+    });
+    let t = tx.clone();
+    lock.on_fence(move |token, n| {
+        let _ = t.send((system_now(), Ev::Fence(token, n)));
+    });
+    lock.on_acquired(move |token| {
+        let _ = tx.send((system_now(), Ev::Acquired(token)));
+    });
+    rx
+}
 
 /// `b − a` in milliseconds, negative when `b` is earlier.
 pub fn ms(a: Instant, b: Instant) -> f64 {
@@ -43,6 +81,27 @@ impl Run {
         if !ok {
             self.broken.push(what.into());
         }
+    }
+
+    /// The rules of every cut-off holder's run: its drain (`self.drain`,
+    /// ms after the cut) began within a keepalive interval and timeout
+    /// (plus `slack`) of the cut, and its fence, if any, came no earlier
+    /// than its `deadline`.
+    pub fn drained_then_fenced_on_time(
+        &mut self,
+        fence: Option<Instant>,
+        deadline: Instant,
+        slack: Duration,
+    ) {
+        let bound = crate::INTERVAL + crate::TIMEOUT + slack;
+        self.check(
+            self.drain.is_some_and(|d| d <= ms_of(bound)),
+            format!("drain {:?} ms after the cut, bound {bound:?}", self.drain),
+        );
+        self.check(
+            fence.is_none_or(|f| f >= deadline),
+            format!("fenced before the deadline {deadline:?}: {fence:?}"),
+        );
     }
 }
 

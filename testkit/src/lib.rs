@@ -12,6 +12,7 @@ pub mod parity;
 pub mod pg;
 pub mod proxy;
 pub mod story;
+pub mod watch;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -37,6 +38,35 @@ pub fn options(ttl: Duration, reacquire: bool) -> dlock::Options {
         margin: MARGIN,
         reacquire,
     }
+}
+
+/// The TTL of the backend tests (etcd and PostgreSQL).
+pub const TTL: Duration = Duration::from_secs(4);
+
+/// The settings of the backend tests: [`TTL`], the keepalive, retry and
+/// margin above, and reacquire on (the etcd and PostgreSQL lock, election,
+/// semaphore, read/write lock and fault tests).
+pub fn backend_options() -> dlock::Options {
+    options(TTL, true)
+}
+
+/// The value of `c`'s metric series of `name` with the label values
+/// `labels` (a histogram's count); fails if there is none.
+pub fn metric(c: &dlock::Client, name: &str, labels: &[&str]) -> f64 {
+    let fs = c.snapshot().families();
+    let f = fs
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no family {name}"));
+    for (l, v) in &f.series {
+        if l.iter().map(String::as_str).eq(labels.iter().copied()) {
+            return match v {
+                dlock::metrics::Value::Number(n) => *n,
+                dlock::metrics::Value::Histogram(h) => h.count as f64,
+            };
+        }
+    }
+    panic!("{name}{labels:?}: no such series in {:?}", f.series)
 }
 
 /// A lock name no other test, run or process uses:
@@ -80,6 +110,29 @@ pub fn over_the_size_limits_refused(
     refused(lock.guarded_put(token, key, &over), "MAX_VALUE_LEN");
     lock.guarded_delete(token, key).unwrap();
     lock.release().unwrap();
+}
+
+/// N + 1 contenders for the semaphore `name` of limit `n`, each on a
+/// client of its own (`client()`) in a thread of its own, acquiring with
+/// `wait`: each outcome beside its client (which the lock must not
+/// outlive), for [`exactly_n_hold`].
+pub fn n_plus_one_contend(
+    client: impl Fn() -> dlock::Client,
+    name: &str,
+    n: u32,
+    wait: Duration,
+) -> Vec<(dlock::Client, Result<dlock::Lock, dlock::Error>)> {
+    let threads: Vec<_> = (0..=n)
+        .map(|_| {
+            let c = client();
+            let name = name.to_owned();
+            std::thread::spawn(move || {
+                let r = c.semaphore(&name, n).unwrap().acquire(wait);
+                (c, r)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// The outcomes of N + 1 contenders for a semaphore of limit `n`, each

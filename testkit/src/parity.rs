@@ -12,17 +12,10 @@ use std::time::Duration;
 
 use dlock::{Client, Error, Options};
 
-/// The test cluster's short settings, for both backends.
+/// The settings of the parity suite, on every engine: the backend tests'
+/// ([`crate::backend_options`]).
 pub fn options() -> Options {
-    let ms = Duration::from_millis;
-    Options {
-        ttl: ms(4000),
-        keepalive_interval: ms(1000),
-        keepalive_timeout: ms(500),
-        retry_interval: ms(250),
-        margin: ms(1000),
-        reacquire: true,
-    }
+    crate::backend_options()
 }
 
 /// A name no other test (or earlier run) uses.

@@ -122,6 +122,39 @@ pub fn bouncer_url() -> String {
     var("DLOCK_TEST_PG_BOUNCER_URL")
 }
 
+/// A database of its own on the server of `url` (`{prefix}_{pid}`), new
+/// and owned by dlock, dropped (its connections ended) when this goes.
+pub struct ScratchDb {
+    admin: Sql,
+    name: String,
+    /// `url` with this database in place of its own.
+    pub url: String,
+}
+
+impl ScratchDb {
+    pub fn new(url: &str, prefix: &str) -> ScratchDb {
+        let name = format!("{prefix}_{}", std::process::id());
+        let admin = superuser(url);
+        admin
+            .batch(&format!("DROP DATABASE IF EXISTS {name}"))
+            .unwrap();
+        admin
+            .batch(&format!("CREATE DATABASE {name} OWNER dlock"))
+            .unwrap();
+        let (base, _) = url.rsplit_once('/').unwrap();
+        let url = format!("{base}/{name}");
+        ScratchDb { admin, name, url }
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        let _ = self
+            .admin
+            .batch(&format!("DROP DATABASE {} WITH (FORCE)", self.name));
+    }
+}
+
 /// The superuser on the server of `url` (trusted on loopback by the test
 /// servers).
 pub fn superuser(url: &str) -> Sql {
@@ -135,6 +168,39 @@ pub fn fault_runs() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|n| *n > 0)
         .unwrap_or(3)
+}
+
+/// `waiter` queues for the lock `holder` holds with `token`, then `holder`
+/// releases: the waiter acquires with a higher token within 400 ms of the
+/// release (woken by the release's NOTIFY, not by its own timer). The
+/// waiter, its token and how long after the release it woke.
+pub fn woken_by_notify(
+    holder: &dlock::Lock,
+    token: dlock::Token,
+    waiter: dlock::Lock,
+    within: Duration,
+) -> (dlock::Lock, dlock::Token, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = std::thread::spawn(move || {
+        let r = waiter.acquire(within);
+        tx.send(Instant::now()).unwrap();
+        (r, waiter)
+    });
+    // Queued: its first look found the lock held.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rx.try_recv().is_err(), "the waiter acquired a held lock");
+    let released = Instant::now();
+    holder.release().unwrap();
+    let woke = rx.recv_timeout(within).expect("the waiter acquires");
+    let (r, waiter) = waiting.join().unwrap();
+    let t2 = r.unwrap();
+    assert!(t2 > token, "{t2} after {token}");
+    let took = woke - released;
+    assert!(
+        took < Duration::from_millis(400),
+        "waiter woke {took:?} after the release: not by NOTIFY"
+    );
+    (waiter, t2, took)
 }
 
 /// Deletes the lock row of `name` as an operator would (exactly one row)

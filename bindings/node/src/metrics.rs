@@ -6,7 +6,7 @@
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-use dlock::metrics::{Kind, Value};
+use dlock::metrics::Value;
 
 use crate::{NativeClient, NativeLock, ms};
 
@@ -62,12 +62,7 @@ fn families(snapshot: dlock::MetricsSnapshot, max_locks: Option<u32>) -> Vec<Nat
         .map(|f| NativeFamily {
             name: f.name.into(),
             help: f.help.into(),
-            kind: match f.kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-                Kind::Histogram => "histogram",
-            }
-            .into(),
+            kind: f.kind.as_str().into(),
             label_names: f.labels.iter().map(|l| (*l).to_owned()).collect(),
             series: f
                 .series

@@ -4,7 +4,7 @@
 
 use pyo3::prelude::*;
 
-use dlock::metrics::{Kind, Value};
+use dlock::metrics::Value;
 
 use crate::client::Client;
 use crate::lock::Lock;
@@ -39,11 +39,7 @@ pub(crate) fn metrics_families(client: Option<&Client>, max_locks: usize) -> Vec
         .families_capped(max_locks)
         .into_iter()
         .map(|f| {
-            let kind = match f.kind {
-                Kind::Counter => "counter",
-                Kind::Gauge => "gauge",
-                Kind::Histogram => "histogram",
-            };
+            let kind = f.kind.as_str();
             let series = f
                 .series
                 .into_iter()

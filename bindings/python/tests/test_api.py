@@ -7,7 +7,6 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import pytest
 
 import dlock
 from dlock import _dlock
+from shared import interrupted, times_out_with_the_loop_free
 
 # Short timings so faults play out in about a second.
 FAST = dict(ttl=2.0, keepalive_interval=0.5, keepalive_timeout=0.2, retry_interval=0.2, margin=0.5)
@@ -435,16 +435,8 @@ def test_ctrl_c_interrupts_a_blocking_acquire() -> None:
         print("free", flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    assert p.stdout.readline().strip() == "waiting"
-    started = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=WITHIN)
-    took = time.monotonic() - started
-    assert p.returncode == 0, out
-    lines = out.split("\n")
-    assert lines[0] == "interrupted Released" and "free" in lines, out
+    lines, took = interrupted(code, WITHIN)
+    assert lines[0] == "interrupted Released" and "free" in lines, lines
     assert took < 2.0, f"the interrupt took {took:.2f} s"
 
 
@@ -524,19 +516,7 @@ def test_asyncio_timeout_error_and_loop_stays_free() -> None:
         c = client()
         held = c.lock("t")
         held.acquire()
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        tk = asyncio.ensure_future(ticker())
-        with pytest.raises(dlock.Timeout):
-            await c.lock("t").acquire_async(0.3)
-        tk.cancel()
-        assert ticks >= 5
+        await times_out_with_the_loop_free(lambda: c.lock("t").acquire_async(0.3))
 
     asyncio.run(main())
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from typing import IO, List, Optional
 import pytest
 
 import dlock
+from shared import interrupted
 
 # Short timings so faults play out in about a second.
 FAST = dict(ttl=2.0, keepalive_interval=0.5, keepalive_timeout=0.2, retry_interval=0.2, margin=0.5)
@@ -181,16 +181,8 @@ def test_ctrl_c_interrupts_a_blocking_campaign_and_leaves_no_candidate() -> None
         print("leader", c.election("held").leader(), flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    assert p.stdout.readline().strip() == "waiting"
-    started = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=WITHIN)
-    took = time.monotonic() - started
-    assert p.returncode == 0, out
-    lines = out.split("\n")
-    assert lines[0] == "interrupted Released" and "leader None" in lines, out
+    lines, took = interrupted(code, WITHIN)
+    assert lines[0] == "interrupted Released" and "leader None" in lines, lines
     assert took < 2.0 + 2.0, f"the interrupt took {took:.2f} s"  # + the exit's shutdown
 
 

@@ -7,7 +7,6 @@ scripts/test-python.sh sources it); then a missing cluster fails."""
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import uuid
 from typing import List, Tuple
@@ -15,6 +14,7 @@ from typing import List, Tuple
 import pytest
 
 import dlock
+import shared
 
 if not os.environ.get("DLOCK_TEST_ETCD"):
     pytest.skip("no etcd test cluster (DLOCK_TEST_ETCD unset: source target/etcd/env)", allow_module_level=True)
@@ -29,14 +29,7 @@ def name() -> str:
 
 
 def etcdctl(*args: str) -> str:
-    return subprocess.run(
-        ["etcdctl", f"--endpoints={MEMBERS}", *args],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ETCDCTL_API": "3"},
-        timeout=WITHIN,
-    ).stdout
+    return shared.etcdctl(MEMBERS, *args, timeout=WITHIN)
 
 
 def test_acquire_exclusion_and_guarded_writes() -> None:

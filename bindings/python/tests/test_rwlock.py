@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import List, Optional
 import pytest
 
 import dlock
+from shared import etcdctl
 
 WITHIN = 10.0
 
@@ -215,15 +215,7 @@ def test_on_etcd_readers_share_and_a_downgrade_marks_the_key() -> None:
 
     def values() -> List[str]:
         """The values of `name`'s lock keys, oldest first."""
-        out = subprocess.run(
-            ["etcdctl", f"--endpoints={members}", "get", "--prefix", "--print-value-only", f"{name}/"],
-            check=True,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "ETCDCTL_API": "3"},
-            timeout=WITHIN,
-        ).stdout
-        return out.splitlines()
+        return etcdctl(members, "get", "--prefix", "--print-value-only", f"{name}/", timeout=WITHIN).splitlines()
 
     w = c.session().rwlock(name).writer()
     token = w.acquire(timeout=WITHIN)

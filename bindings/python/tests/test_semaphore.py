@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -22,6 +21,7 @@ from typing import List, Optional
 import pytest
 
 import dlock
+from shared import etcdctl, interrupted, times_out_with_the_loop_free
 
 ROOT = Path(__file__).resolve().parents[3]
 WITHIN = 10.0
@@ -240,19 +240,7 @@ def test_the_loop_stays_free_while_acquire_async_waits() -> None:
     async def main() -> None:
         c = client()
         held = c.semaphore("loop", 1).acquire(timeout=5)
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        tk = asyncio.ensure_future(ticker())
-        with pytest.raises(dlock.Timeout):
-            await c.session().semaphore("loop", 1).acquire_async(0.3)
-        tk.cancel()
-        assert ticks >= 5
+        await times_out_with_the_loop_free(lambda: c.session().semaphore("loop", 1).acquire_async(0.3))
         held.release()
 
     asyncio.run(main())
@@ -284,13 +272,8 @@ def test_ctrl_c_cancels_a_waiting_acquire() -> None:
         print("slot", c.session().semaphore("ctl", 1).acquire(timeout=2).slot, flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    assert p.stdout.readline().strip() == "waiting"
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=WITHIN)
-    assert p.returncode == 0, out
-    assert out.split("\n")[:2] == ["holder None", "slot 0"], out
+    lines, _ = interrupted(code, WITHIN)
+    assert lines[:2] == ["holder None", "slot 0"], lines
 
 
 # ----------------------------------------------------------------- README
@@ -344,14 +327,7 @@ def test_on_etcd_n_plus_one_and_the_limit() -> None:
         c.semaphore(name, 3)
     assert "2" in str(e.value) and "3" in str(e.value)
     # the slot's key is etcd's lock key under the slot's name
-    keys = subprocess.run(
-        ["etcdctl", f"--endpoints={members}", "get", "--prefix", "--keys-only", f"{name}/slot/"],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ETCDCTL_API": "3"},
-        timeout=WITHIN,
-    ).stdout.split()
+    keys = etcdctl(members, "get", "--prefix", "--keys-only", f"{name}/slot/", timeout=WITHIN).split()
     assert sorted(k.rsplit("/", 1)[0] for k in keys) == [f"{name}/slot/0", f"{name}/slot/1"], keys
     b.release()
     with sems[2].acquire(timeout=WITHIN) as c3:

@@ -42,6 +42,18 @@ pub enum Kind {
     Histogram,
 }
 
+impl Kind {
+    /// The type's word in the Prometheus text format (`# TYPE`), which
+    /// every face's families carry too: `counter`, `gauge`, `histogram`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
 /// One series of a family.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {

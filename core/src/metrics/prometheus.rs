@@ -421,11 +421,7 @@ fn labels(names: &[&str], values: &[String], extra: Option<(&str, &str)>) -> Str
 pub fn render(families: &[Family]) -> String {
     let mut out = String::new();
     for f in families {
-        let kind = match f.kind {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        };
+        let kind = f.kind.as_str();
         let _ = writeln!(out, "# HELP {} {}", f.name, f.help);
         let _ = writeln!(out, "# TYPE {} {kind}", f.name);
         for (values, v) in &f.series {

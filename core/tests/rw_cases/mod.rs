@@ -15,25 +15,18 @@ use std::time::Duration;
 use dlock::clock::system_now;
 use dlock::rwlock::Mode;
 use dlock::{Client, Error, Instant, Lock, State, Token};
+use dlock_testkit::watch;
 
 /// The longest wait for something that must happen.
 pub const EVENT: Duration = Duration::from_secs(20);
 
-pub fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + EVENT;
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "never: {what}");
-        thread::sleep(Duration::from_millis(20));
-    }
+pub fn until(what: &str, cond: impl FnMut() -> bool) {
+    watch::until(what, EVENT, cond);
 }
 
 /// Acquires `lock` on a thread of its own; the receiver gets the outcome.
 pub fn in_background(lock: Arc<Lock>) -> mpsc::Receiver<Result<Token, Error>> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(lock.acquire(EVENT));
-    });
-    rx
+    watch::in_background(lock, EVENT)
 }
 
 /// Two readers share; a writer and a plain lock wait for both; the writer's
@@ -45,9 +38,11 @@ pub fn readers_share(mk: &dyn Fn() -> Client, name: &str) {
     let ta = ra.try_acquire().unwrap();
     let tb = rb.try_acquire().expect("a second reader shares");
     assert!(tb > ta);
+    assert_eq!((ra.mode(), rb.mode()), (Some(Mode::Read), Some(Mode::Read)));
     assert!(ra.permit().is_ok() && rb.permit().is_ok());
     let (wc, pc) = (mk(), mk());
     let w = wc.rwlock(name).unwrap().write().unwrap();
+    assert_eq!(w.mode(), Some(Mode::Write));
     assert_eq!(w.try_acquire(), Err(Error::WouldBlock));
     let plain = pc.lock(name).unwrap();
     assert_eq!(
@@ -55,6 +50,7 @@ pub fn readers_share(mk: &dyn Fn() -> Client, name: &str) {
         Err(Error::WouldBlock),
         "a plain lock is a writer"
     );
+    assert_eq!(plain.mode(), None);
     ra.release().unwrap();
     assert_eq!(w.try_acquire(), Err(Error::WouldBlock), "reader b holds");
     rb.release().unwrap();

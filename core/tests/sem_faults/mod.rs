@@ -27,10 +27,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use dlock::clock::system_now;
-use dlock::{Client, Error, Instant, Lock, State, StateChange, Token};
-use dlock_testkit::faults::{self, Run, ms, ms_of, random_phase};
+use dlock::{Client, Error, Instant, Lock, State, Token};
+use dlock_testkit::faults::{self, Ev, Run, ms, random_phase};
 use dlock_testkit::proxy::{Mode, Proxy};
-use dlock_testkit::{INTERVAL, TIMEOUT};
 
 /// The semaphore's limit: N.
 pub const LIMIT: u32 = 3;
@@ -66,13 +65,6 @@ pub struct Engine<'a> {
     pub reset_after_lost: bool,
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Ev {
-    Change(StateChange),
-    Fence(Token, u64),
-    Acquired(Token),
-}
-
 /// A slot holder's callbacks, on one clock.
 struct Recorder {
     rx: Receiver<(Instant, Ev)>,
@@ -81,18 +73,7 @@ struct Recorder {
 
 impl Recorder {
     fn on(lock: &Lock) -> Recorder {
-        let (tx, rx) = mpsc::channel();
-        let t = tx.clone();
-        lock.on_state_change(move |c| {
-            let _ = t.send((system_now(), Ev::Change(c)));
-        });
-        let t = tx.clone();
-        lock.on_fence(move |token, n| {
-            let _ = t.send((system_now(), Ev::Fence(token, n)));
-        });
-        lock.on_acquired(move |token| {
-            let _ = tx.send((system_now(), Ev::Acquired(token)));
-        });
+        let rx = faults::record(lock);
         Recorder {
             rx,
             log: Vec::new(),
@@ -320,19 +301,7 @@ fn one_run(engine: &Engine, mode: Mode, in_flight: bool) -> Run {
         }
         _ => r.check(false, format!("fence {fence:?}, contender {won:?}")),
     }
-    r.check(
-        r.drain
-            .is_some_and(|d| d <= ms_of(INTERVAL + TIMEOUT + SLACK)),
-        format!(
-            "drain {:?} ms after the cut, bound {:?}",
-            r.drain,
-            INTERVAL + TIMEOUT + SLACK
-        ),
-    );
-    r.check(
-        fence.is_none_or(|f| f >= deadline),
-        format!("fenced before the deadline {deadline:?}: {fence:?}"),
-    );
+    r.drained_then_fenced_on_time(fence, deadline, SLACK);
     for (i, u) in untouched.drain(..).enumerate() {
         let Untouched {
             lock: l,

@@ -141,11 +141,8 @@ static void options(void) {
 /* Every function with a NULL for each required pointer. */
 static void nulls(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
   struct lk_lock *l;
   OK(lk_lock_new(c, "nulls", &l));
   struct lk_fence_gate *g;
@@ -295,11 +292,7 @@ static void bad_arguments(void) {
 static void life_cycle(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *a, *b;
-  OK(lk_client_new(&o, &a));
-  OK(lk_client_new(&o, &b));
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true);
   struct lk_lock *la, *lb;
   OK(lk_lock_new(a, "jobs", &la));
   OK(lk_lock_new(b, "jobs", &lb));
@@ -471,11 +464,7 @@ static void etcd_options(void) {
 static void guarded_writes(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *a, *b;
-  OK(lk_client_new(&o, &a));
-  OK(lk_client_new(&o, &b));
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true);
   struct lk_lock *la, *lb;
   OK(lk_lock_new(a, "orders", &la));
   OK(lk_lock_new(b, "orders", &lb));
@@ -732,11 +721,7 @@ static void faults(void) {
   /* Every switch answers OK on an embedded client; lease_lost fences. */
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  o.reacquire = false;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = client_in(mem, false);
   struct lk_lock *l;
   OK(lk_lock_new(c, "faults", &l));
   OK(lk_lock_acquire(l, 5000, NULL));
@@ -890,11 +875,7 @@ static int wait_done(struct done *d) {
 static void exit_and_cancel(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *a, *b;
-  OK(lk_client_new(&o, &a));
-  OK(lk_client_new(&o, &b));
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true);
   struct lk_lock *la, *lb;
   OK(lk_lock_new(a, "cancel", &la));
   OK(lk_lock_new(b, "cancel", &lb));
@@ -956,9 +937,8 @@ static void exit_and_cancel(void) {
   EXPECT(lk_permit(lb, &p), LK_RELEASED);
   EXPECT(lk_memory_holder(mem, "cancel", &u), LK_NOT_HELD);
   OK(lk_shutdown()); /* again: nothing */
-  struct lk_client *c;
+  struct lk_client *c = client_in(mem, true);
   struct lk_lock *lc;
-  OK(lk_client_new(&o, &c));
   OK(lk_lock_new(c, "cancel", &lc));
   OK(lk_lock_acquire(lc, 2000, NULL));
   OK(lk_lock_release(lc));

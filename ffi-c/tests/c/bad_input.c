@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "json.h"
+#include "constants.h"
 
 static int played, skipped;
 
@@ -106,15 +107,6 @@ static int play(const struct json *c) {
   return (int)s;
 }
 
-static void constant(const struct json *constants, const char *name, double value) {
-  const struct json *v = json_get(constants, name);
-  if (!v || v->kind != JSON_NUMBER || v->number != value) {
-    fprintf(stderr, "constant %s: the header says %.0f, the vector %.0f\n", name, value,
-            v ? v->number : -1.0);
-    failures++;
-  }
-}
-
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "scenarios/vectors/bad_input.json";
   struct json v;
@@ -156,12 +148,7 @@ int main(int argc, char **argv) {
     }
   }
   const struct json *k = json_get(&v, "constants");
-  constant(k, "MAX_NAME_LEN", LK_MAX_NAME_LEN);
-  constant(k, "MAX_KEY_LEN", LK_MAX_KEY_LEN);
-  constant(k, "DEFAULT_LOCK_SERIES", LK_DEFAULT_LOCK_SERIES);
-  constant(k, "DEFAULT_MAX_OVERDUE_MS", LK_DEFAULT_MAX_OVERDUE_MS);
-  constant(k, "RESIGN_GRACE_MS", LK_RESIGN_GRACE_MS);
-  constant(k, "MAX_SEMAPHORE_LIMIT", LK_MAX_SEMAPHORE_LIMIT);
+  failures += constants_differ(k);
   json_free(&v);
   printf("bad_input: %d played, %d skipped\n", played, skipped);
   lk_shutdown();

@@ -69,15 +69,29 @@ static inline struct lk_client_options short_options(void) {
   return o;
 }
 
+/* A client of the embedded service `mem` with the short settings and
+ * `reacquire` as given: a link of its own (its own faults, its own lease). */
+static inline struct lk_client *client_in(struct lk_memory *mem, bool reacquire) {
+  struct lk_client_options o = short_options();
+  o.memory = mem;
+  o.reacquire = reacquire;
+  struct lk_client *c = NULL;
+  OK(lk_client_new(&o, &c));
+  return c;
+}
+
 /* A new embedded service in `*mem` and a client of it with the short
  * settings: the set-up most tests start with. */
 static inline struct lk_client *memory_client(struct lk_memory **mem) {
   OK(lk_memory_new(mem));
-  struct lk_client_options o = short_options();
-  o.memory = *mem;
-  struct lk_client *c = NULL;
-  OK(lk_client_new(&o, &c));
-  return c;
+  return client_in(*mem, true);
+}
+
+/* The lock's state (LK_STATE_IDLE if asking fails, which is a failure). */
+static inline enum lk_state state_of(const struct lk_lock *l) {
+  enum lk_state st = LK_STATE_IDLE;
+  OK(lk_lock_state(l, &st));
+  return st;
 }
 
 static inline int finish(const char *name) {

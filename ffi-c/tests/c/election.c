@@ -17,15 +17,6 @@ _Static_assert(LK_RESIGN_GRACE_MS == 5000, "LK_RESIGN_GRACE_MS is the core's RES
 
 #define LIMIT_MS 15000
 
-static struct lk_client *client_of(struct lk_memory *mem, bool reacquire) {
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  o.reacquire = reacquire;
-  struct lk_client *c = NULL;
-  OK(lk_client_new(&o, &c));
-  return c;
-}
-
 static const uint8_t *bytes(const char *s) { return (const uint8_t *)s; }
 
 /* The observer's next event within LIMIT_MS; `l` (may be NULL) gets the leader. */
@@ -39,16 +30,10 @@ static int value_is(const struct lk_leader *l, const char *v) {
   return l->has_leader && l->value_len == strlen(v) && memcmp(l->value, v, l->value_len) == 0;
 }
 
-static enum lk_state state_of(const struct lk_lock *l) {
-  enum lk_state st = LK_STATE_IDLE;
-  OK(lk_lock_state(l, &st));
-  return st;
-}
-
 static void campaign_proclaim_resign_as_observed(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_of(mem, true), *b = client_of(mem, true), *w = client_of(mem, true);
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true), *w = client_in(mem, true);
   struct lk_observer *obs;
   OK(lk_observer_new(w, "el/basic", &obs));
   struct lk_leader l = LK_LEADER_INIT;
@@ -169,7 +154,7 @@ static void *resign_thread(void *arg) {
 static void resign_waits_for_the_unit_in_flight(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_of(mem, true), *b = client_of(mem, true);
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true);
   struct lk_election *ea, *eb;
   OK(lk_election_new(a, "el/resign", &ea));
   OK(lk_election_new(b, "el/resign", &eb));
@@ -272,7 +257,7 @@ static int await_seen(struct seen *s, int n) {
 static void callback_observers(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_of(mem, true), *w = client_of(mem, true);
+  struct lk_client *a = client_in(mem, true), *w = client_in(mem, true);
   static struct seen s, t;
   pthread_mutex_init(&s.mu, NULL);
   pthread_mutex_init(&t.mu, NULL);
@@ -344,7 +329,7 @@ static void *pull_thread(void *arg) {
 static void close_ends_a_waiting_pull(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *w = client_of(mem, true);
+  struct lk_client *w = client_in(mem, true);
   struct lk_observer *o;
   OK(lk_observer_new(w, "el/close", &o));
   CHECK(next(o, NULL) == LK_OBSERVED_NO_LEADER);
@@ -376,7 +361,7 @@ static void on_fence(void *ud, uint64_t token, uint64_t in_flight) {
 static void a_fenced_leader_cannot_proclaim(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_of(mem, false);
+  struct lk_client *a = client_in(mem, false);
   struct lk_election *e;
   OK(lk_election_new(a, "el/fenced", &e));
   atomic_init(&fences, 0);
@@ -396,7 +381,7 @@ static void a_fenced_leader_cannot_proclaim(void) {
 static void bad_input(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *c = client_of(mem, true);
+  struct lk_client *c = client_in(mem, true);
   struct lk_election *e = NULL;
   EXPECT(lk_election_new(c, "", &e), LK_INVALID_ARGUMENT);
   MESSAGE_HAS("name");
@@ -444,7 +429,7 @@ static void bad_input(void) {
   EXPECT(lk_memory_holder(mem, "el/bad", &held), LK_NOT_HELD);
   lk_election_free(e);
   lk_session_free(s);
-  struct lk_client *gone = client_of(mem, true);
+  struct lk_client *gone = client_in(mem, true);
   OK(lk_client_shutdown(gone));
   EXPECT(lk_observer_new(gone, "el/bad", &o), LK_SHUTDOWN);
   lk_client_free(gone);

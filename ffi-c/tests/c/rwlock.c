@@ -20,14 +20,6 @@ static enum lk_mode mode_of(const struct lk_lock *l) {
   return m;
 }
 
-static struct lk_client *client_on(struct lk_memory *mem) {
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c = NULL;
-  OK(lk_client_new(&o, &c));
-  return c;
-}
-
 /* A new holder of `name` on `c`: a reader or a writer. */
 static struct lk_lock *holder(struct lk_client *c, const char *name, int write) {
   struct lk_rwlock *rw = NULL;
@@ -41,7 +33,7 @@ static struct lk_lock *holder(struct lk_client *c, const char *name, int write) 
 static void readers_share_a_writer_waits(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_on(mem), *b = client_on(mem), *c = client_on(mem);
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true), *c = client_in(mem, true);
 
   struct lk_rwlock *rw;
   OK(lk_rwlock_new(a, "cfg", &rw));
@@ -110,7 +102,7 @@ static void *wait_to_read(void *arg) {
 static void downgrade_keeps_the_token(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *a = client_on(mem), *b = client_on(mem);
+  struct lk_client *a = client_in(mem, true), *b = client_in(mem, true);
   struct lk_session *s;
   struct lk_client_options o = short_options();
   OK(lk_session_new(b, &o, &s));
@@ -191,7 +183,7 @@ static void gate_watermarks(void) {
 static void bad_input(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client *c = client_on(mem);
+  struct lk_client *c = client_in(mem, true);
 
   struct lk_rwlock *rw = SENTINEL;
   EXPECT(lk_rwlock_new(c, "", &rw), LK_INVALID_ARGUMENT);

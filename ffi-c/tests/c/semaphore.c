@@ -13,12 +13,6 @@
 #define LIMIT 2
 #define SENTINEL ((void *)0x5e47)
 
-static enum lk_state state_of(struct lk_lock *l) {
-  enum lk_state st = LK_STATE_IDLE;
-  OK(lk_lock_state(l, &st));
-  return st;
-}
-
 static uint32_t slot_of(struct lk_lock *l) {
   uint32_t slot = 999;
   OK(lk_lock_slot(l, &slot));

@@ -68,12 +68,6 @@ static int eventually(int (*done)(void *), void *ctx) {
   return 1;
 }
 
-static enum lk_state state_of(struct lk_lock *l) {
-  enum lk_state st = LK_STATE_IDLE;
-  OK(lk_lock_state(l, &st));
-  return st;
-}
-
 static int64_t lease_of(struct lk_session *s) {
   int64_t lease = 0;
   OK(lk_session_lease(s, &lease));
@@ -269,11 +263,8 @@ static void one_lease_for_many(void) {
 static void revoke_fences_one_session(void) {
   enum { M = 10 };
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
   struct lk_session *a, *b;
   OK(lk_session_new(c, NULL, &a)); /* the client's timing */
   OK(lk_session_new(c, &o, &b));
@@ -354,11 +345,8 @@ static int acquiring(void *ctx) {
 static void close_releases_all(void) {
   enum { M = 10 };
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
   struct lk_session *s, *other;
   OK(lk_session_new(c, &o, &s));
   OK(lk_session_new(c, &o, &other));
@@ -451,11 +439,8 @@ static int deadline_moved(void *ctx) {
 static void free_orders(void) {
   enum { M = 5 };
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
 
   /* Handle first: the locks keep the session. */
   struct lk_session *s;
@@ -522,11 +507,8 @@ static void free_orders(void) {
  * message, out-parameters untouched. */
 static void bad_input(void) {
   struct lk_memory *mem;
-  OK(lk_memory_new(&mem));
+  struct lk_client *c = memory_client(&mem);
   struct lk_client_options o = short_options();
-  o.memory = mem;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
   struct lk_session *s = SENTINEL, *good;
   OK(lk_session_new(c, NULL, &good));
   struct lk_lock *l = SENTINEL;

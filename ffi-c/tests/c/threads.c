@@ -58,11 +58,7 @@ static void *worker(void *arg) {
 int main(void) {
   struct lk_memory *mem;
   OK(lk_memory_new(&mem));
-  struct lk_client_options o = short_options();
-  o.memory = mem;
-  o.reacquire = false;
-  struct lk_client *c;
-  OK(lk_client_new(&o, &c));
+  struct lk_client *c = client_in(mem, false);
   OK(lk_lock_new(c, "threads", &lock));
   OK(lk_set_on_fence(lock, on_fence, NULL));
   OK(lk_lock_acquire(lock, 5000, NULL));

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../c/json.h"
+#include "../c/constants.h"
 
 static int played, skipped, failed;
 
@@ -99,14 +100,6 @@ static std::optional<std::string> play(const struct json *c) {
   return std::nullopt;
 }
 
-static void constant(const struct json *constants, const char *name, double value) {
-  const struct json *v = json_get(constants, name);
-  if (!v || v->kind != JSON_NUMBER || v->number != value) {
-    std::printf("FAIL constant %s: the header says %.0f, the vector %.0f\n", name, value, v ? v->number : -1.0);
-    ++failed;
-  }
-}
-
 int main(int argc, char **argv) {
   const char *path = argc > 1 ? argv[1] : "scenarios/vectors/bad_input.json";
   struct json v;
@@ -143,12 +136,7 @@ int main(int argc, char **argv) {
     }
   }
   const struct json *k = json_get(&v, "constants");
-  constant(k, "MAX_NAME_LEN", LK_MAX_NAME_LEN);
-  constant(k, "MAX_KEY_LEN", LK_MAX_KEY_LEN);
-  constant(k, "DEFAULT_LOCK_SERIES", LK_DEFAULT_LOCK_SERIES);
-  constant(k, "DEFAULT_MAX_OVERDUE_MS", LK_DEFAULT_MAX_OVERDUE_MS);
-  constant(k, "RESIGN_GRACE_MS", LK_RESIGN_GRACE_MS);
-  constant(k, "MAX_SEMAPHORE_LIMIT", LK_MAX_SEMAPHORE_LIMIT);
+  failed += constants_differ(k);
   json_free(&v);
   lk_shutdown();
   std::printf("cpp bad_input: %d played, %d skipped, %d failed\n", played, skipped, failed);
