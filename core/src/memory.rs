@@ -250,50 +250,65 @@ impl MemoryService {
         wait: bool,
     ) -> Result<Token, BackendError> {
         let key = lock_key(name, lease);
+        self.look_until(|st| {
+            if !st.leases.contains_key(&lease) {
+                return Err(BackendError::LeaseNotFound);
+            }
+            let (mine, put) = match st.keys.get(&key) {
+                Some((_, rev)) => (*rev, false),
+                None => {
+                    st.revision += 1;
+                    let rev = st.revision;
+                    st.keys.insert(key.clone(), (lease, rev));
+                    st.values.remove(&key);
+                    (rev, true)
+                }
+            };
+            let mut proclaimed = false;
+            if let Some(v) = value
+                && st.values.get(&key).map_or(&[][..], Vec::as_slice) != v
+            {
+                st.values.insert(key.clone(), v.to_vec());
+                proclaimed = true;
+            }
+            let holds = if read {
+                st.reader_holds(name, mine)
+            } else {
+                st.owner(name).is_some_and(|(_, rev)| rev == mine)
+            };
+            if holds {
+                if put || proclaimed {
+                    // An observer sees the new leader (or value).
+                    self.0.changed.notify_waiters();
+                }
+                return Ok(Some(Token(mine)));
+            }
+            if !wait {
+                st.delete_key(&key);
+                self.0.changed.notify_waiters();
+                return Err(BackendError::Busy);
+            }
+            Ok(None)
+        })
+        .await
+    }
+
+    /// Looks at the state with `look` until it gives `Some`: again after
+    /// every change and at the next lease expiry (nothing fires then). The
+    /// one wait of the embedded engine's waits: a lock's queue, a free
+    /// slot, the next leader.
+    async fn look_until<T>(
+        &self,
+        mut look: impl FnMut(&mut ServiceState) -> Result<Option<T>, BackendError>,
+    ) -> Result<T, BackendError> {
         loop {
             let changed = self.0.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
             let next_expiry = {
                 let mut st = self.lock_up()?;
-                if !st.leases.contains_key(&lease) {
-                    return Err(BackendError::LeaseNotFound);
-                }
-                let (mine, put) = match st.keys.get(&key) {
-                    Some((_, rev)) => (*rev, false),
-                    None => {
-                        st.revision += 1;
-                        let rev = st.revision;
-                        st.keys.insert(key.clone(), (lease, rev));
-                        st.values.remove(&key);
-                        (rev, true)
-                    }
-                };
-                let mut proclaimed = false;
-                if let Some(v) = value
-                    && st.values.get(&key).map_or(&[][..], Vec::as_slice) != v
-                {
-                    st.values.insert(key.clone(), v.to_vec());
-                    proclaimed = true;
-                }
-                let holds = if read {
-                    st.reader_holds(name, mine)
-                } else {
-                    st.owner(name).is_some_and(|(_, rev)| rev == mine)
-                };
-                if holds {
-                    if put || proclaimed {
-                        // An observer sees the new leader (or value).
-                        drop(st);
-                        self.0.changed.notify_waiters();
-                    }
-                    return Ok(Token(mine));
-                }
-                if !wait {
-                    st.delete_key(&key);
-                    drop(st);
-                    self.0.changed.notify_waiters();
-                    return Err(BackendError::Busy);
+                if let Some(found) = look(&mut st)? {
+                    return Ok(found);
                 }
                 st.next_expiry()
             };
@@ -315,27 +330,12 @@ impl MemoryService {
         limit: u32,
         wait: bool,
     ) -> Result<Option<u32>, BackendError> {
-        loop {
-            let changed = self.0.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let next_expiry = {
-                let st = self.lock_up()?;
-                let free =
-                    (0..limit).find(|&i| st.owner(&crate::semaphore::slot_name(name, i)).is_none());
-                if free.is_some() || !wait {
-                    return Ok(free);
-                }
-                st.next_expiry()
-            };
-            match next_expiry {
-                Some(t) => tokio::select! {
-                    _ = &mut changed => {}
-                    _ = self.0.clock.sleep_until(t) => {}
-                },
-                None => changed.await,
-            }
-        }
+        self.look_until(|st| {
+            let free =
+                (0..limit).find(|&i| st.owner(&crate::semaphore::slot_name(name, i)).is_none());
+            Ok((free.is_some() || !wait).then_some(free))
+        })
+        .await
     }
 
     /// `Election.Proclaim`: the value of our key, while it holds `token`.
@@ -361,31 +361,16 @@ impl MemoryService {
         name: &str,
         last: Option<&Option<Leader>>,
     ) -> Result<Option<Leader>, BackendError> {
-        loop {
-            let changed = self.0.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let next_expiry = {
-                let st = self.lock_up()?;
-                let leader = st.holder_of(name).map(|(key, token)| Leader {
-                    value: st.values.get(&key).cloned().unwrap_or_default(),
-                    lease: st.keys.get(&key).map_or(0, |(l, _)| *l),
-                    key,
-                    token,
-                });
-                if last != Some(&leader) {
-                    return Ok(leader);
-                }
-                st.next_expiry()
-            };
-            match next_expiry {
-                Some(t) => tokio::select! {
-                    _ = &mut changed => {}
-                    _ = self.0.clock.sleep_until(t) => {}
-                },
-                None => changed.await,
-            }
-        }
+        self.look_until(|st| {
+            let leader = st.holder_of(name).map(|(key, token)| Leader {
+                value: st.values.get(&key).cloned().unwrap_or_default(),
+                lease: st.keys.get(&key).map_or(0, |(l, _)| *l),
+                key,
+                token,
+            });
+            Ok((last != Some(&leader)).then_some(leader))
+        })
+        .await
     }
 
     fn revoke(&self, lease: LeaseId) -> Result<(), BackendError> {

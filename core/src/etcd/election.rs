@@ -73,24 +73,8 @@ impl EtcdBackend {
             if last != Some(&leader) {
                 return Ok(leader);
             }
-            let i = self.current();
-            let r = async {
-                let opts = WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(rev + 1);
-                let mut w = self.open_watch_with(i, prefix.clone(), opts).await?;
-                loop {
-                    let resp = w.next().await?;
-                    if resp.canceled() || !resp.events().is_empty() {
-                        return Ok(());
-                    }
-                }
-            }
-            .await;
-            if let Err(e) = &r {
-                self.watch_failed(i, e);
-            }
-            r?;
+            self.watch_prefix_until(&prefix, rev + 1, |r| !r.events().is_empty())
+                .await?;
         }
     }
 

@@ -302,6 +302,34 @@ impl EtcdBackend {
             .await
     }
 
+    /// Watches everything under `prefix` from revision `from` until a
+    /// response `stop` accepts, or the server cancels the watch: the one
+    /// wait of the reads that look again after a change (the next leader,
+    /// a free slot). A failed watch marks its endpoint, as every watch does.
+    pub(super) async fn watch_prefix_until(
+        &self,
+        prefix: &str,
+        from: i64,
+        stop: impl Fn(&etcd_client::WatchResponse) -> bool,
+    ) -> Result<(), BackendError> {
+        let i = self.current();
+        let r = async {
+            let opts = WatchOptions::new().with_prefix().with_start_revision(from);
+            let mut w = self.open_watch_with(i, prefix, opts).await?;
+            loop {
+                let resp = w.next().await?;
+                if resp.canceled() || stop(&resp) {
+                    return Ok(());
+                }
+            }
+        }
+        .await;
+        if let Err(e) = &r {
+            self.watch_failed(i, e);
+        }
+        r
+    }
+
     /// Opens a watch of `key` with `options` on endpoint `i`.
     pub(super) async fn open_watch_with(
         &self,

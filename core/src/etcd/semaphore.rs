@@ -3,7 +3,7 @@
 //! key, one watch of that prefix from the next revision until a key goes,
 //! then read again. Only the head of the semaphore's queue waits here.
 
-use etcd_client::{EventType, GetOptions, WatchOptions};
+use etcd_client::{EventType, GetOptions};
 
 use super::conn::EtcdBackend;
 use crate::backend::BackendError;
@@ -23,28 +23,12 @@ impl EtcdBackend {
             if free.is_some() || !wait {
                 return Ok(free);
             }
-            let i = self.current();
-            let r = async {
-                let opts = WatchOptions::new()
-                    .with_prefix()
-                    .with_start_revision(rev + 1);
-                let mut w = self.open_watch_with(i, prefix.clone(), opts).await?;
-                loop {
-                    let resp = w.next().await?;
-                    let gone = resp
-                        .events()
-                        .iter()
-                        .any(|e| e.event_type() == EventType::Delete);
-                    if resp.canceled() || gone {
-                        return Ok(());
-                    }
-                }
-            }
-            .await;
-            if let Err(e) = &r {
-                self.watch_failed(i, e);
-            }
-            r?;
+            let gone = |r: &etcd_client::WatchResponse| {
+                r.events()
+                    .iter()
+                    .any(|e| e.event_type() == EventType::Delete)
+            };
+            self.watch_prefix_until(&prefix, rev + 1, gone).await?;
         }
     }
 

@@ -99,15 +99,27 @@ pub(crate) async fn next_leader(
         if last.is_none_or(|l| *l != now) {
             return Ok(now);
         }
-        let pause = left_ms
-            .map_or(MAX_PAUSE, |ms| {
-                Duration::from_secs_f64(ms.max(1.0) / 1000.0)
-            })
-            .min(MAX_PAUSE);
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(pause) => {}
-        }
+        look_again(notified, left_ms).await;
+    }
+}
+
+/// Waits for a lock row's notification (`notified`, enabled before the
+/// look), or for the soonest lease of the rows looked at to run out
+/// (`soonest_ms` from now: nothing fires when a lease expires), at most
+/// [`MAX_PAUSE`]: the one pause of the reads that look again after a
+/// change (the next leader, a free slot).
+pub(super) async fn look_again(
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    soonest_ms: Option<f64>,
+) {
+    let pause = soonest_ms
+        .map_or(MAX_PAUSE, |ms| {
+            Duration::from_secs_f64(ms.max(1.0) / 1000.0)
+        })
+        .min(MAX_PAUSE);
+    tokio::select! {
+        _ = notified => {}
+        _ = tokio::time::sleep(pause) => {}
     }
 }
 

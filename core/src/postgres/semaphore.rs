@@ -13,10 +13,6 @@ use super::conn::Slot;
 use crate::backend::BackendError;
 use crate::semaphore::{first_free, slot_name, slot_of_key};
 
-/// The longest the head sleeps between looks (notifications lost while
-/// the listener reconnects are caught up by then).
-const MAX_PAUSE: Duration = Duration::from_secs(1);
-
 /// See [`crate::Backend::free_slot`].
 pub(crate) async fn free_slot(
     ops: &Slot,
@@ -59,15 +55,7 @@ pub(crate) async fn free_slot(
         if free.is_some() || !wait {
             return Ok(free);
         }
-        let pause = soonest
-            .map_or(MAX_PAUSE, |ms| {
-                Duration::from_secs_f64(ms.max(1.0) / 1000.0)
-            })
-            .min(MAX_PAUSE);
-        tokio::select! {
-            _ = notified => {}
-            _ = tokio::time::sleep(pause) => {}
-        }
+        super::election::look_again(notified, soonest).await;
     }
 }
 
