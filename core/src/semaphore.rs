@@ -275,36 +275,62 @@ impl Semaphore {
         if timeout.is_zero() {
             return self.try_acquire();
         }
+        // The first try blocks as a lock's does (no task of its own: a
+        // free slot costs what a lock's acquire costs); the wait runs on
+        // the driver.
+        let until = self.until(Some(timeout));
+        let lock = self.slot_lock(self.first_try())?;
+        let tried = lock.try_acquire();
+        if let Some(won) = kept(lock, tried)? {
+            return Ok(won);
+        }
         let sem = self.clone();
-        crate::driver::block_on(async move { sem.wait(Some(timeout)).await })?
+        crate::driver::block_on(async move { sem.queued(until).await })?
     }
 
     /// [`Semaphore::acquire`] for async code, on any executor (`None`: no
     /// time limit). Dropping the future before it is ready leaves nothing
     /// held, even a slot won just then, and leaves the queue.
     pub async fn acquire_async(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return self.try_acquire_async().await;
+        }
+        let until = self.until(timeout);
+        // A lock's async try runs on any executor; the wait on the driver.
+        let lock = self.slot_lock(self.first_try())?;
+        let tried = lock.try_acquire_async().await;
+        if let Some(won) = kept(lock, tried)? {
+            return Ok(won);
+        }
         let sem = self.clone();
-        crate::driver::on_driver_until_dropped(async move { sem.wait(timeout).await }).await
+        crate::driver::on_driver_until_dropped(async move { sem.queued(until).await }).await
     }
 
-    /// The acquire, on the driver (its timers and the engine's I/O need
-    /// the driver's reactor).
+    /// The end of a timeout from now, on the session's clock (as a lock's
+    /// timeout is).
+    fn until(&self, timeout: Option<Duration>) -> Option<crate::clock::Instant> {
+        timeout.map(|t| self.session.inner.clock.now() + t)
+    }
+
+    /// The acquire as one future (`acquire_then`'s), on the driver.
     async fn wait(&self, timeout: Option<Duration>) -> Result<Lock, Error> {
         if timeout.is_some_and(|t| t.is_zero()) {
             return self.try_once().await;
         }
-        // On the session's clock, as a lock's timeout is.
-        let clock = self.session.inner.clock.clone();
-        let until = timeout.map(|t| clock.now() + t);
-        let left = || until.map(|u| u.saturating_since(clock.now()));
+        let until = self.until(timeout);
         let lock = self.slot_lock(self.first_try())?;
-        match lock.try_acquire_async().await {
-            Ok(_) => return Ok(lock),
-            // Taken, or no answer in time: the wait goes on through both,
-            // as a lock's does (a slow first reply must not end it).
-            Err(Error::WouldBlock | Error::Timeout | Error::Backend(_)) => drop(lock),
-            Err(e) => return Err(e),
+        let tried = lock.try_acquire_async().await;
+        if let Some(won) = kept(lock, tried)? {
+            return Ok(won);
         }
+        self.queued(until).await
+    }
+
+    /// The wait after the first try, until `until`, on the driver (its
+    /// timers and the engine's I/O need the driver's reactor).
+    async fn queued(&self, until: Option<crate::clock::Instant>) -> Result<Lock, Error> {
+        let clock = self.session.inner.clock.clone();
+        let left = || until.map(|u| u.saturating_since(clock.now()));
         if left().is_some_and(|l| l.is_zero()) {
             return Err(Error::Timeout);
         }
@@ -430,6 +456,17 @@ impl Semaphore {
             }
         }
         Err(Error::WouldBlock)
+    }
+}
+
+/// The first try's outcome: the lock if it won; `None` when the slot was
+/// taken or gave no answer in time (the wait goes on through both, as a
+/// lock's does: a slow first reply must not end it); else the error.
+fn kept(lock: Lock, tried: Result<crate::Token, Error>) -> Result<Option<Lock>, Error> {
+    match tried {
+        Ok(_) => Ok(Some(lock)),
+        Err(Error::WouldBlock | Error::Timeout | Error::Backend(_)) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
