@@ -497,7 +497,7 @@ impl std::fmt::Debug for SemaphoreAcquisition {
 
 impl SemaphoreAcquisition {
     /// Leaves nothing held by this acquire, whenever called: the acquire
-    /// is dropped on the driver (every slot's acquisition cancelled), and
+    /// is dropped on the driver (its queue key and any slot try go), and
     /// a slot won but not taken is released. Idempotent; waits for no
     /// reply from the service.
     pub fn cancel(&self) {
