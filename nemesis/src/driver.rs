@@ -296,7 +296,11 @@ pub fn run(cfg: Config) -> Result<PathBuf, String> {
         }
         let kind = bag.pop().unwrap_or_default();
         n.replace_exited()?;
-        n.fault(&kind)?;
+        if !n.fault(&kind)? {
+            // Skipped (an operator fault when nobody held): it comes up
+            // again at the bottom of this bag, so every kind still runs.
+            bag.insert(0, kind);
+        }
         let gap = n
             .rng
             .between(Duration::from_millis(500), Duration::from_millis(2000));
@@ -512,7 +516,9 @@ impl Nemesis {
         self.log.record(ev, v);
     }
 
-    fn fault(&mut self, kind: &str) -> Result<(), String> {
+    /// Injects `kind`, then waits for the heal; `false`: skipped (an
+    /// operator fault with nobody holding), nothing injected.
+    fn fault(&mut self, kind: &str) -> Result<bool, String> {
         let s = self.cfg.settings;
         let i = self.target();
         let who = self.holders[i].spec.id.clone();
@@ -602,7 +608,9 @@ impl Nemesis {
             | "key_deleted"
                 if matches!(self.cfg.backend, Backend::Postgres { .. }) =>
             {
-                self.pg_fault(kind)?
+                if !self.pg_fault(kind)? {
+                    return Ok(false);
+                }
             }
             "member_paused" => {
                 let m = self.rng.below(3) as usize;
@@ -647,7 +655,7 @@ impl Nemesis {
                 };
                 let Some((token, lease, key)) = lock_key(self.etcd(), &name) else {
                     self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
-                    return Ok(());
+                    return Ok(false);
                 };
                 let mut f = json!({"token": token, "lease": lease});
                 if self.cfg.locks > 1 {
@@ -668,7 +676,7 @@ impl Nemesis {
             other => return Err(format!("unknown fault {other:?} (one of {FAULTS:?})")),
         }
         self.healed(kind);
-        Ok(())
+        Ok(true)
     }
 
     /// Records the heal of `kind` and waits for the lock to be worked again.
@@ -681,8 +689,9 @@ impl Nemesis {
         }
     }
 
-    /// The faults on the PostgreSQL server (before the heal).
-    fn pg_fault(&mut self, kind: &str) -> Result<(), String> {
+    /// The faults on the PostgreSQL server (before the heal); `false`:
+    /// skipped.
+    fn pg_fault(&mut self, kind: &str) -> Result<bool, String> {
         let s = self.cfg.settings;
         let Backend::Postgres { url, primary } = self.cfg.backend.clone() else {
             unreachable!("PostgreSQL faults on PostgreSQL");
@@ -737,7 +746,7 @@ impl Nemesis {
                 };
                 let Some((token, lease)) = crate::pg::holder_of(&url, &name) else {
                     self.record("fault_skipped", kind, json!({"why": "nobody holds"}));
-                    return Ok(());
+                    return Ok(false);
                 };
                 let mut f = json!({"token": token, "lease": lease});
                 if self.cfg.semaphore > 0 {
@@ -756,7 +765,7 @@ impl Nemesis {
             }
             other => return Err(format!("unknown PostgreSQL fault {other:?}")),
         }
-        Ok(())
+        Ok(true)
     }
 }
 
